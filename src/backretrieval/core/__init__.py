@@ -1,0 +1,18 @@
+"""Lowest layer: errors, atomic file writes and the user cache location.
+
+Every other layer may import from here; this package imports nothing from the project.
+"""
+from .errors import BackretrievalError, DataError, EncoderError, MetricInputError
+from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash
+
+__all__ = [
+    "BackretrievalError",
+    "DataError",
+    "EncoderError",
+    "MetricInputError",
+    "atomic_write",
+    "atomic_write_text",
+    "atomic_save_npz",
+    "cache_dir",
+    "content_hash",
+]

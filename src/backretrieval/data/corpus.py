@@ -1,0 +1,143 @@
+"""The data model: one :class:`Corpus` per language, a :class:`Dataset` of corpora.
+
+A corpus row is an item: an ``id`` (unique within the language), a ``text``, optionally a
+``concept`` (the cross-lingual link: the same concept in two languages is a ground-truth pair;
+``None`` where unknown) and optionally an image, either a file path or a row of a precomputed
+image-feature matrix (``.npy``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..core import DataError
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Items of one language of one dataset. Arrays are aligned row by row."""
+
+    dataset: str
+    lang: str
+    ids: list[str]
+    texts: list[str]
+    concepts: list[str | None] | None = None
+    image_paths: list[str] | None = None
+    image_features: str | None = None  # path of an (n_images, d) .npy file
+    image_rows: np.ndarray | None = None  # row of image_features for each item
+    extra: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # e.g. title/body
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        self.ids = [str(i) for i in self.ids]
+        if len(self.texts) != n:
+            raise DataError(f"{self.dataset}/{self.lang}: {len(self.texts)} texts for {n} ids")
+        for name in ("concepts", "image_paths"):
+            col = getattr(self, name)
+            if col is not None and len(col) != n:
+                raise DataError(f"{self.dataset}/{self.lang}: {len(col)} {name} for {n} ids")
+        for name, col in self.extra.items():
+            if len(col) != n:
+                raise DataError(f"{self.dataset}/{self.lang}: {len(col)} values of {name!r} for {n} ids")
+        dup = [i for i, c in Counter(self.ids).items() if c > 1]
+        if dup:
+            raise DataError(
+                f"{self.dataset}/{self.lang}: duplicate id {dup[0]!r}"
+                + (f" (and {len(dup) - 1} more)" if len(dup) > 1 else "")
+            )
+        for i, t in zip(self.ids, self.texts):
+            if not isinstance(t, str) or not t.strip():
+                raise DataError(f"{self.dataset}/{self.lang}: empty or whitespace-only text for id {i!r}")
+        if (self.image_features is None) != (self.image_rows is None):
+            raise DataError(f"{self.dataset}/{self.lang}: image_features and image_rows go together")
+        if self.image_rows is not None:
+            self.image_rows = np.asarray(self.image_rows, dtype=np.int64)
+            if len(self.image_rows) != n:
+                raise DataError(f"{self.dataset}/{self.lang}: {len(self.image_rows)} image rows for {n} ids")
+        if self.image_paths is not None and self.image_features is not None:
+            raise DataError(f"{self.dataset}/{self.lang}: give image paths or image features, not both")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def has_images(self) -> bool:
+        return self.image_paths is not None or self.image_features is not None
+
+    @property
+    def has_concepts(self) -> bool:
+        return self.concepts is not None and any(c is not None for c in self.concepts)
+
+    def concept_of(self, i: int) -> str:
+        """The concept of row ``i``; an item without a known concept is its own concept."""
+        c = self.concepts[i] if self.concepts is not None else None
+        return c if c is not None else f"\x00{self.lang}\x00{self.ids[i]}"
+
+    def concept_keys(self) -> list[str]:
+        return [self.concept_of(i) for i in range(len(self))]
+
+    def subset(self, idx: Sequence[int] | np.ndarray) -> "Corpus":
+        idx = np.asarray(idx, dtype=np.int64)
+        take = lambda col: None if col is None else [col[i] for i in idx]  # noqa: E731
+        return Corpus(
+            dataset=self.dataset,
+            lang=self.lang,
+            ids=take(self.ids),
+            texts=take(self.texts),
+            concepts=take(self.concepts),
+            image_paths=take(self.image_paths),
+            image_features=self.image_features,
+            image_rows=None if self.image_rows is None else self.image_rows[idx],
+            extra={k: take(v) for k, v in self.extra.items()},
+        )
+
+
+@dataclasses.dataclass
+class Dataset:
+    """Corpora of one dataset, keyed by language code."""
+
+    name: str
+    corpora: dict[str, Corpus]
+    description: str = ""
+
+    @property
+    def languages(self) -> list[str]:
+        return sorted(self.corpora)
+
+    @property
+    def has_images(self) -> bool:
+        return all(c.has_images for c in self.corpora.values())
+
+    def __getitem__(self, lang: str) -> Corpus:
+        try:
+            return self.corpora[lang]
+        except KeyError:
+            raise DataError(
+                f"unknown language {lang!r} for dataset {self.name!r}; available: {', '.join(self.languages)}"
+            ) from None
+
+
+def require_languages(available: Iterable[str], wanted: Iterable[str] | None, dataset: str) -> list[str]:
+    """Check that every wanted language exists; return the languages to load."""
+    available = sorted(set(available))
+    if wanted is None:
+        return available
+    wanted = list(dict.fromkeys(wanted))
+    missing = [lang for lang in wanted if lang not in available]
+    if missing:
+        raise DataError(
+            f"unknown language {missing[0]!r} for dataset {dataset!r}; available: {', '.join(available)}"
+        )
+    return wanted
+
+
+def check_file(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what}: file not found: {path}")
+    return path
+

@@ -1,0 +1,138 @@
+"""Encoder protocols, the encoder registry, and the checks every embedding passes.
+
+A text encoder is anything with ``name``, ``version``, ``dim`` and
+``encode(texts, lang, *, ids=None) -> float32 (n, d)``; an image encoder has
+``encode_images(paths) -> float32 (n, d)``. Each built-in lives in its own module and
+registers a factory with :func:`register_text` / :func:`register_image`; a model is asked
+for by a spec string: ``"use-m"``, ``"precomputed:emb.parquet"``, ``"st:/path/to/model"``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..core import EncoderError
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    name: str  # the spec it was built from, e.g. "use-m"
+    version: str  # changes whenever the vectors would change (package + options)
+    dim: int | None  # None until known (e.g. TF-IDF before fit)
+    languages: frozenset[str] | None  # languages the model was trained on; None: any
+    cacheable: bool  # False when vectors depend on more than (text, lang)
+
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray: ...
+
+
+@runtime_checkable
+class ImageEncoder(Protocol):
+    name: str
+    version: str
+    dim: int | None
+
+    def encode_images(self, paths: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderInfo:
+    name: str
+    factory: Callable[..., Any]  # factory(arg: str | None, **options) -> encoder
+    description: str
+    kind: str  # "text" or "image"
+    takes_arg: bool = False  # spec is "name:ARG"
+    requires: str = ""  # pip package(s) needed
+
+
+_TEXT: dict[str, EncoderInfo] = {}
+_IMAGE: dict[str, EncoderInfo] = {}
+_TEXT_MODULES = ("use_m", "e5", "minilm", "tfidf_char", "random_text", "precomputed", "sentence_transformers_dir")
+_IMAGE_MODULES = ("efficientnet", "mobilenet", "color_hist", "precomputed_image")
+
+
+def register_text(info: EncoderInfo) -> EncoderInfo:
+    _TEXT[info.name] = info
+    return info
+
+
+def register_image(info: EncoderInfo) -> EncoderInfo:
+    _IMAGE[info.name] = info
+    return info
+
+
+def _load(mods: Sequence[str]) -> None:
+    for mod in mods:
+        importlib.import_module(f"{__package__}.{mod}")
+
+
+def list_text_encoders() -> list[EncoderInfo]:
+    _load(_TEXT_MODULES)
+    return [_TEXT[k] for k in sorted(_TEXT)]
+
+
+def list_image_encoders() -> list[EncoderInfo]:
+    _load(_IMAGE_MODULES)
+    return [_IMAGE[k] for k in sorted(_IMAGE)]
+
+
+def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping[str, Any]) -> Any:
+    name, _, arg = spec.partition(":")
+    info = table.get(name)
+    if info is None:
+        raise EncoderError(f"unknown {kind} model {spec!r}; known: {', '.join(sorted(table))}")
+    if info.takes_arg and not arg:
+        raise EncoderError(f"{kind} model {name!r} needs an argument: {name}:PATH")
+    if arg and not info.takes_arg:
+        raise EncoderError(f"{kind} model {name!r} takes no argument (got {spec!r})")
+    try:
+        enc = info.factory(arg or None, **options)
+    except ImportError as e:
+        raise EncoderError(
+            f"{kind} model {name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
+        ) from e
+    enc.name = spec
+    return enc
+
+
+def get_text_encoder(spec: str, **options: Any) -> TextEncoder:
+    """Build a text encoder from its spec, e.g. ``"e5-small"`` or ``"precomputed:emb.parquet"``."""
+    _load(_TEXT_MODULES)
+    return _build(spec, _TEXT, "text", options)
+
+
+def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
+    """Build an image encoder from its spec, e.g. ``"efficientnet-lite0"`` or ``"color-hist"``."""
+    _load(_IMAGE_MODULES)
+    return _build(spec, _IMAGE, "image", options)
+
+
+def check_embeddings(x: np.ndarray, n: int, what: str, ids: Sequence[str] | None = None) -> np.ndarray:
+    """Return ``x`` as C-contiguous float32 (n, d) or raise naming the first bad row.
+
+    Rejects a wrong shape, NaN/inf values and all-zero rows (cosine similarity is undefined
+    for them).
+    """
+    x = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
+    if x.ndim != 2 or x.shape[0] != n:
+        raise EncoderError(f"{what}: expected an array of {n} rows, got shape {x.shape}")
+    label = (lambda i: f"id {ids[i]!r}") if ids is not None else (lambda i: f"row {i}")
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise EncoderError(f"{what}: NaN or inf in the embedding of {label(int(np.argmax(bad)))}")
+    zero = ~x.any(axis=1)
+    if zero.any():
+        raise EncoderError(f"{what}: all-zero embedding for {label(int(np.argmax(zero)))}")
+    return x
+
+
+def package_version(dist: str) -> str:
+    """Installed version of a distribution, for cache keys."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,31 @@
+"""Metrics: pure functions, numpy arrays in, numbers out. Names as in the papers.
+
+* :func:`xlr` -- ground-truth cross-lingual retrieval (Recall@K / P@K, MRR), both directions
+* :func:`bkr` -- Backretrieval, the image-pivoted metric
+* :func:`corr` -- the CORR baseline (Spearman of text vs image distances)
+* :func:`hubness` -- k-occurrence skewness
+* :func:`csls` -- cross-domain similarity local scaling scores (small inputs; the metrics take
+  ``sim="csls"`` and compute it blockwise)
+"""
+import numpy as np
+
+from ._inputs import SIMILARITIES
+from .bkr import bkr, bkr_ranks
+from .corr import corr, corr_details
+from .hubness import hubness
+from .xlr import xlr, xlr_ranks
+
+
+def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
+    """The full CSLS matrix ``2 cos(x_i, y_j) - r_S(y_j) - r_T(x_i)`` (n_s, n_t).
+
+    Holds the whole matrix: meant for inspection and small inputs.
+    """
+    from ._inputs import check_pair, similarity
+
+    src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"))
+    sc = similarity(src, tgt, "csls", k, None)
+    return 2.0 * (sc.Q @ sc.D.T) - sc.d_bias[None, :] - sc.q_bias[:, None]
+
+
+__all__ = ["SIMILARITIES", "bkr", "bkr_ranks", "corr", "corr_details", "csls", "hubness", "xlr", "xlr_ranks"]

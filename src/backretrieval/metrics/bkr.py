@@ -1,0 +1,83 @@
+"""BkR, Backretrieval (Fain, Twomey, Bollegala, SIGIR 2021, Section 2).
+
+Given source texts with images and target texts with images (no cross-lingual links needed):
+
+1. embed all texts with the model f under evaluation;
+2. for each source text q, retrieve the most similar target text T*; its image is I*;
+3. rank all source images by image similarity g(I*, I_s) (cosine of image features);
+4. BkR@K = share of queries whose own image I_q ranks <= K.
+
+Ties. Step 4 uses the pessimistic rank (the number of source images scoring >= I_q). In step
+2 several target texts may tie for the best score (e.g. duplicate texts); then every tied target
+is followed and the worst of their ranks is kept, so ties never help. Only the distinct
+retrieved targets' image rows are computed in step 3.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import MetricInputError
+from ..search import l2_normalize, nearest_with_ties, ranks_against_rows
+from ._inputs import check_ks, check_pair, recall_summary, similarity
+
+
+def _checked(src_text, tgt_text, src_img, tgt_img):
+    src_text, tgt_text = check_pair(src_text, tgt_text, ("source text embeddings", "target text embeddings"))
+    src_img, tgt_img = check_pair(src_img, tgt_img, ("source image features", "target image features"))
+    for side, n_text, n_img in (("source", len(src_text), len(src_img)), ("target", len(tgt_text), len(tgt_img))):
+        if n_text != n_img:
+            raise MetricInputError(f"{side}: {n_text} text embeddings but {n_img} image features; rows must be aligned")
+    return src_text, tgt_text, src_img, tgt_img
+
+
+def bkr_ranks(
+    src_text: np.ndarray,
+    tgt_text: np.ndarray,
+    src_img: np.ndarray,
+    tgt_img: np.ndarray,
+    *,
+    sim: str = "cosine",
+    csls_k: int = 10,
+    block_bytes: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query pessimistic rank of the query's own image, and the retrieved target per query
+    (the lowest-index one where several tie; the rank already accounts for all of them)."""
+    src_text, tgt_text, src_img, tgt_img = _checked(src_text, tgt_text, src_img, tgt_img)
+    sc = similarity(src_text, tgt_text, sim, csls_k, block_bytes)
+    indptr, retrieved = nearest_with_ties(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
+    n = src_text.shape[0]
+    query_of_pair = np.repeat(np.arange(n), np.diff(indptr))
+    # step 3-4 over the distinct retrieved targets only
+    distinct, row_of_pair = np.unique(retrieved, return_inverse=True)
+    R = l2_normalize(tgt_img[distinct])
+    X = l2_normalize(src_img)
+    pair_ranks = ranks_against_rows(R, row_of_pair, X, query_of_pair, block_bytes=block_bytes)
+    ranks = np.zeros(n, dtype=np.int64)
+    np.maximum.at(ranks, query_of_pair, pair_ranks)
+    return ranks, retrieved[indptr[:-1]]
+
+
+def bkr(
+    src_text: np.ndarray,
+    tgt_text: np.ndarray,
+    src_img: np.ndarray,
+    tgt_img: np.ndarray,
+    ks: tuple[int, ...] | int = (1, 5, 10),
+    *,
+    sim: str = "cosine",
+    csls_k: int = 10,
+    block_bytes: int | None = None,
+) -> dict[str, float]:
+    """BkR@K for each K, MRR and median rank (keys ``bkr@K``, ``bkr_mrr``, ``bkr_median_rank``).
+
+    For a model that retrieves at random, E[BkR@K] ~= K/N.
+
+    >>> import numpy as np
+    >>> t = np.eye(4, dtype=np.float32); img = np.eye(4, dtype=np.float32)
+    >>> bkr(t, t, img, img, ks=(1,))["bkr@1"]
+    1.0
+    """
+    src_text, tgt_text, src_img, tgt_img = _checked(src_text, tgt_text, src_img, tgt_img)
+    ks = check_ks(ks, src_img.shape[0])
+    ranks, _ = bkr_ranks(src_text, tgt_text, src_img, tgt_img, sim=sim, csls_k=csls_k, block_bytes=block_bytes)
+    return recall_summary(ranks, ks, "bkr")

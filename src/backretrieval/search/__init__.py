@@ -1,0 +1,25 @@
+"""Search kernels: blocked exact nearest neighbours, rank of the true item, CSLS.
+
+Every metric searches through these functions; none of them holds a full N x N matrix.
+"""
+from .kernels import (
+    DEFAULT_BLOCK_BYTES,
+    block_rows,
+    csls_penalty,
+    l2_normalize,
+    nearest_with_ties,
+    rank_of_true,
+    ranks_against_rows,
+    topk,
+)
+
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "block_rows",
+    "csls_penalty",
+    "l2_normalize",
+    "nearest_with_ties",
+    "rank_of_true",
+    "ranks_against_rows",
+    "topk",
+]

@@ -1,0 +1,202 @@
+"""Blocked exact search on float32 inner products.
+
+Scores. For queries ``Q`` (n_q, d) and database ``D`` (n_d, d) the score of the pair (i, j) is
+
+    s_ij = scale * <Q_i, D_j> - q_bias_i - d_bias_j
+
+``scale=1`` and no biases give the inner product (the cosine for unit rows); CSLS
+(Conneau et al. 2018) is ``scale=2``, ``q_bias = r_D(Q_i)``, ``d_bias = r_Q(D_j)`` where
+``r_X(v)`` is the mean similarity of ``v`` to its k nearest neighbours in ``X``
+(:func:`csls_penalty`).
+
+Ties. Ranks are *pessimistic*: the rank of item j for query i is the number of database items
+whose score is >= s_ij, itself included, so a tie never helps (a model that gives every item
+the same score ranks every true item last). :func:`topk` orders equal scores by ascending
+index. :func:`nearest_with_ties` returns every item that attains a row's maximum.
+
+Memory. Work is done in row blocks of the query matrix; a block holds at most
+``block_bytes`` of float32 scores (default 64 MiB), so peak extra memory is independent of the
+number of queries and linear in the database size.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm, as a new C-contiguous float32 array."""
+    x = np.array(x, dtype=np.float32, order="C", copy=True)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    np.divide(x, norms, out=x, where=norms > 0)
+    return x
+
+
+def block_rows(n_cols: int, block_bytes: int | None = None) -> int:
+    """How many rows of an (rows, n_cols) float32 score block fit in ``block_bytes``."""
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    return max(1, budget // (4 * max(1, n_cols)))
+
+
+def _blocks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+def _scores(
+    Q: np.ndarray,
+    D: np.ndarray,
+    rows: slice,
+    scale: float,
+    q_bias: np.ndarray | None,
+    d_bias: np.ndarray | None,
+) -> np.ndarray:
+    s = Q[rows] @ D.T
+    if scale != 1.0:
+        s *= np.float32(scale)
+    if d_bias is not None:
+        s -= d_bias[None, :]
+    if q_bias is not None:
+        s -= q_bias[rows, None]
+    return s
+
+
+def topk(
+    Q: np.ndarray,
+    D: np.ndarray,
+    k: int,
+    *,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+    block_bytes: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best database items per query: ``(scores, indices)``, both (n_q, k), best first;
+    equal scores in ascending index order."""
+    n_q, n_d = Q.shape[0], D.shape[0]
+    if not 1 <= k <= n_d:
+        raise ValueError(f"k={k} must be between 1 and the database size {n_d}")
+    out_s = np.empty((n_q, k), dtype=np.float32)
+    out_i = np.empty((n_q, k), dtype=np.int64)
+    for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
+        s = _scores(Q, D, rows, scale, q_bias, d_bias)
+        if k < n_d:
+            # the k-th largest value of each row; take every index scoring above it, then fill
+            # with the lowest-index items equal to it, so ties are resolved by index
+            part = np.ascontiguousarray(np.argpartition(-s, k - 1, axis=1)[:, :k])
+        else:
+            part = np.broadcast_to(np.arange(n_d), s.shape).copy()
+        cand_s = np.take_along_axis(s, part, axis=1)
+        kth = cand_s.min(axis=1)
+        n_above = np.count_nonzero(s > kth[:, None], axis=1)
+        n_equal = np.count_nonzero(s == kth[:, None], axis=1)
+        # rows where items equal to the k-th score straddle the cut: argpartition chose an
+        # arbitrary subset of them; re-select the lowest indices (rare, so a loop is fine)
+        for r in np.flatnonzero(n_above + n_equal > k):
+            above = np.flatnonzero(s[r] > kth[r])
+            equal = np.flatnonzero(s[r] == kth[r])[: k - above.size]
+            part[r] = np.concatenate([above, equal])
+            cand_s[r] = s[r, part[r]]
+        order = np.lexsort((part, -cand_s), axis=1)
+        out_i[rows] = np.take_along_axis(part, order, axis=1)
+        out_s[rows] = np.take_along_axis(cand_s, order, axis=1)
+    return out_s, out_i
+
+
+def csls_penalty(Q: np.ndarray, D: np.ndarray, k: int = 10, *, block_bytes: int | None = None) -> np.ndarray:
+    """``r_D(Q_i)``: mean inner product of each query with its ``k`` nearest database items."""
+    n_d = D.shape[0]
+    if not 1 <= k <= n_d:
+        raise ValueError(f"CSLS k={k} must be between 1 and the database size {n_d}")
+    out = np.empty(Q.shape[0], dtype=np.float32)
+    for rows in _blocks(Q.shape[0], block_rows(n_d, block_bytes)):
+        s = Q[rows] @ D.T
+        if k < n_d:
+            s = np.partition(s, n_d - k, axis=1)[:, n_d - k :]
+        out[rows] = s.mean(axis=1, dtype=np.float64)
+    return out
+
+
+def rank_of_true(
+    Q: np.ndarray,
+    D: np.ndarray,
+    true_idx: np.ndarray,
+    *,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+    block_bytes: int | None = None,
+) -> np.ndarray:
+    """Pessimistic rank (1 = best) of database item ``true_idx[i]`` for query ``i``."""
+    n_q, n_d = Q.shape[0], D.shape[0]
+    true_idx = np.asarray(true_idx, dtype=np.int64)
+    ranks = np.empty(n_q, dtype=np.int64)
+    for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
+        s = _scores(Q, D, rows, scale, q_bias, d_bias)
+        t = s[np.arange(s.shape[0]), true_idx[rows]]
+        ranks[rows] = np.count_nonzero(s >= t[:, None], axis=1)
+    return ranks
+
+
+def nearest_with_ties(
+    Q: np.ndarray,
+    D: np.ndarray,
+    *,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+    block_bytes: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """All database items attaining each query's best score, as CSR arrays ``(indptr, indices)``:
+    the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]`` (ascending)."""
+    n_q, n_d = Q.shape[0], D.shape[0]
+    counts = np.empty(n_q, dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
+        s = _scores(Q, D, rows, scale, q_bias, d_bias)
+        best = s.max(axis=1)
+        r, c = np.nonzero(s == best[:, None])  # row-major: grouped by row, ascending columns
+        counts[rows] = np.bincount(r, minlength=s.shape[0])
+        chunks.append(c.astype(np.int64))
+    indptr = np.zeros(n_q + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, (np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64))
+
+
+def ranks_against_rows(
+    R: np.ndarray,
+    row_of_query: np.ndarray,
+    X: np.ndarray,
+    query_idx: np.ndarray,
+    *,
+    block_bytes: int | None = None,
+) -> np.ndarray:
+    """Backretrieval's step 4 for many (query, retrieved) pairs at once.
+
+    For pair p, the retrieved item's vector is ``R[row_of_query[p]]``; all rows of ``X`` are
+    ranked by inner product with it and the pessimistic rank of ``X[query_idx[p]]`` is returned.
+    Only the distinct retrieved rows are multiplied: ``len(R)`` x ``len(X)`` scores in all, in
+    blocks of at most ``block_bytes``.
+    """
+    row_of_query = np.asarray(row_of_query, dtype=np.int64)
+    query_idx = np.asarray(query_idx, dtype=np.int64)
+    n_x = X.shape[0]
+    ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
+    order = np.argsort(row_of_query, kind="stable")
+    sorted_rows = row_of_query[order]
+    step = block_rows(n_x, block_bytes)
+    for rows in _blocks(R.shape[0], step):
+        lo, hi = np.searchsorted(sorted_rows, [rows.start, rows.stop])
+        if lo == hi:
+            continue
+        g = R[rows] @ X.T  # (block, n_x): similarity of each retrieved item to every X row
+        # pairs of this block, processed in chunks so the gathered rows also fit the budget
+        for part in _blocks(hi - lo, step):
+            p = order[lo + part.start : lo + part.stop]
+            gr = g[row_of_query[p] - rows.start]
+            t = gr[np.arange(p.size), query_idx[p]]
+            ranks[p] = np.count_nonzero(gr >= t[:, None], axis=1)
+    return ranks

@@ -1,0 +1,221 @@
+"""Fast metrics against the naive references in tests/reference.py, on random data, data with
+exact ties, and small blocks (so the blocked code paths are exercised)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+import reference as ref
+from backretrieval.core import MetricInputError
+from backretrieval.metrics import bkr, bkr_ranks, corr, corr_details, csls, hubness, xlr, xlr_ranks
+from backretrieval.search import nearest_with_ties, rank_of_true, topk
+
+
+def rand(rng, n, d):
+    return rng.standard_normal((n, d)).astype(np.float32)
+
+
+def tied(rng, n, d, distinct):
+    """Rows drawn from ``distinct`` sign patterns in {-1, 1}^d: many exact duplicates, and every
+    dot product exact in float32 (d a power of 4, so unit rows have entries +-2^-k)."""
+    base = rng.choice([-1.0, 1.0], size=(distinct, d)).astype(np.float32)
+    return base[rng.integers(0, distinct, size=n)]
+
+
+# --------------------------------------------------------------------------- search kernels
+
+@settings(max_examples=40, deadline=None)
+@given(n_q=st.integers(1, 40), n_d=st.integers(1, 40), d=st.sampled_from([4, 16]), seed=st.integers(0, 10**6),
+       block=st.sampled_from([4, 64, 10**9]), ties=st.booleans())
+def test_topk_matches_sorted_reference(n_q, n_d, d, seed, block, ties):
+    rng = np.random.default_rng(seed)
+    Q = tied(rng, n_q, d, 3) if ties else rand(rng, n_q, d)
+    D = tied(rng, n_d, d, 3) if ties else rand(rng, n_d, d)
+    k = int(rng.integers(1, n_d + 1))
+    s_fast, i_fast = topk(Q, D, k, block_bytes=block)
+    full = Q @ D.T
+    for r in range(n_q):
+        want = sorted(range(n_d), key=lambda j: (-full[r, j], j))[:k]
+        assert list(i_fast[r]) == want
+        np.testing.assert_allclose(s_fast[r], full[r, want], rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), d=st.sampled_from([4, 16]), seed=st.integers(0, 10**6), block=st.sampled_from([4, 64, 10**9]))
+def test_nearest_with_ties_returns_every_maximiser(n, d, seed, block):
+    rng = np.random.default_rng(seed)
+    Q, D = tied(rng, n, d, 2), tied(rng, n + 3, d, 2)
+    indptr, idx = nearest_with_ties(Q, D, block_bytes=block)
+    full = Q @ D.T
+    for r in range(n):
+        assert list(idx[indptr[r]:indptr[r + 1]]) == list(np.flatnonzero(full[r] == full[r].max()))
+
+
+def test_rank_of_true_is_pessimistic():
+    Q = np.ones((1, 4), np.float32)
+    D = np.ones((5, 4), np.float32)  # all five candidates tie
+    assert rank_of_true(Q, D, np.array([2]))[0] == 5
+
+
+# --------------------------------------------------------------------------- XLR
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 30), d=st.sampled_from([4, 16]), seed=st.integers(0, 10**6),
+       block=st.sampled_from([16, 256, 10**9]), ties=st.booleans())
+def test_xlr_ranks_match_reference(n, d, seed, block, ties):
+    rng = np.random.default_rng(seed)
+    src = tied(rng, n, d, 4) if ties else rand(rng, n, d)
+    tgt = tied(rng, n, d, 4) if ties else src + 0.8 * rand(rng, n, d)
+    fwd, bwd = xlr_ranks(src, tgt, block_bytes=block)
+    rf, rb = ref.xlr_ranks(src, tgt)
+    assert fwd.tolist() == rf.tolist()
+    assert bwd.tolist() == rb.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_xlr_csls_matches_reference(seed):
+    rng = np.random.default_rng(seed)
+    src = rand(rng, 60, 8)
+    tgt = src + rand(rng, 60, 8)
+    fwd, bwd = xlr_ranks(src, tgt, sim="csls", csls_k=5, block_bytes=512)
+    rf, rb = ref.xlr_ranks(src, tgt, sim="csls", k=5)
+    assert fwd.tolist() == rf.tolist()
+    assert bwd.tolist() == rb.tolist()
+    np.testing.assert_allclose(csls(src, tgt, 5), ref.sim_matrix(src, tgt, "csls", 5), atol=1e-6)
+
+
+def test_xlr_values_and_keys():
+    rng = np.random.default_rng(0)
+    src = rand(rng, 50, 16)
+    out = xlr(src, src + 0.5 * rand(rng, 50, 16), ks=(1, 5, 10))
+    assert set(out) >= {"xlr@1", "xlr@5", "xlr@10", "xlr_mrr", "xlr_median_rank", "xlr_t2s@1", "xlr_t2s_mrr"}
+    assert 0 <= out["xlr@1"] <= out["xlr@5"] <= out["xlr@10"] <= 1
+    assert xlr(src, src)["xlr@1"] == 1.0
+
+
+def test_xlr_constant_embeddings_never_rewarded():
+    x = np.ones((20, 8), np.float32)
+    out = xlr(x, x, ks=(1, 10))
+    assert out["xlr@1"] == 0.0 and out["xlr@10"] == 0.0 and out["xlr_median_rank"] == 20
+
+
+# --------------------------------------------------------------------------- BkR
+
+@settings(max_examples=30, deadline=None)
+@given(n_s=st.integers(2, 25), n_t=st.integers(2, 25), seed=st.integers(0, 10**6),
+       block=st.sampled_from([16, 256, 10**9]), ties=st.booleans())
+def test_bkr_ranks_match_reference(n_s, n_t, seed, block, ties):
+    rng = np.random.default_rng(seed)
+    if ties:
+        st_, tt = tied(rng, n_s, 16, 3), tied(rng, n_t, 16, 3)
+        si, ti = tied(rng, n_s, 4, 3), tied(rng, n_t, 4, 3)
+    else:
+        st_, tt, si, ti = rand(rng, n_s, 8), rand(rng, n_t, 8), rand(rng, n_s, 6), rand(rng, n_t, 6)
+    fast, _ = bkr_ranks(st_, tt, si, ti, block_bytes=block)
+    assert fast.tolist() == ref.bkr_ranks(st_, tt, si, ti).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bkr_csls_matches_reference(seed):
+    rng = np.random.default_rng(seed)
+    st_, tt, si, ti = rand(rng, 40, 8), rand(rng, 35, 8), rand(rng, 40, 5), rand(rng, 35, 5)
+    fast, _ = bkr_ranks(st_, tt, si, ti, sim="csls", csls_k=3, block_bytes=300)
+    assert fast.tolist() == ref.bkr_ranks(st_, tt, si, ti, sim="csls", k=3).tolist()
+
+
+def test_bkr_perfect_and_summary():
+    rng = np.random.default_rng(1)
+    concepts_img = rand(rng, 30, 12)
+    text = rand(rng, 30, 16)
+    # source and target describe the same 30 concepts in shuffled order: a perfect text model
+    perm = rng.permutation(30)
+    out = bkr(text, text[perm], concepts_img, concepts_img[perm], ks=(1, 10))
+    assert out["bkr@1"] == 1.0 and out["bkr_mrr"] == 1.0 and out["bkr_median_rank"] == 1.0
+
+
+def test_bkr_tie_in_retrieval_takes_worst_target():
+    # query 0's text ties between targets 0 and 1; target 0's image is the query's, target 1's is not
+    src_text = np.array([[1, 0]], np.float32).repeat(3, 0) + np.array([[0, 0], [0, 5], [0, -5]], np.float32)
+    tgt_text = np.array([[1, 0], [1, 0], [0, 1]], np.float32)
+    src_img = np.eye(3, dtype=np.float32)
+    tgt_img = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], np.float32)
+    ranks, retrieved = bkr_ranks(src_text, tgt_text, src_img, tgt_img)
+    # target 1's image equals source image 1: query 0 ranks behind it, the tie ranks 0 and 2 last
+    assert ranks[0] == ref.bkr_ranks(src_text, tgt_text, src_img, tgt_img)[0] == 3
+    assert retrieved[0] == 0
+
+
+def test_bkr_random_model_near_k_over_n():
+    rng = np.random.default_rng(0)
+    n, k = 2000, 10
+    img = rand(rng, 2 * n, 32)
+    vals = [bkr(rand(rng, n, 64), rand(rng, n, 64), img[:n], img[n:], ks=(k,))["bkr@10"] for _ in range(3)]
+    assert abs(np.mean(vals) - k / n) < 3 * k / n
+
+
+# --------------------------------------------------------------------------- CORR, hubness
+
+@pytest.mark.parametrize("seed", range(3))
+def test_corr_matches_reference(seed):
+    rng = np.random.default_rng(seed)
+    st_, tt, si, ti = rand(rng, 25, 6), rand(rng, 20, 6), rand(rng, 25, 4), rand(rng, 20, 4)
+    assert corr(st_, tt, si, ti) == pytest.approx(ref.corr(st_, tt, si, ti), abs=1e-9)
+
+
+def test_corr_with_ties_matches_reference():
+    rng = np.random.default_rng(3)
+    st_, tt, si, ti = tied(rng, 15, 4, 3), tied(rng, 12, 4, 3), tied(rng, 15, 4, 2), tied(rng, 12, 4, 2)
+    assert corr(st_, tt, si, ti) == pytest.approx(ref.corr(st_, tt, si, ti), abs=1e-9)
+
+
+def test_corr_subsample_is_seeded_and_close():
+    rng = np.random.default_rng(0)
+    base = rand(rng, 300, 8)
+    st_, tt = base[:150], base[150:]
+    si, ti = st_ + 0.3 * rand(rng, 150, 8), tt + 0.3 * rand(rng, 150, 8)
+    full = corr_details(st_, tt, si, ti)
+    a = corr_details(st_, tt, si, ti, max_pairs=5000, seed=1)
+    b = corr_details(st_, tt, si, ti, max_pairs=5000, seed=1)
+    assert full["corr_subsampled"] == 0 and a["corr_subsampled"] == 1 and a["corr_pairs"] == 5000
+    assert a == b
+    assert abs(a["corr"] - full["corr"]) < 0.05
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_hubness_matches_reference(ties):
+    rng = np.random.default_rng(5)
+    src = tied(rng, 40, 16, 5) if ties else rand(rng, 40, 8)
+    tgt = tied(rng, 30, 16, 5) if ties else rand(rng, 30, 8)
+    occ = ref.k_occurrence(src, tgt, 5)
+    out = hubness(src, tgt, 5, block_bytes=400)
+    assert out["hubness_skew@5"] == pytest.approx(stats.skew(occ) if occ.std() > 0 else 0.0)
+    assert out["hub_max@5"] == occ.max() / 5
+    assert out["antihub_share@5"] == np.mean(occ == 0)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def test_bad_inputs_are_named():
+    rng = np.random.default_rng(0)
+    a, b = rand(rng, 10, 4), rand(rng, 10, 4)
+    with pytest.raises(MetricInputError, match="dimension mismatch"):
+        xlr(a, rand(rng, 10, 5))
+    nan = a.copy(); nan[3, 1] = np.nan
+    with pytest.raises(MetricInputError, match="row 3"):
+        xlr(nan, b)
+    zero = a.copy(); zero[7] = 0
+    with pytest.raises(MetricInputError, match="all-zero vector in row 7"):
+        bkr(a, b, zero, b)
+    with pytest.raises(MetricInputError, match="K=11 is larger than the number of candidates N=10"):
+        xlr(a, b, ks=(1, 11))
+    with pytest.raises(MetricInputError, match="K=11"):
+        bkr(a, b, a, b, ks=(11,))
+    with pytest.raises(MetricInputError, match="aligned"):
+        xlr(a, b[:9])
+    with pytest.raises(MetricInputError, match="unknown similarity"):
+        xlr(a, b, sim="dot")
+    with pytest.raises(MetricInputError, match="rows must be aligned"):
+        bkr(a, b, a[:9], b)
