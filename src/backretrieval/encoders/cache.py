@@ -1,0 +1,143 @@
+"""On-disk embedding cache that wraps any encoder without the encoder knowing.
+
+Layout: ``<root>/<kind>/<model>/<version>/<lang>/shard-<digest>.npz``; a shard holds ``keys``
+(hex content hashes of the texts, or of the image files' bytes) and ``vecs`` (float32).
+Vectors are looked up by content, so a text shared by two datasets is encoded once. Missing
+items are encoded in chunks and each chunk is written as its own shard atomically, so an
+interrupted run keeps every finished chunk and resumes from there; a second identical run
+encodes nothing. Encoders with ``cacheable = False`` (fitted or seeded per run) pass through.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..core import DataError, atomic_save_npz, cache_dir, content_hash
+from .base import check_embeddings
+
+DEFAULT_CHUNK = 2048
+
+
+def _safe(part: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", part)[:120] or "_"
+
+
+class EmbeddingStore:
+    """Content-addressed vectors of one namespace (model, version, language)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._index: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._index is None:
+            self._index = {}
+            for shard in sorted(self.path.glob("shard-*.npz")):
+                try:
+                    with np.load(shard) as z:
+                        keys, vecs = z["keys"], z["vecs"]
+                except Exception:  # unreadable shard (e.g. disk full on another tool): re-encode
+                    continue
+                for k, v in zip(keys.tolist(), vecs):
+                    self._index[k] = v
+        return self._index
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def get(self, keys: Sequence[str]) -> list[np.ndarray | None]:
+        index = self._load()
+        return [index.get(k) for k in keys]
+
+    def put(self, keys: Sequence[str], vecs: np.ndarray) -> None:
+        keys = list(keys)
+        digest = content_hash("\n".join(keys))
+        atomic_save_npz(self.path / f"shard-{digest}.npz", keys=np.array(keys), vecs=np.asarray(vecs, np.float32))
+        index = self._load()
+        for k, v in zip(keys, vecs):
+            index[k] = v
+
+
+class _Cached:
+    kind = ""
+
+    def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_CHUNK, progress: bool = False):
+        self.encoder = encoder
+        self.root = Path(root) if root is not None else cache_dir("embeddings")
+        self.chunk = chunk
+        self.progress = progress
+        self.n_encoded = 0  # items actually sent to the model (for tests and logs)
+
+    def __getattr__(self, name: str) -> Any:  # name, version, dim, languages, fit, ...
+        return getattr(self.encoder, name)
+
+    def store(self, lang: str) -> EmbeddingStore:
+        enc = self.encoder
+        return EmbeddingStore(self.root / self.kind / _safe(enc.name) / _safe(enc.version) / _safe(lang))
+
+    def _lookup_or_encode(self, keys: list[str], lang: str, encode_rows, what: str) -> np.ndarray:
+        """Vectors for ``keys``; rows not in the cache are encoded by ``encode_rows(rows)``."""
+        store = self.store(lang)
+        found = store.get(keys)
+        missing: dict[str, int] = {}
+        for i, (k, v) in enumerate(zip(keys, found)):
+            if v is None and k not in missing:
+                missing[k] = i
+        rows = list(missing.values())
+        bar = tqdm(total=len(rows), desc=f"encode {what}", unit="item", disable=not (self.progress and rows))
+        for start in range(0, len(rows), self.chunk):
+            part = rows[start : start + self.chunk]
+            vecs = encode_rows(part)
+            store.put([keys[i] for i in part], vecs)
+            self.n_encoded += len(part)
+            bar.update(len(part))
+        bar.close()
+        return np.stack(store.get(keys)).astype(np.float32, copy=False)
+
+
+class CachedTextEncoder(_Cached):
+    """A text encoder whose vectors are cached by (model, version, language, text)."""
+
+    kind = "text"
+
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        enc = self.encoder
+        if not getattr(enc, "cacheable", True):
+            self.n_encoded += len(texts)
+            return enc.encode(texts, lang, ids=ids, **kw)
+        texts = list(texts)
+        keys = [content_hash(t) for t in texts]
+
+        def encode_rows(rows: list[int]) -> np.ndarray:
+            sub_ids = None if ids is None else [ids[i] for i in rows]
+            return enc.encode([texts[i] for i in rows], lang, ids=sub_ids, **kw)
+
+        out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}")
+        return check_embeddings(out, len(texts), f"{enc.name}/{lang}", ids)
+
+
+class CachedImageEncoder(_Cached):
+    """An image encoder whose vectors are cached by (model, version, file content)."""
+
+    kind = "image"
+
+    def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
+        enc = self.encoder
+        paths = [str(p) for p in paths]
+        keys = []
+        for p in paths:
+            try:
+                keys.append(content_hash(Path(p).read_bytes()))
+            except OSError as e:
+                raise DataError(f"image not found or unreadable: {p} ({e.strerror or e})") from None
+
+        def encode_rows(rows: list[int]) -> np.ndarray:
+            return enc.encode_images([paths[i] for i in rows], **kw)
+
+        out = self._lookup_or_encode(keys, "all", encode_rows, f"{enc.name} images")
+        return check_embeddings(out, len(paths), enc.name)

@@ -1,0 +1,75 @@
+"""The embedding cache: second run encodes nothing, interrupted runs resume, shards are atomic."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backretrieval.core import DataError
+from backretrieval.encoders.cache import CachedImageEncoder, CachedTextEncoder
+
+
+class CountingEncoder:
+    name, version, dim, languages, cacheable = "count", "1", 4, None, True
+
+    def __init__(self, fail_after: int | None = None):
+        self.calls = 0
+        self.seen = 0
+        self.fail_after = fail_after
+
+    def encode(self, texts, lang, *, ids=None):
+        if self.fail_after is not None and self.seen + len(texts) > self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        self.calls += 1
+        self.seen += len(texts)
+        return np.array([[len(t), t.count("a") + 1, ord(t[0]), 1.0] for t in texts], np.float32)
+
+    def encode_images(self, paths):
+        return np.array([[float(len(p)), 1.0] for p in paths], np.float32)
+
+
+def test_second_run_encodes_nothing(tmp_path):
+    texts = ["alpha", "beta", "gamma", "alpha"]
+    first = CachedTextEncoder(CountingEncoder(), tmp_path, chunk=2)
+    a = first.encode(texts, "en")
+    assert first.n_encoded == 3  # the duplicate text is encoded once
+    second = CachedTextEncoder(CountingEncoder(), tmp_path, chunk=2)
+    b = second.encode(texts, "en")
+    assert second.n_encoded == 0
+    np.testing.assert_array_equal(a, b)
+    # another language is another namespace
+    third = CachedTextEncoder(CountingEncoder(), tmp_path)
+    third.encode(texts, "de")
+    assert third.n_encoded == 3
+
+
+def test_interrupted_run_resumes(tmp_path):
+    texts = [f"text {i}" for i in range(10)]
+    broken = CachedTextEncoder(CountingEncoder(fail_after=6), tmp_path, chunk=3)
+    with pytest.raises(KeyboardInterrupt):
+        broken.encode(texts, "en")
+    assert broken.n_encoded == 6  # two complete chunks were stored
+    assert not list(tmp_path.rglob("*.tmp-*"))  # nothing half-written is left
+    resumed = CachedTextEncoder(CountingEncoder(), tmp_path, chunk=3)
+    out = resumed.encode(texts, "en")
+    assert resumed.n_encoded == 4
+    np.testing.assert_array_equal(out, CountingEncoder().encode(texts, "en"))
+
+
+def test_version_change_invalidates(tmp_path):
+    enc = CountingEncoder()
+    CachedTextEncoder(enc, tmp_path).encode(["x"], "en")
+    enc2 = CountingEncoder()
+    enc2.version = "2"
+    cached = CachedTextEncoder(enc2, tmp_path)
+    cached.encode(["x"], "en")
+    assert cached.n_encoded == 1
+
+
+def test_image_cache_by_content(tmp_path):
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    a.write_bytes(b"same"), b.write_bytes(b"same")
+    cached = CachedImageEncoder(CountingEncoder(), tmp_path / "cache")
+    cached.encode_images([str(a), str(b)])
+    assert cached.n_encoded == 1
+    with pytest.raises(DataError, match="missing.png"):
+        cached.encode_images([str(tmp_path / "missing.png")])
