@@ -78,8 +78,8 @@ def evaluate(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, data
         csls_k=csls_k,
         dataset_options=_parse_options(dataset_option),
     )
-    records = run(cfg, out, progress=not quiet, log=lambda m: click.secho(m, fg="yellow", err=True))
-    table = format_summary(summarize(records), ("xlr@1", "xlr@10", "bkr@10", "bkr_mrr", "corr"))
+    result = run(cfg, out, progress=not quiet, log=lambda m: click.secho(m, fg="yellow", err=True))
+    table = format_summary(summarize(result.records), ("xlr@1", "xlr@10", "bkr@10", "bkr_mrr", "corr"))
     header = (
         f"# {dataset}: N={n}, seeds={len(cfg.seeds)}, sim={sim}, image model={image_model}\n\n"
         f"Mean ± sd over seeds. Chance level of BkR@{k} is about K/N = {k / n:.4f}.\n\n"

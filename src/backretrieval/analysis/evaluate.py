@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..core import BackretrievalError, DataError, atomic_write_text, content_hash
+from ..core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash
 from ..data import Corpus, Dataset, load_dataset, matching, non_matching
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows
-from ..metrics import bkr, corr_details, hubness, xlr
+from ..metrics import bkr_ranks, corr_details, hubness, rank_summary, xlr_ranks
 
 XLR_KS = (1, 5, 10)
 
@@ -71,6 +71,20 @@ def parse_pairs(spec: str | Iterable[str]) -> list[tuple[str, str]]:
     if not pairs:
         raise BackretrievalError("no language pair given")
     return pairs
+
+
+RunKey = tuple[str, str, str, int]  # (model, src_lang, tgt_lang, seed)
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Records (one dict per model, pair and seed) and the per-query ranks behind them:
+    ``ranks[(model, src, tgt, seed)]["bkr" | "xlr" | "xlr_t2s"]``. For a given seed and pair
+    every model sees the same samples, so rank arrays of two models align query by query."""
+
+    config: EvalConfig
+    records: list[dict[str, Any]]
+    ranks: dict[RunKey, dict[str, np.ndarray]]
 
 
 @dataclasses.dataclass
@@ -127,21 +141,30 @@ class _Features:
         return np.fromiter((p[int(i)] for i in idx), dtype=np.int64, count=len(idx))
 
 
-def _metrics(cfg: EvalConfig, text: dict[str, np.ndarray], feats: _Features, src: str, tgt: str, sm: _Samples, seed: int) -> dict[str, Any]:
+def _metrics(
+    cfg: EvalConfig, text: dict[str, np.ndarray], feats: _Features, src: str, tgt: str, sm: _Samples, seed: int
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Scalar metrics of one (model, pair, seed) and the per-query ranks behind them."""
     out: dict[str, Any] = {}
+    ranks: dict[str, np.ndarray] = {}
+    opts = {"sim": cfg.sim, "csls_k": cfg.csls_k}
     if sm.xlr is not None:
-        si, ti = (feats.rows(src, sm.xlr[0]), feats.rows(tgt, sm.xlr[1]))
-        out.update(xlr(text[src][si], text[tgt][ti], XLR_KS, sim=cfg.sim, csls_k=cfg.csls_k))
+        si, ti = feats.rows(src, sm.xlr[0]), feats.rows(tgt, sm.xlr[1])
+        xks = tuple(k for k in XLR_KS if k <= cfg.n)
+        ranks["xlr"], ranks["xlr_t2s"] = xlr_ranks(text[src][si], text[tgt][ti], **opts)
+        out.update(rank_summary(ranks["xlr"], xks, "xlr"))
+        out.update(rank_summary(ranks["xlr_t2s"], xks, "xlr_t2s"))
     if sm.bkr is not None:
-        si, ti = (feats.rows(src, sm.bkr[0]), feats.rows(tgt, sm.bkr[1]))
+        si, ti = feats.rows(src, sm.bkr[0]), feats.rows(tgt, sm.bkr[1])
         st, tt = text[src][si], text[tgt][ti]
         simg, timg = feats.images[src][si], feats.images[tgt][ti]
-        ks = tuple(sorted({1, 5, cfg.k}))
-        out.update(bkr(st, tt, simg, timg, ks, sim=cfg.sim, csls_k=cfg.csls_k))
+        ks = tuple(sorted({1, 5, cfg.k} & set(range(1, cfg.n + 1))))
+        ranks["bkr"], _ = bkr_ranks(st, tt, simg, timg, **opts)
+        out.update(rank_summary(ranks["bkr"], ks, "bkr"))
         out.update(corr_details(st, tt, simg, timg, seed=seed))
-        out.update(hubness(st, tt, cfg.k, sim=cfg.sim, csls_k=cfg.csls_k))
+        out.update(hubness(st, tt, cfg.k, **opts))
         out["bkr_chance"] = cfg.k / cfg.n
-    return out
+    return out, ranks
 
 
 def _record_path(partial: Path, cfg_key: str, model: str, src: str, tgt: str, seed: int) -> Path:
@@ -154,7 +177,7 @@ def evaluate(
     *,
     progress: bool = True,
     log: Callable[[str], None] = lambda msg: None,
-) -> list[dict[str, Any]]:
+) -> EvalResult:
     """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``."""
     if cfg.n < 1:
         raise BackretrievalError(f"n must be positive, got {cfg.n}")
@@ -180,6 +203,7 @@ def evaluate(
     partial = Path(out_dir) / ".partial" if out_dir is not None else None
     cfg_key = cfg.key()
     records: list[dict[str, Any]] = []
+    all_ranks: dict[RunKey, dict[str, np.ndarray]] = {}
     bar = tqdm(total=len(cfg.models) * len(samples), desc="evaluate", unit="run", disable=not progress)
     for spec in cfg.models:
         todo = []
@@ -187,6 +211,8 @@ def evaluate(
             path = _record_path(partial, cfg_key, spec, s, t, seed) if partial else None
             if path is not None and path.exists():
                 records.append(json.loads(path.read_text(encoding="utf-8")))
+                with np.load(path.with_suffix(".npz")) as z:
+                    all_ranks[(spec, s, t, seed)] = {k: z[k] for k in z.files}
                 bar.update(1)
             else:
                 todo.append((s, t, seed, path))
@@ -209,19 +235,22 @@ def evaluate(
                 "k": cfg.k,
                 "sim": cfg.sim,
             }
-            rec.update(_metrics(cfg, text, feats, s, t, samples[(s, t, seed)], seed))
+            values, ranks = _metrics(cfg, text, feats, s, t, samples[(s, t, seed)], seed)
+            rec.update(values)
             rec["seconds"] = round(time.perf_counter() - t1, 4)
             rec["encode_seconds"] = round(encode_s, 3)
-            if path is not None:
+            if path is not None:  # ranks first: the .json marks a finished record
+                atomic_save_npz(path.with_suffix(".npz"), **ranks)
                 atomic_write_text(path, json.dumps(rec))
             records.append(rec)
+            all_ranks[(spec, s, t, seed)] = ranks
             bar.update(1)
     bar.close()
     order = {m: i for i, m in enumerate(cfg.models)}
     records.sort(key=lambda r: (order[r["model"]], r["src_lang"], r["tgt_lang"], r["seed"]))
     if out_dir is not None:
         write_results(records, Path(out_dir))
-    return records
+    return EvalResult(cfg, records, all_ranks)
 
 
 def write_results(records: Sequence[dict[str, Any]], out_dir: Path) -> None:

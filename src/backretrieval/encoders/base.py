@@ -98,13 +98,30 @@ def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping
 
 
 def get_text_encoder(spec: str, **options: Any) -> TextEncoder:
-    """Build a text encoder from its spec, e.g. ``"e5-small"`` or ``"precomputed:emb.parquet"``."""
+    """Build a text encoder from its spec, e.g. ``"e5-small"``, ``"precomputed:emb.parquet"`` or a
+    variant such as ``"use-m@trunc=64@noise=0.5"`` (see :mod:`.variants`)."""
+    if "@" in spec:  # a variant of another model: BASE@OP=VALUE...
+        from .cache import CachedTextEncoder
+        from .variants import VariantEncoder, parse_variant
+
+        base, ops = parse_variant(spec)
+        enc = VariantEncoder(CachedTextEncoder(get_text_encoder(base, **options)), ops)
+        enc.name = spec
+        return enc
     _load(_TEXT_MODULES)
     return _build(spec, _TEXT, "text", options)
 
 
 def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
     """Build an image encoder from its spec, e.g. ``"efficientnet-lite0"`` or ``"color-hist"``."""
+    if "@" in spec:  # IMAGE_MODEL@noise=S: a deliberately weakened g
+        from .cache import CachedImageEncoder
+        from .variants import ImageVariantEncoder, parse_variant
+
+        base, ops = parse_variant(spec)
+        enc = ImageVariantEncoder(CachedImageEncoder(get_image_encoder(base, **options)), ops)
+        enc.name = spec
+        return enc
     _load(_IMAGE_MODULES)
     return _build(spec, _IMAGE, "image", options)
 

@@ -88,7 +88,7 @@ def similarity(src: np.ndarray, tgt: np.ndarray, sim: str, csls_k: int, block_by
     )
 
 
-def recall_summary(ranks: np.ndarray, ks: tuple[int, ...], prefix: str) -> dict[str, float]:
+def rank_summary(ranks: np.ndarray, ks: tuple[int, ...], prefix: str) -> dict[str, float]:
     """Recall@K for each K, MRR and median rank of an array of 1-based ranks."""
     out = {f"{prefix}@{k}": float(np.mean(ranks <= k)) for k in ks}
     out[f"{prefix}_mrr"] = float(np.mean(1.0 / ranks))

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core import MetricInputError
 from ..search import l2_normalize, nearest_with_ties, ranks_against_rows
-from ._inputs import check_ks, check_pair, recall_summary, similarity
+from ._inputs import check_ks, check_pair, rank_summary, similarity
 
 
 def _checked(src_text, tgt_text, src_img, tgt_img):
@@ -80,4 +80,4 @@ def bkr(
     src_text, tgt_text, src_img, tgt_img = _checked(src_text, tgt_text, src_img, tgt_img)
     ks = check_ks(ks, src_img.shape[0])
     ranks, _ = bkr_ranks(src_text, tgt_text, src_img, tgt_img, sim=sim, csls_k=csls_k, block_bytes=block_bytes)
-    return recall_summary(ranks, ks, "bkr")
+    return rank_summary(ranks, ks, "bkr")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..search import rank_of_true
-from ._inputs import check_ks, check_pair, recall_summary, similarity
+from ._inputs import check_ks, check_pair, rank_summary, similarity
 
 
 def xlr_ranks(
@@ -52,4 +52,4 @@ def xlr(
     """
     ks = check_ks(ks, np.asarray(src).shape[0])
     fwd, bwd = xlr_ranks(src, tgt, sim=sim, csls_k=csls_k, block_bytes=block_bytes)
-    return {**recall_summary(fwd, ks, "xlr"), **recall_summary(bwd, ks, "xlr_t2s")}
+    return {**rank_summary(fwd, ks, "xlr"), **rank_summary(bwd, ks, "xlr_t2s")}

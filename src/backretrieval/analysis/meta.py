@@ -1,0 +1,177 @@
+"""Meta-evaluation (Backretrieval paper, Section 3.1, Table 1 and Fig. 2): does BkR order models
+the way the ground truth XLR does, and better than the CORR baseline?
+
+For every language pair and seed the models are data points (XLR_f, BkR_f, CORR_f); Pearson
+and Spearman of BkR vs XLR and of CORR vs XLR are computed across models, then averaged over
+seeds (mean and sd). BkR's and CORR's correlations are compared across seeds with a paired
+Wilcoxon signed-rank test (and a paired t-test), per pair and correlation type.
+
+Also here: calibration (a monotone map from BkR to XLR, judged on held-out pairs) and the
+"how weak may g be" comparison across image models.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .stats import correlations
+
+TRUTH = "xlr@10"
+CANDIDATES = {"bkr": "bkr@10", "corr": "corr"}
+
+
+def per_seed_correlations(
+    records: Sequence[dict[str, Any]], truth: str = TRUTH, candidates: dict[str, str] = CANDIDATES
+) -> pd.DataFrame:
+    """One row per (image_model, pair, seed): ``pearson_<c>``, ``spearman_<c>`` for each candidate
+    metric c, computed across the models."""
+    df = pd.DataFrame(records)
+    df["pair"] = df["src_lang"] + "->" + df["tgt_lang"]
+    rows = []
+    for (img, pair, seed), g in df.groupby(["image_model", "pair", "seed"], sort=False):
+        row: dict[str, Any] = {"image_model": img, "pair": pair, "seed": seed, "n_models": len(g)}
+        for name, col in candidates.items():
+            r, rho = correlations(g[truth].to_numpy(), g[col].to_numpy())
+            row[f"pearson_{name}"], row[f"spearman_{name}"] = r, rho
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _paired_p(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(Wilcoxon signed-rank p, paired t-test p) for a - b over seeds; NaN when undefined."""
+    ok = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[ok], b[ok]
+    if a.size < 2 or np.all(a == b):
+        return float("nan"), float("nan")
+    w = stats.wilcoxon(a, b).pvalue
+    t = stats.ttest_rel(a, b).pvalue
+    return float(w), float(t)
+
+
+def meta_table(per_seed: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Table 1: per pair, mean and sd over seeds of each correlation, and p-values of BkR vs CORR."""
+    out: dict[str, dict[str, Any]] = {}
+    for (img, pair), g in per_seed.groupby(["image_model", "pair"], sort=False):
+        key = pair if per_seed["image_model"].nunique() == 1 else f"{pair} [{img}]"
+        entry: dict[str, Any] = {"image_model": img, "seeds": int(len(g)), "n_models": int(g["n_models"].max())}
+        for kind in ("pearson", "spearman"):
+            for cand in ("bkr", "corr"):
+                v = g[f"{kind}_{cand}"].to_numpy(float)
+                entry[f"{kind}_{cand}"] = {
+                    "mean": float(np.nanmean(v)) if np.isfinite(v).any() else float("nan"),
+                    "sd": float(np.nanstd(v, ddof=1)) if np.isfinite(v).sum() > 1 else 0.0,
+                }
+            w, t = _paired_p(g[f"{kind}_bkr"].to_numpy(float), g[f"{kind}_corr"].to_numpy(float))
+            entry[f"p_{kind}_wilcoxon"], entry[f"p_{kind}_ttest"] = w, t
+        out[key] = entry
+    return out
+
+
+def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
+    """Markdown in the layout of the paper's Table 1 (mean ± sd over seeds; best in bold)."""
+    lines = [
+        "| pair | Pearson BkR | Pearson CORR | p | Spearman BkR | Spearman CORR | p | models | seeds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(e: dict[str, Any], kind: str, cand: str) -> str:
+        other = "corr" if cand == "bkr" else "bkr"
+        m, sd = e[f"{kind}_{cand}"]["mean"], e[f"{kind}_{cand}"]["sd"]
+        txt = f"{m:.3f} ± {sd:.3f}"
+        return f"**{txt}**" if m > e[f"{kind}_{other}"]["mean"] else txt
+
+    def p(v: float) -> str:
+        return "-" if v != v else (f"{v:.1e}" if v < 1e-3 else f"{v:.3f}")
+
+    for pair, e in table.items():
+        lines.append(
+            f"| {pair} | {cell(e, 'pearson', 'bkr')} | {cell(e, 'pearson', 'corr')} | {p(e['p_pearson_wilcoxon'])} "
+            f"| {cell(e, 'spearman', 'bkr')} | {cell(e, 'spearman', 'corr')} | {p(e['p_spearman_wilcoxon'])} "
+            f"| {e['n_models']} | {e['seeds']} |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- calibration
+
+@dataclasses.dataclass
+class Calibration:
+    """Leave-one-pair-out evaluation of a monotone (isotonic) map from BkR to XLR.
+
+    For each held-out pair the map is fitted on the (model, pair) means of all other pairs; the
+    interval is split-conformal: +- the ``level`` quantile of the absolute residuals on the
+    fitting pairs. ``rows`` has one row per (held-out pair, model).
+    """
+
+    rows: pd.DataFrame
+    level: float
+
+    def summary(self) -> pd.DataFrame:
+        g = self.rows.groupby("pair")
+        return pd.DataFrame(
+            {
+                "mae": g["abs_error"].mean(),
+                "max_error": g["abs_error"].max(),
+                "coverage": g["covered"].mean(),
+                "spearman_pred_vs_true": g.apply(
+                    lambda d: stats.spearmanr(d["xlr_pred"], d["xlr_true"]).statistic if len(d) > 2 else np.nan,
+                    include_groups=False,
+                ),
+            }
+        ).reset_index()
+
+
+def fit_calibration(bkr: np.ndarray, xlr: np.ndarray):
+    """An increasing isotonic map BkR -> XLR (clipped outside the fitted range)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    return IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(bkr, xlr)
+
+
+def calibrate_leave_one_pair_out(
+    records: Sequence[dict[str, Any]], x: str = "bkr@10", y: str = TRUTH, level: float = 0.9
+) -> Calibration:
+    df = pd.DataFrame(records)
+    df["pair"] = df["src_lang"] + "->" + df["tgt_lang"]
+    means = df.groupby(["pair", "model"], sort=False)[[x, y]].mean().reset_index()
+    rows = []
+    for pair in means["pair"].unique():
+        train, test = means[means["pair"] != pair], means[means["pair"] == pair]
+        if train["pair"].nunique() < 1 or len(train) < 3:
+            continue
+        iso = fit_calibration(train[x].to_numpy(), train[y].to_numpy())
+        resid = np.abs(iso.predict(train[x].to_numpy()) - train[y].to_numpy())
+        q = float(np.quantile(resid, min(1.0, level * (1 + 1 / len(resid)))))
+        pred = iso.predict(test[x].to_numpy())
+        for (_, r), p_ in zip(test.iterrows(), pred):
+            rows.append(
+                {
+                    "pair": pair,
+                    "model": r["model"],
+                    "bkr": r[x],
+                    "xlr_true": r[y],
+                    "xlr_pred": float(p_),
+                    "low": max(0.0, float(p_) - q),
+                    "high": min(1.0, float(p_) + q),
+                    "abs_error": abs(float(p_) - r[y]),
+                    "covered": bool(p_ - q <= r[y] <= p_ + q),
+                }
+            )
+    return Calibration(pd.DataFrame(rows), level)
+
+
+# --------------------------------------------------------------------------- weak g
+
+def image_model_degradation(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Mean correlation with XLR per image model (averaged over pairs and seeds): how BkR holds
+    up as the image similarity g gets weaker. CORR is shown beside it."""
+    cols = ["pearson_bkr", "spearman_bkr", "pearson_corr", "spearman_corr"]
+    g = per_seed.groupby("image_model", sort=False)[cols]
+    out = g.mean()
+    for c in cols:
+        out[f"{c}_sd"] = g[c].std(ddof=1)
+    return out.reset_index()

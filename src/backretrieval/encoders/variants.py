@@ -1,0 +1,143 @@
+"""Named, reproducible variants of any text encoder: a model family of graded quality.
+
+The Backretrieval paper's meta-evaluation correlates BkR with XLR across "methods and their
+variations". A variant is written ``BASE@OP=VALUE`` and can be stacked
+(``use-m@trunc=64@noise=0.5``):
+
+* ``trunc=D`` -- keep the first D dimensions.
+* ``pca=D`` -- project on the first D principal components, fitted on all evaluated texts of the
+  run (every language together); needs the ``fit`` hook, so it is not cached.
+* ``noise=S`` -- add isotropic Gaussian noise with expected norm S times the (unit) signal norm:
+  ``x/|x| + S * e / sqrt(d)``, e ~ N(0, I) drawn from a generator seeded by the text (BLAKE2b),
+  so the same text always gets the same noise.
+* ``mix=A`` -- ``(1 - A) x/|x| + A r`` with r the ``random`` encoder's unit vector of the text:
+  A=0 is the base model, A=1 is the random baseline.
+* ``seed=K`` -- changes the noise / random draws (default 0).
+
+The base model's vectors come through the embedding cache; the variant is computed on top.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..core import EncoderError
+
+OPS = ("trunc", "pca", "noise", "mix", "seed")
+
+
+def parse_variant(spec: str) -> tuple[str, list[tuple[str, float]]]:
+    base, *ops = spec.split("@")
+    parsed = []
+    for op in ops:
+        key, sep, value = op.partition("=")
+        if key not in OPS or not sep:
+            raise EncoderError(f"bad variant {op!r} in {spec!r}: use one of {', '.join(o + '=VALUE' for o in OPS)}")
+        try:
+            val = float(value)
+        except ValueError:
+            raise EncoderError(f"bad variant value {value!r} in {spec!r}: expected a number") from None
+        if key in ("trunc", "pca") and (val < 1 or val != int(val)):
+            raise EncoderError(f"{key} in {spec!r} needs a positive integer number of dimensions")
+        if key in ("noise",) and val < 0 or key == "mix" and not 0 <= val <= 1:
+            raise EncoderError(f"{key}={value} in {spec!r} is out of range")
+        parsed.append((key, val))
+    return base, parsed
+
+
+def text_rng(text: str, seed: int, salt: str) -> np.random.Generator:
+    h = hashlib.blake2b(f"{salt}\x00{seed}\x00{text}".encode("utf-8"), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(h, "little"))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+class VariantEncoder:
+    """A base encoder followed by the variant operations, applied left to right."""
+
+    cacheable = False
+
+    def __init__(self, base: Any, ops: list[tuple[str, float]]):
+        self.base = base
+        self.ops = ops
+        self.seed = int(next((v for k, v in ops if k == "seed"), 0))
+        self.name = base.name + "".join(f"@{k}={v:g}" for k, v in ops)
+        self.version = f"{base.version}|" + ",".join(f"{k}={v:g}" for k, v in ops)
+        self.languages = getattr(base, "languages", None)
+        self.dim = None
+        self._pca: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._fitted = not any(k == "pca" for k, _ in ops)
+
+    def fit(self, texts_by_lang: Mapping[str, Sequence[str]]) -> "VariantEncoder":
+        if hasattr(self.base, "fit"):
+            self.base.fit(texts_by_lang)
+        if any(k == "pca" for k, _ in self.ops):
+            x = np.concatenate([self.base.encode(list(t), lang) for lang, t in texts_by_lang.items()])
+            texts = [t for ts in texts_by_lang.values() for t in ts]
+            self._pca = {}
+            for i, (key, val) in enumerate(self.ops):
+                x = self._apply(i, key, val, x, texts, fitting=True)
+        self._fitted = True
+        return self
+
+    def _apply(self, i: int, key: str, val: float, x: np.ndarray, texts: Sequence[str], fitting: bool = False) -> np.ndarray:
+        d = x.shape[1]
+        if key == "trunc":
+            if int(val) > d:
+                raise EncoderError(f"{self.name}: trunc={int(val)} exceeds the base dimension {d}")
+            return np.ascontiguousarray(x[:, : int(val)])
+        if key == "pca":
+            if fitting:
+                from sklearn.decomposition import PCA
+
+                if int(val) > min(x.shape):
+                    raise EncoderError(f"{self.name}: pca={int(val)} needs at least that many texts and dimensions")
+                p = PCA(n_components=int(val), random_state=self.seed).fit(x)
+                self._pca[i] = (p.mean_.astype(np.float32), p.components_.T.astype(np.float32))
+            mean, comp = self._pca[i]
+            return (x - mean) @ comp
+        if key == "noise":
+            e = np.stack([text_rng(t, self.seed, "noise").standard_normal(d) for t in texts]).astype(np.float32)
+            return _unit(x) + np.float32(val / np.sqrt(d)) * e
+        if key == "mix":
+            r = np.stack([text_rng(t, self.seed, "random").standard_normal(d) for t in texts]).astype(np.float32)
+            return (1 - np.float32(val)) * _unit(x) + np.float32(val) * _unit(r)
+        return x  # seed
+
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        if not self._fitted:
+            raise EncoderError(f"{self.name}: PCA variants must be fitted on the evaluated texts first (fit)")
+        texts = list(texts)
+        x = np.asarray(self.base.encode(texts, lang, ids=ids, **kw), dtype=np.float32)
+        for i, (key, val) in enumerate(self.ops):
+            x = self._apply(i, key, val, x, texts)
+        self.dim = x.shape[1]
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+
+class ImageVariantEncoder:
+    """``IMAGE_MODEL@noise=S[@seed=K]``: image features with seeded Gaussian noise of expected
+    norm S (relative to the unit signal), to make g deliberately weaker. The noise of an image
+    is seeded by its file content, so the same image always gets the same noise."""
+
+    def __init__(self, base: Any, ops: list[tuple[str, float]]):
+        bad = [k for k, _ in ops if k not in ("noise", "seed")]
+        if bad:
+            raise EncoderError(f"image variants support noise= and seed= only, not {bad[0]}=")
+        self.base, self.ops = base, ops
+        self.seed = int(next((v for k, v in ops if k == "seed"), 0))
+        self.noise = float(next((v for k, v in ops if k == "noise"), 0.0))
+        self.name = base.name + "".join(f"@{k}={v:g}" for k, v in ops)
+        self.version = f"{base.version}|" + ",".join(f"{k}={v:g}" for k, v in ops)
+        self.dim = getattr(base, "dim", None)
+
+    def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
+        x = _unit(np.asarray(self.base.encode_images(paths, **kw), dtype=np.float32))
+        d = x.shape[1]
+        keys = [hashlib.blake2b(open(p, "rb").read(), digest_size=16).hexdigest() for p in paths]
+        e = np.stack([text_rng(k, self.seed, "image-noise").standard_normal(d) for k in keys]).astype(np.float32)
+        return np.ascontiguousarray(x + np.float32(self.noise / np.sqrt(d)) * e)
