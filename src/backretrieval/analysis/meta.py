@@ -103,8 +103,8 @@ class Calibration:
     """Leave-one-pair-out evaluation of a monotone (isotonic) map from BkR to XLR.
 
     For each held-out pair the map is fitted on the (model, pair) means of all other pairs; the
-    interval is split-conformal: +- the ``level`` quantile of the absolute residuals on the
-    fitting pairs. ``rows`` has one row per (held-out pair, model).
+    interval is +- the ``level`` quantile of the absolute leave-one-pair-out residuals within
+    those fitting pairs (a cross-conformal interval). ``rows`` has one row per (held-out pair, model).
     """
 
     rows: pd.DataFrame
@@ -144,7 +144,16 @@ def calibrate_leave_one_pair_out(
         if train["pair"].nunique() < 1 or len(train) < 3:
             continue
         iso = fit_calibration(train[x].to_numpy(), train[y].to_numpy())
-        resid = np.abs(iso.predict(train[x].to_numpy()) - train[y].to_numpy())
+        # honest residuals for the interval: each training pair predicted by a map fitted
+        # without it (in-sample isotonic residuals are far too small)
+        resid = []
+        for other in train["pair"].unique():
+            fit_on, judge = train[train["pair"] != other], train[train["pair"] == other]
+            if len(fit_on) >= 2:
+                m = fit_calibration(fit_on[x].to_numpy(), fit_on[y].to_numpy())
+                resid.extend(np.abs(m.predict(judge[x].to_numpy()) - judge[y].to_numpy()))
+        if not resid:
+            resid = list(np.abs(iso.predict(train[x].to_numpy()) - train[y].to_numpy()))
         q = float(np.quantile(resid, min(1.0, level * (1 + 1 / len(resid)))))
         pred = iso.predict(test[x].to_numpy())
         for (_, r), p_ in zip(test.iterrows(), pred):
@@ -171,7 +180,4 @@ def image_model_degradation(per_seed: pd.DataFrame) -> pd.DataFrame:
     up as the image similarity g gets weaker. CORR is shown beside it."""
     cols = ["pearson_bkr", "spearman_bkr", "pearson_corr", "spearman_corr"]
     g = per_seed.groupby("image_model", sort=False)[cols]
-    out = g.mean()
-    for c in cols:
-        out[f"{c}_sd"] = g[c].std(ddof=1)
-    return out.reset_index()
+    return g.mean().join(g.std(ddof=1).add_suffix("_sd")).reset_index()
