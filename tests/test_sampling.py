@@ -1,7 +1,6 @@
 """matching / non_matching samples (Backretrieval paper, Section 3.1)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from backretrieval.report import format_meta_table
 from backretrieval.analysis.meta import (
     calibrate_leave_one_pair_out,
-    format_meta_table,
     image_model_degradation,
     meta_table,
     per_seed_correlations,

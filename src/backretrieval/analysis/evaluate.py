@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash
-from ..data import Corpus, Dataset, load_dataset, matching, non_matching
+from ..data import Dataset, load_dataset, matching, non_matching
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows

@@ -71,31 +71,6 @@ def meta_table(per_seed: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
-def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
-    """Markdown in the layout of the paper's Table 1 (mean ± sd over seeds; best in bold)."""
-    lines = [
-        "| pair | Pearson BkR | Pearson CORR | p | Spearman BkR | Spearman CORR | p | models | seeds |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-
-    def cell(e: dict[str, Any], kind: str, cand: str) -> str:
-        other = "corr" if cand == "bkr" else "bkr"
-        m, sd = e[f"{kind}_{cand}"]["mean"], e[f"{kind}_{cand}"]["sd"]
-        txt = f"{m:.3f} ± {sd:.3f}"
-        return f"**{txt}**" if m > e[f"{kind}_{other}"]["mean"] else txt
-
-    def p(v: float) -> str:
-        return "-" if v != v else (f"{v:.1e}" if v < 1e-3 else f"{v:.3f}")
-
-    for pair, e in table.items():
-        lines.append(
-            f"| {pair} | {cell(e, 'pearson', 'bkr')} | {cell(e, 'pearson', 'corr')} | {p(e['p_pearson_wilcoxon'])} "
-            f"| {cell(e, 'spearman', 'bkr')} | {cell(e, 'spearman', 'corr')} | {p(e['p_spearman_wilcoxon'])} "
-            f"| {e['n_models']} | {e['seeds']} |"
-        )
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------- calibration
 
 @dataclasses.dataclass

@@ -1,9 +1,13 @@
 """Plain-text / Markdown tables of evaluation summaries."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
+
+import numpy as np
 
 import pandas as pd
+
+from ..analysis.compare import Comparison
 
 DEFAULT_COLUMNS = ("xlr@10", "bkr@10", "bkr_mrr", "corr")
 
@@ -33,3 +37,45 @@ def format_summary(summary: pd.DataFrame, columns: Sequence[str] = DEFAULT_COLUM
             lines.append(f"| {row['model']} | " + " | ".join(_cell(row, c) for c in cols) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
+    """Markdown in the layout of the paper's Table 1 (mean ± sd over seeds; best in bold)."""
+    lines = [
+        "| pair | Pearson BkR | Pearson CORR | p | Spearman BkR | Spearman CORR | p | models | seeds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(e: dict[str, Any], kind: str, cand: str) -> str:
+        other = "corr" if cand == "bkr" else "bkr"
+        m, sd = e[f"{kind}_{cand}"]["mean"], e[f"{kind}_{cand}"]["sd"]
+        txt = f"{m:.3f} ± {sd:.3f}"
+        return f"**{txt}**" if m > e[f"{kind}_{other}"]["mean"] else txt
+
+    def p(v: float) -> str:
+        return "-" if v != v else (f"{v:.1e}" if v < 1e-3 else f"{v:.3f}")
+
+    for pair, e in table.items():
+        lines.append(
+            f"| {pair} | {cell(e, 'pearson', 'bkr')} | {cell(e, 'pearson', 'corr')} | {p(e['p_pearson_wilcoxon'])} "
+            f"| {cell(e, 'spearman', 'bkr')} | {cell(e, 'spearman', 'corr')} | {p(e['p_spearman_wilcoxon'])} "
+            f"| {e['n_models']} | {e['seeds']} |"
+        )
+    return "\n".join(lines)
+
+
+def format_comparison(c: Comparison) -> str:
+    """Markdown: one ranking per pair ('>' marks a significant gap to the next model, '~' not),
+    then the average over pairs with its spread."""
+    pct = int(round(c.level * 100))
+    out = [f"## Ranking by {c.metric} ({pct}% bootstrap CI; gap to next: paired permutation test, Holm-adjusted, alpha={c.alpha})"]
+    for pair, g in c.per_pair.groupby("pair", sort=False):
+        out += ["", f"### {pair}", "", f"| rank | model | {c.metric} | {pct}% CI | gap to next | p (adj.) |", "|---|---|---|---|---|---|"]
+        for _, r in g.iterrows():
+            gap = "" if np.isnan(r["p_adj"]) else (">" if r["significant"] else "~")
+            p = "" if np.isnan(r["p_adj"]) else f"{r['p_adj']:.3g}"
+            out.append(f"| {r['rank']} | {r['model']} | {r['estimate']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | {gap} | {p} |")
+    out += ["", f"### Across {c.per_pair['pair'].nunique()} pairs", "", "| model | mean | sd | min | max | mean rank | wins |", "|---|---|---|---|---|---|---|"]
+    for _, r in c.across_pairs.iterrows():
+        out.append(f"| {r['model']} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} | {r['wins']} |")
+    return "\n".join(out)

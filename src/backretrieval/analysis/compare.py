@@ -1,0 +1,113 @@
+"""Rank models per language pair with confidence intervals and mark significant gaps.
+
+This is the no-ground-truth workflow of the Backretrieval paper (Section 3.2): with BkR only,
+which model should we ship, for which pairs is the choice clear, and how large is the spread
+across pairs? Works the same for XLR metrics where ground truth exists.
+
+For each pair and model the per-query outcomes of all seeds are stacked; the estimate is their
+mean (= the metric averaged over seeds), the interval a seed-stratified percentile bootstrap.
+Models are sorted best first and each adjacent gap is tested with a paired sign-flip
+permutation test over the same queries; p-values are Holm-adjusted within the pair.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core import BackretrievalError
+from .evaluate import EvalResult
+from .stats import bootstrap_ci, hits, holm, paired_permutation_test, reciprocal
+
+_METRIC = re.compile(r"^(bkr|xlr|xlr_t2s)(?:@(\d+)|_(mrr))$")
+
+
+def outcome_fn(metric: str):
+    """``"bkr@10"`` -> (ranks key, function ranks -> per-query outcomes)."""
+    m = _METRIC.match(metric)
+    if not m:
+        raise BackretrievalError(f"unknown metric {metric!r}: use bkr@K, bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, xlr_t2s_mrr")
+    key, k, mrr = m.groups()
+    return key, (reciprocal if mrr else (lambda r, k=int(k): hits(r, k)))
+
+
+@dataclasses.dataclass
+class Comparison:
+    metric: str
+    level: float
+    alpha: float
+    per_pair: pd.DataFrame  # pair, rank, model, estimate, ci_low, ci_high, p_vs_next, p_adj, significant
+    across_pairs: pd.DataFrame  # model, mean, sd, min, max, pairs, mean_rank, wins
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "level": self.level,
+            "alpha": self.alpha,
+            "per_pair": self.per_pair.to_dict(orient="records"),
+            "across_pairs": self.across_pairs.to_dict(orient="records"),
+        }
+
+
+def compare(
+    result: EvalResult,
+    metric: str = "bkr@10",
+    *,
+    n_boot: int = 1000,
+    n_perm: int = 5000,
+    level: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> Comparison:
+    key, fn = outcome_fn(metric)
+    models = list(dict.fromkeys(r["model"] for r in result.records))
+    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
+    seeds = sorted({r["seed"] for r in result.records})
+    rows = []
+    for src, tgt in pairs:
+        outcomes = {}
+        for m in models:
+            per_seed = [result.ranks.get((m, src, tgt, s), {}).get(key) for s in seeds]
+            if any(x is None for x in per_seed):
+                continue
+            outcomes[m] = np.stack([fn(x) for x in per_seed])
+        if not outcomes:
+            raise BackretrievalError(f"{src}->{tgt}: no {key} results to compare (does the dataset have what {metric} needs?)")
+        cis = {m: bootstrap_ci(o, n_boot=n_boot, level=level, seed=seed) for m, o in outcomes.items()}
+        order = sorted(outcomes, key=lambda m: -cis[m].estimate)
+        p_next = [
+            paired_permutation_test(outcomes[a], outcomes[b], n_perm=n_perm, seed=seed).p_value
+            for a, b in zip(order, order[1:])
+        ]
+        p_adj = holm(p_next) if p_next else []
+        for i, m in enumerate(order):
+            rows.append(
+                {
+                    "pair": f"{src}->{tgt}",
+                    "rank": i + 1,
+                    "model": m,
+                    "estimate": cis[m].estimate,
+                    "ci_low": cis[m].low,
+                    "ci_high": cis[m].high,
+                    "p_vs_next": p_next[i] if i < len(p_next) else np.nan,
+                    "p_adj": p_adj[i] if i < len(p_adj) else np.nan,
+                    "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
+                }
+            )
+    per_pair = pd.DataFrame(rows)
+    g = per_pair.groupby("model", sort=False)
+    across = pd.DataFrame(
+        {
+            "mean": g["estimate"].mean(),
+            "sd": g["estimate"].std(ddof=1).fillna(0.0),
+            "min": g["estimate"].min(),
+            "max": g["estimate"].max(),
+            "pairs": g.size(),
+            "mean_rank": g["rank"].mean(),
+            "wins": g["rank"].apply(lambda r: int((r == 1).sum())),
+        }
+    ).sort_values("mean", ascending=False).reset_index()
+    return Comparison(metric, level, alpha, per_pair, across)
