@@ -47,29 +47,34 @@ def main() -> None:
     ground-truth XLR where parallel data exists, and the CORR baseline."""
 
 
-@main.command()
-@click.option("--dataset", required=True, help="Registered dataset name (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file.")
-@click.option("--pairs", required=True, help="Directed language pairs, e.g. en-de,de-en,en-ja.")
-@click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`).")
-@click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR/CORR; 'precomputed' reads the dataset's feature file.")
-@click.option("--n", "n", default=1500, show_default=True, help="Sample size N per side.")
-@click.option("--seeds", default="5", show_default=True, help="Number of seeds (0..S-1) or a comma list.")
-@click.option("--k", "k", default=10, show_default=True, help="K of BkR@K (and hubness).")
-@click.option("--sim", type=click.Choice(["cosine", "csls"]), default="cosine", show_default=True)
-@click.option("--csls-k", default=10, show_default=True)
-@click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. text=name, source_dir=DIR).")
-@click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output directory (results.jsonl, results.csv, summary.md).")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
-def evaluate(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, dataset_option, out, quiet) -> None:
-    """Compute XLR, BkR, CORR and hubness for every model x pair x seed."""
-    from .analysis import EvalConfig, evaluate as run, parse_pairs, summarize
-    from .core import atomic_write_text
-    from .report import format_summary
+def grid_options(fn):
+    """Options shared by evaluate, compare and meta: the grid of models x pairs x seeds."""
+    opts = [
+        click.option("--dataset", required=True, help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file."),
+        click.option("--pairs", required=True, help="Directed language pairs, e.g. en-de,de-en,en-ja (use en:zh-Hant for codes with hyphens)."),
+        click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ..."),
+        click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR/CORR; 'precomputed' reads the dataset's feature file."),
+        click.option("--n", "n", default=1500, show_default=True, help="Sample size N per side."),
+        click.option("--seeds", default="5", show_default=True, help="Number of seeds (0..S-1) or a comma list."),
+        click.option("--k", "k", default=10, show_default=True, help="K of BkR@K (and hubness)."),
+        click.option("--sim", type=click.Choice(["cosine", "csls"]), default="cosine", show_default=True),
+        click.option("--csls-k", default=10, show_default=True),
+        click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. text=name, source_dir=DIR)."),
+        click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output directory."),
+        click.option("--quiet", is_flag=True, help="No progress bars."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
 
-    cfg = EvalConfig(
+
+def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, dataset_option):
+    from .analysis import EvalConfig, parse_pairs
+
+    return EvalConfig(
         dataset=dataset,
         pairs=parse_pairs(pairs),
-        models=[m.strip() for m in models.split(",") if m.strip()],
+        models=list(dict.fromkeys(m.strip() for m in models.split(",") if m.strip())),
         image_model=image_model,
         n=n,
         seeds=_parse_seeds(seeds),
@@ -78,15 +83,82 @@ def evaluate(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, data
         csls_k=csls_k,
         dataset_options=_parse_options(dataset_option),
     )
-    result = run(cfg, out, progress=not quiet, log=lambda m: click.secho(m, fg="yellow", err=True))
-    table = format_summary(summarize(result.records), ("xlr@1", "xlr@10", "bkr@10", "bkr_mrr", "corr"))
+
+
+def _warn(msg: str) -> None:
+    click.secho(msg, fg="yellow", err=True)
+
+
+@main.command()
+@grid_options
+def evaluate(out, quiet, **grid) -> None:
+    """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
+
+    Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
+    OUT/summary.md, and prints the summary table.
+    """
+    from .analysis import evaluate as run, summarize
+    from .core import atomic_write_text
+    from .report import format_summary
+
+    cfg = _config(**grid)
+    result = run(cfg, out, progress=not quiet, log=_warn)
+    table = format_summary(summarize(result.records), ("xlr@1", "xlr@10", f"bkr@{cfg.k}", "bkr_mrr", "corr"))
     header = (
-        f"# {dataset}: N={n}, seeds={len(cfg.seeds)}, sim={sim}, image model={image_model}\n\n"
-        f"Mean ± sd over seeds. Chance level of BkR@{k} is about K/N = {k / n:.4f}.\n\n"
+        f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, image model={cfg.image_model}\n\n"
+        f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {cfg.k / cfg.n:.4f}.\n\n"
     )
     atomic_write_text(Path(out) / "summary.md", header + table + "\n")
     click.echo(header + table)
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
+
+
+@main.command()
+@grid_options
+@click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, ...")
+@click.option("--level", default=0.95, show_default=True, help="Confidence level of the bootstrap intervals.")
+@click.option("--alpha", default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted).")
+@click.option("--n-boot", default=1000, show_default=True)
+def compare(out, quiet, metric, level, alpha, n_boot, **grid) -> None:
+    """Rank models per pair with bootstrap CIs; mark which gaps are significant.
+
+    Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
+    OUT/compare.md, OUT/compare.json and the evaluation records.
+    """
+    import json
+
+    from .analysis import evaluate as run
+    from .analysis.compare import compare as rank
+    from .core import atomic_write_text
+    from .report import format_comparison
+
+    cfg = _config(**grid)
+    result = run(cfg, out, progress=not quiet, log=_warn)
+    c = rank(result, metric or f"bkr@{cfg.k}", n_boot=n_boot, level=level, alpha=alpha)
+    md = format_comparison(c)
+    atomic_write_text(Path(out) / "compare.md", md + "\n")
+    atomic_write_text(Path(out) / "compare.json", json.dumps(c.to_json(), indent=1, default=float))
+    click.echo(md)
+
+
+@main.command()
+@grid_options
+@click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
+@click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
+def meta(out, quiet, weak_image_models, report, **grid) -> None:
+    """Meta-evaluation: does BkR track the ground truth XLR across models (Table 1, Fig. 2/3)?
+
+    Writes OUT/meta.json, OUT/meta.md, OUT/results.jsonl (+ csv), and with --report the figures
+    and OUT/report.html.
+    """
+    from .analysis.meta import run_meta
+    from .report.meta_report import write_meta_outputs
+
+    cfg = _config(**grid)
+    extra = [m.strip() for m in weak_image_models.split(",") if m.strip()]
+    res = run_meta(cfg, out, image_models=extra, progress=not quiet, log=_warn)
+    md = write_meta_outputs(res, cfg, Path(out), figures=report)
+    click.echo(md)
 
 
 @main.command()

@@ -27,7 +27,7 @@ from ..data import Dataset, load_dataset, matching, non_matching
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows
-from ..metrics import bkr_ranks, corr_details, hubness, rank_summary, xlr_ranks
+from ..metrics import bkr_ranks, corr_details, hubness, image_side, rank_summary, xlr_ranks
 
 XLR_KS = (1, 5, 10)
 
@@ -142,7 +142,7 @@ class _Features:
 
 
 def _metrics(
-    cfg: EvalConfig, text: dict[str, np.ndarray], feats: _Features, src: str, tgt: str, sm: _Samples, seed: int
+    cfg: EvalConfig, text: dict[str, np.ndarray], feats: _Features, src: str, tgt: str, sm: _Samples, seed: int, image_corr: Any
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Scalar metrics of one (model, pair, seed) and the per-query ranks behind them."""
     out: dict[str, Any] = {}
@@ -161,7 +161,7 @@ def _metrics(
         ks = tuple(sorted({1, 5, cfg.k} & set(range(1, cfg.n + 1))))
         ranks["bkr"], _ = bkr_ranks(st, tt, simg, timg, **opts)
         out.update(rank_summary(ranks["bkr"], ks, "bkr"))
-        out.update(corr_details(st, tt, simg, timg, seed=seed))
+        out.update(corr_details(st, tt, seed=seed, image=image_corr))
         out.update(hubness(st, tt, cfg.k, **opts))
         out["bkr_chance"] = cfg.k / cfg.n
     return out, ranks
@@ -204,25 +204,33 @@ def evaluate(
     cfg_key = cfg.key()
     records: list[dict[str, Any]] = []
     all_ranks: dict[RunKey, dict[str, np.ndarray]] = {}
-    bar = tqdm(total=len(cfg.models) * len(samples), desc="evaluate", unit="run", disable=not progress)
+    todo: dict[tuple[str, str, int], list[tuple[str, Path | None]]] = {}
     for spec in cfg.models:
-        todo = []
-        for (s, t, seed) in samples:
+        for s, t, seed in samples:
             path = _record_path(partial, cfg_key, spec, s, t, seed) if partial else None
-            if path is not None and path.exists():
+            if path is not None and path.exists():  # finished in an earlier run
                 records.append(json.loads(path.read_text(encoding="utf-8")))
                 with np.load(path.with_suffix(".npz")) as z:
                     all_ranks[(spec, s, t, seed)] = {k: z[k] for k in z.files}
-                bar.update(1)
             else:
-                todo.append((s, t, seed, path))
-        if not todo:
-            continue
-        model = CachedTextEncoder(get_text_encoder(spec), progress=progress)
+                todo.setdefault((s, t, seed), []).append((spec, path))
+    if records:
+        log(f"resuming: {len(records)} finished records found in {partial}")
+    # encode every model that has work left (through the cache), then walk the samples, so the
+    # model-independent image half of CORR is computed once per sample
+    text: dict[str, dict[str, np.ndarray]] = {}
+    encode_s: dict[str, float] = {}
+    for spec in dict.fromkeys(spec for jobs in todo.values() for spec, _ in jobs):
         t0 = time.perf_counter()
-        text = feats.text(model)
-        encode_s = time.perf_counter() - t0
-        for s, t, seed, path in todo:
+        text[spec] = feats.text(CachedTextEncoder(get_text_encoder(spec), progress=progress))
+        encode_s[spec] = round(time.perf_counter() - t0, 3)
+    bar = tqdm(total=sum(len(j) for j in todo.values()), desc="metrics", unit="run", disable=not progress)
+    for (s, t, seed), jobs in todo.items():
+        sm = samples[(s, t, seed)]
+        image_corr = None
+        if sm.bkr is not None:
+            image_corr = image_side(feats.images[s][feats.rows(s, sm.bkr[0])], feats.images[t][feats.rows(t, sm.bkr[1])], seed=seed)
+        for spec, path in jobs:
             t1 = time.perf_counter()
             rec: dict[str, Any] = {
                 "model": spec,
@@ -235,10 +243,10 @@ def evaluate(
                 "k": cfg.k,
                 "sim": cfg.sim,
             }
-            values, ranks = _metrics(cfg, text, feats, s, t, samples[(s, t, seed)], seed)
+            values, ranks = _metrics(cfg, text[spec], feats, s, t, sm, seed, image_corr)
             rec.update(values)
             rec["seconds"] = round(time.perf_counter() - t1, 4)
-            rec["encode_seconds"] = round(encode_s, 3)
+            rec["encode_seconds"] = encode_s[spec]
             if path is not None:  # ranks first: the .json marks a finished record
                 atomic_save_npz(path.with_suffix(".npz"), **ranks)
                 atomic_write_text(path, json.dumps(rec))

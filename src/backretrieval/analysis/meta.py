@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..core import BackretrievalError
 from .stats import correlations
 
 TRUTH = "xlr@10"
@@ -156,3 +157,59 @@ def image_model_degradation(per_seed: pd.DataFrame) -> pd.DataFrame:
     cols = ["pearson_bkr", "spearman_bkr", "pearson_corr", "spearman_corr"]
     g = per_seed.groupby("image_model", sort=False)[cols]
     return g.mean().join(g.std(ddof=1).add_suffix("_sd")).reset_index()
+
+
+# --------------------------------------------------------------------------- the whole study
+
+@dataclasses.dataclass
+class MetaResult:
+    """Everything the ``meta`` command reports. ``results[image_model]`` is the evaluation grid run
+    with that image model; the first image model is the main one."""
+
+    results: dict[str, Any]  # image model -> EvalResult
+    per_seed: pd.DataFrame
+    table: dict[str, dict[str, Any]]  # main image model only (Table 1)
+    calibration: Calibration | None
+    degradation: pd.DataFrame
+
+    @property
+    def main(self):
+        return next(iter(self.results.values()))
+
+
+def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: bool = True, log=lambda m: None) -> MetaResult:
+    """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) and again for each
+    extra image model, then compute the meta-evaluation."""
+    from pathlib import Path
+
+    from .evaluate import evaluate
+
+    results = {}
+    for i, g in enumerate([cfg.image_model, *[m for m in image_models if m != cfg.image_model]]):
+        sub = dataclasses.replace(cfg, image_model=g)
+        where = None if out_dir is None else (Path(out_dir) if i == 0 else Path(out_dir) / "image-models" / _slug(g))
+        log(f"evaluation grid with image model {g}")
+        results[g] = evaluate(sub, where, progress=progress, log=log)
+    records = [r for res in results.values() for r in res.records]
+    bkr_key = f"bkr@{cfg.k}"
+    missing = [r for r in records if r.get(TRUTH) is None or r.get(bkr_key) is None]
+    if missing:
+        r = missing[0]
+        raise BackretrievalError(
+            f"meta-evaluation needs both ground truth and images: {r['model']} {r['src_lang']}->{r['tgt_lang']} has no "
+            f"{TRUTH if r.get(TRUTH) is None else bkr_key}"
+        )
+    if len(cfg.models) < 3:
+        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    per_seed = per_seed_correlations(records, candidates={"bkr": bkr_key, "corr": "corr"})
+    main = per_seed[per_seed["image_model"] == cfg.image_model]
+    calibration = None
+    if len(cfg.pairs) >= 3:
+        calibration = calibrate_leave_one_pair_out(results[cfg.image_model].records, x=bkr_key)
+    return MetaResult(results, per_seed, meta_table(main), calibration, image_model_degradation(per_seed))
+
+
+def _slug(s: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", s)

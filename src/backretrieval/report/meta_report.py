@@ -1,0 +1,124 @@
+"""Files of the ``meta`` command: meta.json, meta.md, figures and a self-contained report.html."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..analysis.evaluate import summarize
+from ..analysis.meta import MetaResult
+from ..core import atomic_write_text
+from .table import format_meta_table, format_summary
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+def _df_md(df: pd.DataFrame, digits: int = 3) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r) + " |")
+    return "\n".join(lines)
+
+
+def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = True) -> str:
+    """Write the meta-evaluation outputs into ``out``; return the Markdown summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    main_g = cfg.image_model
+    bkr_key = f"bkr@{cfg.k}"
+    doc = {
+        "dataset": cfg.dataset,
+        "n": cfg.n,
+        "seeds": len(cfg.seeds),
+        "models": cfg.models,
+        "image_model": main_g,
+        "truth": "xlr@10",
+        "candidates": {"bkr": bkr_key, "corr": "corr"},
+        "pairs": res.table,
+        "image_models": res.degradation.to_dict(orient="records"),
+    }
+    if res.calibration is not None and not res.calibration.rows.empty:
+        doc["calibration"] = {
+            "level": res.calibration.level,
+            "per_pair": res.calibration.summary().to_dict(orient="records"),
+            "mae": float(res.calibration.rows["abs_error"].mean()),
+            "coverage": float(res.calibration.rows["covered"].mean()),
+        }
+    atomic_write_text(out / "meta.json", json.dumps(_clean(doc), indent=1))
+
+    parts = [
+        f"# Meta-evaluation on {cfg.dataset}",
+        "",
+        f"N={cfg.n} per side, {len(cfg.seeds)} seeds, {len(cfg.models)} models, image model g = {main_g}, "
+        f"similarity {cfg.sim}. Correlation across models of {bkr_key} (BkR) and of CORR with the ground truth "
+        "XLR@10; mean ± sd over seeds; p = paired Wilcoxon signed-rank test over seeds of BkR's vs CORR's correlation.",
+        "",
+        format_meta_table(res.table),
+        "",
+        "## How weak may g be? (mean over pairs and seeds)",
+        "",
+        _df_md(res.degradation),
+    ]
+    if "calibration" in doc:
+        parts += [
+            "",
+            f"## Calibration: isotonic BkR -> XLR map, leave one pair out ({int(res.calibration.level * 100)}% intervals)",
+            "",
+            _df_md(res.calibration.summary()),
+            "",
+            f"Overall MAE {doc['calibration']['mae']:.4f}, interval coverage {doc['calibration']['coverage']:.2f}.",
+        ]
+    parts += [
+        "",
+        "## Per pair and model (main image model)",
+        "",
+        format_summary(summarize(res.main.records), ("xlr@10", bkr_key, "corr", "hubness_skew@10")),
+    ]
+    md = "\n".join(parts)
+    atomic_write_text(out / "meta.md", md + "\n")
+    if figures:
+        _figures_and_html(res, cfg, out, md)
+    return md
+
+
+def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
+    from . import figures as F
+    from .html import build_html
+
+    fig_dir = out / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    records = res.main.records
+    pair0 = f"{cfg.pairs[0][0]}->{cfg.pairs[0][1]}"
+    bkr_key = f"bkr@{cfg.k}"
+    pngs = {
+        "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png"),
+        "box": F.boxplot_by_model(records, bkr_key, fig_dir / "boxplot_bkr.png"),
+        "heat_bkr": F.heatmap(records, bkr_key, fig_dir / "heatmap_bkr.png"),
+        "heat_xlr": F.heatmap(records, "xlr@10", fig_dir / "heatmap_xlr.png"),
+    }
+    if len(res.results) > 1:
+        pngs["weak"] = F.degradation_plot(res.degradation, fig_dir / "image_models.png")
+    if res.calibration is not None and not res.calibration.rows.empty:
+        pngs["cal"] = F.calibration_plot(res.calibration, fig_dir / "calibration.png")
+    sections = [
+        ("Summary", [md]),
+        (f"XLR vs BkR and CORR ({pair0}, seed {cfg.seeds[0]})", [pngs["scatter"]]),
+        ("BkR per model across pairs", [pngs["box"]]),
+        ("Pair x model", [pngs["heat_bkr"], pngs["heat_xlr"]]),
+    ]
+    if "weak" in pngs:
+        sections.append(("How weak may g be?", [pngs["weak"]]))
+    if "cal" in pngs:
+        sections.append(("Calibration", [pngs["cal"]]))
+    build_html(f"Backretrieval meta-evaluation: {cfg.dataset}", sections, out / "report.html")
