@@ -1,0 +1,282 @@
+"""``generic``: the user's own items from a .jsonl / .json / .csv / .parquet file.
+
+One row per item. Columns:
+
+* required: ``id`` (unique within a language), ``lang``, ``text``;
+* optional: ``concept`` (the cross-lingual link: rows of two languages with the same concept
+  are a ground-truth pair; empty = unknown), ``title`` and ``body`` (kept in ``extra``);
+* images, optional, one of two ways per row, the same way for all rows of a language:
+  ``image`` -- a file path (relative paths are resolved against the data file's folder), or
+  ``image_feature_row`` -- a non-negative integer row of the precomputed feature matrix given
+  with the dataset option ``image_features=PATH.npy`` (shape ``(n_images, d)``).
+
+A ``.json`` file is either a JSON array of objects or JSON lines. The dataset name is the file
+stem. Every error names the offending row, id, column or path.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core import DataError
+from .corpus import Corpus, Dataset, require_languages
+from .registry import GENERIC_SUFFIXES, DatasetInfo, register
+
+NAME = "generic"
+REQUIRED = ("id", "lang", "text")
+_INT_RE = re.compile(r"^[+-]?\d+$")
+
+
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, float) and math.isnan(v):
+        return True
+    if isinstance(v, str) and not v.strip():
+        return True
+    return type(v).__name__ in ("NAType", "NaTType")  # pandas' missing values, without importing it
+
+
+def _read_json(path: Path) -> list[dict[str, Any]]:
+    raw = path.read_text(encoding="utf-8")
+    stripped = raw.lstrip()
+    if path.suffix.lower() == ".json" and stripped.startswith("["):
+        try:
+            rows = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: invalid JSON: {e}") from None
+        where = lambda i: f"item {i}"
+    else:
+        rows = []
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}: line {n}: invalid JSON: {e}") from None
+        where = lambda i: f"line {i + 1}"
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise DataError(f"{path}: {where(i)} is not a JSON object")
+    return rows
+
+
+def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows as dicts, and the columns present."""
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        rows = _read_json(path)
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        return rows, columns
+    import pandas as pd
+
+    try:
+        if suffix == ".csv":
+            df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        elif suffix == ".parquet":
+            df = pd.read_parquet(path)
+        else:
+            raise DataError(f"{path}: unsupported file type; use one of {', '.join(GENERIC_SUFFIXES)}")
+    except DataError:
+        raise
+    except (OSError, ValueError) as e:  # pandas/pyarrow parse errors (ArrowInvalid is a ValueError)
+        raise DataError(f"{path}: cannot read {suffix} file: {e}") from None
+    columns = [str(c) for c in df.columns]
+    df.columns = columns
+    return df.to_dict(orient="records"), columns
+
+
+def _feature_row(v: Any, where: str) -> int:
+    if isinstance(v, (bool, np.bool_)):
+        ok = False
+    elif isinstance(v, (int, np.integer)) or (isinstance(v, (float, np.floating)) and float(v).is_integer()):
+        ok, v = True, int(v)
+    elif isinstance(v, str) and _INT_RE.match(v.strip()):
+        ok, v = True, int(v.strip())
+    else:
+        ok = False
+    if not ok:
+        raise DataError(f"{where}: image_feature_row must be a non-negative integer, got {v!r}")
+    if v < 0:
+        raise DataError(f"{where}: image_feature_row must be a non-negative integer, got {v}")
+    return v
+
+
+def _resolve_features(option: str | os.PathLike, base: Path) -> Path:
+    p = Path(option).expanduser()
+    if not p.is_absolute() and not p.is_file() and (base / p).is_file():
+        p = base / p
+    if not p.is_file():
+        raise DataError(f"image_features: file not found: {p}")
+    return p.resolve()
+
+
+def load(
+    path: str | os.PathLike,
+    langs: Sequence[str] | None = None,
+    *,
+    image_features: str | os.PathLike | None = None,
+    name: str | None = None,
+) -> Dataset:
+    """Load a user file (see the module docstring for the columns)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"generic dataset: file not found: {path}")
+    if path.suffix.lower() not in GENERIC_SUFFIXES:
+        raise DataError(f"{path}: unsupported file type; use one of {', '.join(GENERIC_SUFFIXES)}")
+    base = path.resolve().parent
+    dsname = name or path.stem
+    rows, columns = _read_table(path)
+    for col in REQUIRED:
+        if col not in columns:
+            raise DataError(
+                f"{path}: missing required column {col!r}; columns present: {', '.join(columns) or '(none)'}"
+            )
+    has_image_col = "image" in columns
+    has_row_col = "image_feature_row" in columns
+    feat_path: Path | None = None
+    n_feat_rows = 0
+    if has_row_col and image_features is None:
+        raise DataError(
+            f"{path}: column 'image_feature_row' needs the option image_features=PATH.npy "
+            "(the feature matrix the rows refer to)"
+        )
+    if image_features is not None:
+        if not has_row_col:
+            raise DataError(
+                f"{path}: the option image_features={image_features} needs a column 'image_feature_row'; "
+                f"columns present: {', '.join(columns)}"
+            )
+        feat_path = _resolve_features(image_features, base)
+        try:
+            arr = np.load(feat_path, mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise DataError(f"image_features: cannot read {feat_path}: {e}") from None
+        if arr.ndim != 2:
+            raise DataError(f"image_features: {feat_path} must be a 2-D (n_images, d) array, got shape {arr.shape}")
+        n_feat_rows = arr.shape[0]
+        del arr
+
+    by_lang: dict[str, dict[str, list[Any]]] = {}
+    seen: dict[str, dict[str, int]] = {}
+    for i, r in enumerate(rows):
+        rid = r.get("id")
+        if _missing(rid):
+            raise DataError(f"{path}: row {i + 1} has no id")
+        if isinstance(rid, float) and rid.is_integer():
+            rid = int(rid)
+        rid = str(rid)
+        where = f"{path}: id {rid!r} (row {i + 1})"
+        lang = r.get("lang")
+        if _missing(lang):
+            raise DataError(f"{where} has no lang")
+        lang = str(lang).strip()
+        text = r.get("text")
+        if _missing(text):
+            raise DataError(f"{where}: empty or whitespace-only text")
+        if not isinstance(text, str):
+            raise DataError(f"{where}: text must be a string, got {type(text).__name__} {text!r}")
+        first = seen.setdefault(lang, {}).get(rid)
+        if first is not None:
+            raise DataError(f"{where}: duplicate id {rid!r} in language {lang!r} (first at row {first})")
+        seen[lang][rid] = i + 1
+        img = r.get("image") if has_image_col else None
+        frow = r.get("image_feature_row") if has_row_col else None
+        img = None if _missing(img) else img
+        frow = None if _missing(frow) else frow
+        if img is not None and frow is not None:
+            raise DataError(f"{where}: give either image or image_feature_row, not both")
+        if img is not None:
+            p = Path(str(img)).expanduser()
+            if not p.is_absolute():
+                p = base / p
+            if not p.is_file():
+                raise DataError(f"{where}: image file not found: {p}")
+            img = str(p)
+        if frow is not None:
+            frow = _feature_row(frow, where)
+            if frow >= n_feat_rows:
+                raise DataError(
+                    f"{where}: image_feature_row {frow} is out of range for {feat_path} ({n_feat_rows} rows)"
+                )
+        concept = r.get("concept")
+        concept = None if _missing(concept) else str(concept)
+        col = by_lang.setdefault(
+            lang, {"rows": [], "ids": [], "texts": [], "concepts": [], "images": [], "frows": [], "title": [], "body": []}
+        )
+        col["rows"].append(i + 1)
+        col["ids"].append(rid)
+        col["texts"].append(text)
+        col["concepts"].append(concept)
+        col["images"].append(img)
+        col["frows"].append(frow)
+        for k in ("title", "body"):
+            v = r.get(k)
+            col[k].append("" if _missing(v) else str(v))
+
+    if not by_lang:
+        raise DataError(f"{path}: no items")
+    wanted = require_languages(by_lang, langs, dsname)
+    corpora = {}
+    for lang in wanted:
+        col = by_lang[lang]
+        image_paths = image_rows = None
+        feats = None
+        if any(x is not None for x in col["images"]):
+            j = next((j for j, x in enumerate(col["images"]) if x is None), None)
+            if j is not None:
+                raise DataError(
+                    f"{path}: id {col['ids'][j]!r} (row {col['rows'][j]}) has no image, while other "
+                    f"{lang!r} items have one; give an image for every item of a language or none"
+                )
+            image_paths = col["images"]
+        if any(x is not None for x in col["frows"]):
+            j = next((j for j, x in enumerate(col["frows"]) if x is None), None)
+            if j is not None:
+                raise DataError(
+                    f"{path}: id {col['ids'][j]!r} (row {col['rows'][j]}) has no image_feature_row, while "
+                    f"other {lang!r} items have one; give a row for every item of a language or none"
+                )
+            if image_paths is not None:
+                raise DataError(
+                    f"{path}: language {lang!r} mixes image paths and image_feature_row; use one of them"
+                )
+            feats = str(feat_path)
+            image_rows = np.asarray(col["frows"], dtype=np.int64)
+        extra = {k: col[k] for k in ("title", "body") if k in columns}
+        corpora[lang] = Corpus(
+            dataset=dsname,
+            lang=lang,
+            ids=col["ids"],
+            texts=col["texts"],
+            concepts=col["concepts"] if "concept" in columns else None,
+            image_paths=image_paths,
+            image_features=feats,
+            image_rows=image_rows,
+            extra=extra,
+        )
+    return Dataset(name=dsname, corpora=corpora, description=f"items read from {path}")
+
+
+INFO = register(
+    DatasetInfo(
+        name=NAME,
+        loader=load,
+        description=(
+            "your own items from a .jsonl/.json/.csv/.parquet file: columns id, lang, text; optional "
+            "concept, title, body, and image (a path) or image_feature_row (with image_features=PATH.npy)"
+        ),
+        has_images=False,
+        has_concepts=False,
+        source="a user file",
+        license="the user's",
+    )
+)

@@ -1,0 +1,1 @@
+"""Encoders: text and image models behind one protocol, and the embedding cache."""

