@@ -26,7 +26,9 @@ class DatasetInfo:
 
 
 _REGISTRY: dict[str, DatasetInfo] = {}
-_MODULES = ("emoji_cldr", "generic", "multi30k", "ddtp")
+# Modules of this package that are not dataset loaders; every other public module is a loader
+# that registers itself when imported: a new dataset is one file.
+_NOT_LOADERS = frozenset({"corpus", "registry", "sampling"})
 GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
@@ -36,8 +38,13 @@ def register(info: DatasetInfo) -> DatasetInfo:
 
 
 def _load_modules() -> None:
-    for mod in _MODULES:
-        importlib.import_module(f"{__package__}.{mod}")
+    import pkgutil
+
+    from .. import data
+
+    for mod in pkgutil.iter_modules(data.__path__):
+        if not mod.name.startswith("_") and mod.name not in _NOT_LOADERS:
+            importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def list_datasets() -> list[DatasetInfo]:

@@ -49,8 +49,9 @@ class EncoderInfo:
 
 _TEXT: dict[str, EncoderInfo] = {}
 _IMAGE: dict[str, EncoderInfo] = {}
-_TEXT_MODULES = ("use_m", "e5", "minilm", "tfidf_char", "random_text", "precomputed", "sentence_transformers_dir")
-_IMAGE_MODULES = ("efficientnet", "mobilenet", "color_hist", "precomputed_image")
+# Modules of this package that are not encoders; every other public module (no leading "_")
+# is imported on first use of the registry and registers its models: a new encoder is one file.
+_NOT_ENCODERS = frozenset({"base", "cache", "variants"})
 
 
 def register_text(info: EncoderInfo) -> EncoderInfo:
@@ -63,18 +64,31 @@ def register_image(info: EncoderInfo) -> EncoderInfo:
     return info
 
 
-def _load(mods: Sequence[str]) -> None:
-    for mod in mods:
-        importlib.import_module(f"{__package__}.{mod}")
+_loaded = False
+
+
+def _load() -> None:
+    """Import every encoder module once (they import their heavy libraries lazily)."""
+    global _loaded
+    if _loaded:
+        return
+    import pkgutil
+
+    from .. import encoders
+
+    for mod in pkgutil.iter_modules(encoders.__path__):
+        if not mod.name.startswith("_") and mod.name not in _NOT_ENCODERS:
+            importlib.import_module(f"{__package__}.{mod.name}")
+    _loaded = True
 
 
 def list_text_encoders() -> list[EncoderInfo]:
-    _load(_TEXT_MODULES)
+    _load()
     return [_TEXT[k] for k in sorted(_TEXT)]
 
 
 def list_image_encoders() -> list[EncoderInfo]:
-    _load(_IMAGE_MODULES)
+    _load()
     return [_IMAGE[k] for k in sorted(_IMAGE)]
 
 
@@ -108,7 +122,7 @@ def get_text_encoder(spec: str, **options: Any) -> TextEncoder:
         enc = VariantEncoder(CachedTextEncoder(get_text_encoder(base, **options)), ops)
         enc.name = spec
         return enc
-    _load(_TEXT_MODULES)
+    _load()
     return _build(spec, _TEXT, "text", options)
 
 
@@ -122,7 +136,7 @@ def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
         enc = ImageVariantEncoder(CachedImageEncoder(get_image_encoder(base, **options)), ops)
         enc.name = spec
         return enc
-    _load(_IMAGE_MODULES)
+    _load()
     return _build(spec, _IMAGE, "image", options)
 
 

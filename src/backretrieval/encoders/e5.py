@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .base import EncoderInfo, package_version, register_text
-from .sentence_transformers_dir import (
+from ._text import (
     BatchedTextEncoder,
     check_options,
     positive_int,

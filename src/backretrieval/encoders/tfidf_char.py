@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core import DataError, EncoderError, content_hash
 from .base import EncoderInfo, package_version, register_text
-from .sentence_transformers_dir import (
+from ._text import (
     BatchedTextEncoder,
     as_texts,
     check_options,

@@ -1,0 +1,14 @@
+"""Command line: a thin shell over the data, encoder, analysis and report layers.
+
+Every public module of this package holds commands and is imported here so they register.
+"""
+import importlib
+import pkgutil
+
+from ._app import main, train
+
+for _mod in pkgutil.iter_modules(__path__):
+    if not _mod.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_mod.name}")
+
+__all__ = ["main", "train"]
