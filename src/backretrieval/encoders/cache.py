@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from ..core import DataError, atomic_save_npz, cache_dir, content_hash
 from .base import check_embeddings
 
-DEFAULT_CHUNK = 2048
+DEFAULT_CHUNK = 2048  # texts per shard
+DEFAULT_IMAGE_CHUNK = 256  # images per shard: images are slow, so shards (and the bar) advance often
 
 
 def _safe(part: str) -> str:
@@ -125,6 +126,9 @@ class CachedImageEncoder(_Cached):
     """An image encoder whose vectors are cached by (model, version, file content)."""
 
     kind = "image"
+
+    def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_IMAGE_CHUNK, progress: bool = False):
+        super().__init__(encoder, root, chunk, progress)
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
         enc = self.encoder

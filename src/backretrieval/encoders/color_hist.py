@@ -39,7 +39,7 @@ def color_histogram(path: str | os.PathLike[str]) -> np.ndarray:
 class ColorHistEncoder:
     """Joint RGB histogram, 8 bins per channel, Hellinger (sqrt) then unit L2 norm."""
 
-    def __init__(self, *, batch_size: int = 64, progress: bool = True) -> None:
+    def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.name = "color-hist"
         self.dim = DIM
         self.version = f"color-hist/rgb8x8x8/hellinger-l2/native-res/white-bg/pillow{package_version('pillow')}"

@@ -62,7 +62,7 @@ def _weights_path(variant: int) -> str:
 class EfficientNetLiteEncoder:
     """Frozen EfficientNet-Lite feature extractor; ``encode_images`` gives float32 (n, 1280)."""
 
-    def __init__(self, variant: int = 0, *, batch_size: int = 64, progress: bool = True) -> None:
+    def __init__(self, variant: int = 0, *, batch_size: int = 64, progress: bool = False) -> None:
         import torch
         from efficientnet_lite_pytorch import EfficientNet
 

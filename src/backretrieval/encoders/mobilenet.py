@@ -106,7 +106,7 @@ def build_mobilenet_v2(num_classes: int = 1000):
 class MobileNetV2Encoder:
     """Frozen ImageNet MobileNetV2 feature extractor; ``encode_images`` gives float32 (n, 1280)."""
 
-    def __init__(self, *, batch_size: int = 64, progress: bool = True) -> None:
+    def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         import torch
 
         if int(batch_size) < 1:

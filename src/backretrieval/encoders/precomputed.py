@@ -125,7 +125,12 @@ class PrecomputedTextEncoder:
             if len(bad) == 0 and len(lengths):
                 flat = pc.list_flatten(col)
                 if flat.null_count:
-                    raise DataError(f"{self.name}: null values inside the embeddings of {self.path}")
+                    first = int(np.flatnonzero(np.asarray(flat.is_null()))[0])
+                    row = int(pc.list_parent_indices(col)[first].as_py())
+                    raise DataError(
+                        f"{self.name}: null/NaN value in the embedding of lang {langs[row]!r} id {ids[row]!r} "
+                        f"(row {row}) of {self.path}"
+                    )
                 return langs, ids, flat.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(lengths), d)
         return langs, ids, self._rows_to_matrix(langs, ids, col.to_pylist(), "row")
 

@@ -1,0 +1,294 @@
+"""End-to-end: the CLI and the evaluation grid on the real data in ../shared/data.
+
+The emoji test runs the issue's acceptance check at full size (en->de, N=1500): the random
+model's BkR@10 sits at chance K/N, the real encoders are far above it, and XLR and BkR order
+the models the same way.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.cli import main
+from backretrieval.data import load_dataset
+
+evaluate_module = importlib.import_module("backretrieval.analysis.evaluate")  # the module, not the function
+
+REQUIRED_KEYS = {
+    "model", "image_model", "src_lang", "tgt_lang", "seed", "n", "k",
+    "xlr@1", "xlr@5", "xlr@10", "bkr@10", "bkr_mrr", "corr",
+}
+TIMING_KEYS = {"seconds", "encode_seconds"}
+
+
+def run(args: list[str]):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def strip_timing(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+@pytest.fixture(scope="module")
+def emoji_en_de(tmp_path_factory, shared_data):
+    out = tmp_path_factory.mktemp("emoji-en-de")
+    res = run([
+        "evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de",
+        "--models", "use-m,tfidf-char,random", "--image-model", "efficientnet-lite0",
+        "--n", "1500", "--seeds", "1", "--k", "10", "--out", str(out), "--quiet",
+    ])
+    assert res.exit_code == 0, res.output
+    return out, res.output
+
+
+def test_evaluate_emoji_en_de_acceptance(emoji_en_de):
+    out, output = emoji_en_de
+    records = {r["model"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert set(records) == {"use-m", "tfidf-char", "random"}
+    for r in records.values():
+        assert REQUIRED_KEYS <= set(r), REQUIRED_KEYS - set(r)
+        assert (r["n"], r["k"], r["src_lang"], r["tgt_lang"]) == (1500, 10, "en", "de")
+    chance = 10 / 1500
+    sd = math.sqrt(chance * (1 - chance) / 1500)
+    rnd = records["random"]
+    assert abs(rnd["bkr@10"] - chance) < 4 * sd, rnd["bkr@10"]
+    assert abs(rnd["xlr@10"] - chance) < 4 * sd, rnd["xlr@10"]
+    for m in ("use-m", "tfidf-char"):
+        assert records[m]["bkr@10"] > 10 * chance
+        assert records[m]["xlr@10"] > 10 * chance
+    order_xlr = sorted(records, key=lambda m: -records[m]["xlr@10"])
+    order_bkr = sorted(records, key=lambda m: -records[m]["bkr@10"])
+    assert order_xlr == order_bkr == ["use-m", "tfidf-char", "random"]
+    # the table on stdout and the files beside results.jsonl
+    assert "en->de" in output and "use-m" in output
+    csv = pd.read_csv(out / "results.csv")
+    assert len(csv) == 3 and REQUIRED_KEYS <= set(csv.columns)
+    assert (out / "summary.md").read_text().startswith("# emoji-cldr")
+
+
+def test_evaluate_rerun_reuses_finished_records(emoji_en_de):
+    out, _ = emoji_en_de
+    before = read_jsonl(out / "results.jsonl")
+    res = run([
+        "evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de",
+        "--models", "use-m,tfidf-char,random", "--n", "1500", "--seeds", "1", "--out", str(out), "--quiet",
+    ])
+    assert res.exit_code == 0
+    assert "resuming: 3 finished records" in res.output
+    assert read_jsonl(out / "results.jsonl") == before
+
+
+def _cfg(**kw) -> EvalConfig:
+    base = dict(dataset="emoji-cldr", pairs=[("en", "ja")], models=["use-m", "random"], n=200, seeds=[0, 1])
+    base.update(kw)
+    return EvalConfig(**base)
+
+
+def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, shared_data):
+    reference = evaluate(_cfg(), tmp_path / "straight", progress=False)
+    real = evaluate_module._metrics
+    calls = {"n": 0}
+
+    def flaky(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated Ctrl-C in the middle of the grid")
+        return real(*a, **kw)
+
+    out = tmp_path / "interrupted"
+    monkeypatch.setattr(evaluate_module, "_metrics", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(_cfg(), out, progress=False)
+    assert not (out / "results.jsonl").exists()  # nothing half-written
+    assert len(list((out / ".partial").glob("*.json"))) == 2
+    monkeypatch.setattr(evaluate_module, "_metrics", real)
+    logs: list[str] = []
+    resumed = evaluate(_cfg(), out, progress=False, log=logs.append)
+    assert any("resuming: 2 finished records" in m for m in logs)
+    assert strip_timing(resumed.records) == strip_timing(reference.records)
+    for key, ranks in reference.ranks.items():
+        for name, arr in ranks.items():
+            np.testing.assert_array_equal(resumed.ranks[key][name], arr)
+    # a different configuration does not reuse the records
+    other = evaluate(_cfg(k=5), out, progress=False, log=logs.append)
+    assert all(r["k"] == 5 for r in other.records)
+
+
+def test_same_seed_same_numbers_and_seeds_differ(tmp_path, shared_data):
+    a = evaluate(_cfg(seeds=[0, 1]), None, progress=False)
+    b = evaluate(_cfg(seeds=[0, 1]), None, progress=False)
+    assert strip_timing(a.records) == strip_timing(b.records)
+    by_seed = {r["seed"]: r for r in a.records if r["model"] == "use-m"}
+    assert by_seed[0]["bkr@10"] != by_seed[1]["bkr@10"] or by_seed[0]["xlr@10"] != by_seed[1]["xlr@10"]
+
+
+def test_variants_and_csls_run_through_the_grid(tmp_path, shared_data):
+    res = evaluate(
+        _cfg(models=["use-m", "use-m@trunc=64", "use-m@pca=16", "use-m@noise=2", "use-m@mix=1"], seeds=[0], sim="csls"),
+        tmp_path,
+        progress=False,
+    )
+    rec = {r["model"]: r for r in res.records}
+    assert all(r["sim"] == "csls" for r in res.records)
+    # heavier damage, lower scores; mix=1 is the random baseline
+    assert rec["use-m"]["xlr@10"] > rec["use-m@noise=2"]["xlr@10"] > rec["use-m@mix=1"]["xlr@10"]
+    assert rec["use-m@mix=1"]["bkr@10"] < 0.05
+
+
+# ------------------------------------------------------------------------------- bad input
+
+
+def _bad(tmp_path: Path, *args: str, message: str) -> None:
+    out = tmp_path / "out"
+    base = {"--dataset": "emoji-cldr", "--pairs": "en-de", "--models": "random", "--n": "100", "--seeds": "1"}
+    argv = list(args)
+    for key, value in base.items():
+        if key not in argv:
+            argv += [key, value]
+    res = CliRunner().invoke(main, ["evaluate", *argv, "--out", str(out), "--quiet"])
+    assert res.exit_code == 2, res.output
+    assert message in res.output, res.output
+    assert "Traceback" not in res.output
+    assert not (out / "results.jsonl").exists() and not (out / "results.csv").exists()
+
+
+def test_unknown_dataset(tmp_path):
+    _bad(tmp_path, "--dataset", "no-such-set", message="unknown dataset 'no-such-set'")
+
+
+def test_unknown_language(tmp_path, shared_data):
+    _bad(tmp_path, "--pairs", "en-xx", message="unknown language 'xx'")
+
+
+def test_unknown_model(tmp_path, shared_data):
+    _bad(tmp_path, "--models", "random,bert-huge", message="unknown text model 'bert-huge'")
+
+
+def test_k_larger_than_n(tmp_path, shared_data):
+    _bad(tmp_path, "--n", "5", "--k", "10", message="K=10 is larger than N=5")
+
+
+def test_n_larger_than_available(tmp_path, shared_data):
+    _bad(tmp_path, "--n", "5000", message="n=5000 is larger than")
+
+
+def test_same_language_pair(tmp_path):
+    _bad(tmp_path, "--pairs", "en-en", message="source and target are the same language")
+
+
+def _tiny_generic(tmp_path: Path, rows: list[dict]) -> Path:
+    p = tmp_path / "items.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return p
+
+
+def test_non_matching_impossible(tmp_path, shared_data):
+    ds = load_dataset("emoji-cldr", langs=["en", "de"])
+    rows = []
+    for lang in ("en", "de"):
+        c = ds[lang]
+        for i in range(3):  # the same three concepts in both languages
+            rows.append({"id": c.ids[i], "lang": lang, "text": c.texts[i], "concept": c.ids[i], "image": c.image_paths[i]})
+    path = _tiny_generic(tmp_path, rows)
+    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", message="non-matching sampling impossible for n=2")
+
+
+def test_missing_image_and_empty_text_and_duplicate_id(tmp_path, shared_data):
+    ds = load_dataset("emoji-cldr", langs=["en"])
+    c = ds["en"]
+    good = [{"id": c.ids[i], "lang": "en", "text": c.texts[i], "image": c.image_paths[i]} for i in range(4)]
+    missing = good[:3] + [{"id": "x", "lang": "en", "text": "ghost", "image": str(tmp_path / "nope.png")}]
+    _bad(tmp_path, "--dataset", str(_tiny_generic(tmp_path, missing)), "--pairs", "en-de", message="image file not found")
+    empty = good[:3] + [{"id": "y", "lang": "en", "text": "   ", "image": c.image_paths[3]}]
+    _bad(tmp_path, "--dataset", str(_tiny_generic(tmp_path, empty)), message="empty or whitespace-only text")
+    dup = good + [dict(good[0])]
+    _bad(tmp_path, "--dataset", str(_tiny_generic(tmp_path, dup)), message=f"duplicate id {c.ids[0]!r}")
+
+
+def test_nan_embedding_is_named(tmp_path, shared_data):
+    ds = load_dataset("emoji-cldr", langs=["en", "de"])
+    rng = np.random.default_rng(0)
+    rows = [
+        {"lang": lang, "id": i, "embedding": rng.standard_normal(8).tolist()} for lang in ("en", "de") for i in ds[lang].ids
+    ]
+    bad = {r["id"] for r in rows[len(ds["en"]) :: 2]}  # every other German item is broken
+    for r in rows:
+        if r["lang"] == "de" and r["id"] in bad:
+            r["embedding"][3] = float("nan")
+    emb = tmp_path / "emb.parquet"
+    pd.DataFrame(rows).to_parquet(emb)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, [
+        "evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", f"precomputed:{emb}",
+        "--n", "100", "--seeds", "1", "--out", str(out), "--quiet",
+    ])
+    assert res.exit_code == 2, res.output
+    # pandas writes NaN inside a list as a parquet null; the reader names the item either way
+    assert "in the embedding of" in res.output
+    named = res.output.split(" id ")[1].split("'")[1]
+    assert named in bad
+    assert not (out / "results.jsonl").exists()
+
+
+# ------------------------------------------------------------------------- text-only and no-truth
+
+
+def test_text_only_dataset_reports_xlr_and_says_bkr_needs_images(tmp_path, shared_data):
+    out = tmp_path / "ddtp"
+    res = run([
+        "evaluate", "--dataset", "ddtp", "--pairs", "de-en", "--models", "use-m,random",
+        "--n", "300", "--seeds", "1", "--sim", "csls", "--out", str(out), "--quiet",
+    ])
+    assert res.exit_code == 0, res.output
+    assert "BkR and CORR need images" in res.output
+    recs = {r["model"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert {"xlr@1", "xlr@5", "xlr@10", "xlr_t2s@10", "xlr_mrr"} <= set(recs["use-m"])
+    assert "bkr@10" not in recs["use-m"]
+    assert recs["use-m"]["xlr@1"] > 0.3 > recs["random"]["xlr@10"]
+
+
+def test_compare_on_data_without_links(tmp_path, shared_data):
+    """Section 3.2's workflow: images but no cross-lingual links, BkR only, ranking with CIs."""
+    ds = load_dataset("emoji-cldr", langs=["en", "de", "ja"])
+    rows = []
+    for j, lang in enumerate(("en", "de", "ja")):
+        c = ds[lang]
+        for i in range(j, len(c), 3):  # each language gets its own third of the emoji: no shared item
+            rows.append({"id": f"{lang}-{c.ids[i]}", "lang": lang, "text": c.texts[i], "image": c.image_paths[i]})
+    path = _tiny_generic(tmp_path, rows)
+    out = tmp_path / "cmp"
+    res = run([
+        "compare", "--dataset", str(path), "--pairs", "en-de,de-ja", "--models", "random,use-m",
+        "--n", "400", "--seeds", "2", "--n-boot", "200", "--out", str(out), "--quiet",
+    ])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["metric"] == "bkr@10"
+    per_pair = pd.DataFrame(doc["per_pair"])
+    for pair, g in per_pair.groupby("pair"):
+        top = g.sort_values("rank").iloc[0]
+        assert top["model"] == "use-m" and top["significant"], g
+        assert top["ci_low"] <= top["estimate"] <= top["ci_high"]
+    assert "xlr@10" not in read_jsonl(out / "results.jsonl")[0]
+    assert (out / "compare.md").read_text().count("| 1 | use-m |") == 2
+
+
+def test_listing_commands():
+    res = run(["datasets"])
+    assert res.exit_code == 0 and "emoji-cldr" in res.output and "ddtp" in res.output
+    res = run(["models"])
+    assert res.exit_code == 0
+    for name in ("use-m", "e5-small", "minilm-en", "tfidf-char", "random", "precomputed:PATH", "st:PATH", "efficientnet-lite0", "color-hist"):
+        assert name in res.output
