@@ -1,0 +1,130 @@
+"""``backretrieval train cr5``: train a Cr5 model (a text encoder usable as ``cr5:DIR``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._app import _parse_options, _warn, train
+
+
+def _csv(value: str | None) -> list[str]:
+    return [x.strip() for x in (value or "").split(",") if x.strip()]
+
+
+@train.command("cr5")
+@click.option("--dataset", required=True, help="Dataset with cross-lingual concepts (ddtp, multi30k, emoji-cldr, a file).")
+@click.option("--langs", default=None, help="Languages to train on (comma list; default: all of the dataset).")
+@click.option("--regime", type=click.Choice(["joint", "pairwise", "transitive"]), default="joint", show_default=True,
+              help="joint: all languages, one model; pairwise: --pair only; transitive: --pair linked only through --pivot.")
+@click.option("--pair", default=None, help="The pair of a pairwise/transitive model, e.g. de-ja.")
+@click.option("--pivot", default=None, help="Pivot language of transitive training (e.g. en).")
+@click.option("--eval-pairs", default=None, help="Pairs to hold out and evaluate (default: the pair, or the first language with each other one).")
+@click.option("--rank", default=300, show_default=True, help="Embedding dimension r.")
+@click.option("--lam", default="10", show_default=True, help="Ridge lambda; a comma list is chosen from by validation P@1.")
+@click.option("--max-vocab", default=200_000, show_default=True, help="Vocabulary size per language (most frequent tokens).")
+@click.option("--min-df", default=3, show_default=True, help="Drop tokens in fewer training documents.")
+@click.option("--min-words", default=5, show_default=True, help="Training documents need at least this many distinct tokens.")
+@click.option("--max-words", default=1000, show_default=True, help="... and at most this many.")
+@click.option("--test-size", default=1000, show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
+@click.option("--val-size", default=500, show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
+@click.option("--distractor-frac", default=0.05, show_default=True, help="Share of the other concepts held out as extra candidates.")
+@click.option("--split", "split_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Reuse the held-out concepts of another run (its split.json), e.g. to compare regimes on the same test.")
+@click.option("--holdout/--no-holdout", default=True, show_default=True,
+              help="--no-holdout trains on every concept (no evaluation): a model for use on other data.")
+@click.option("--cg-tol", default=0.01, show_default=True)
+@click.option("--cg-maxiter", default=500, show_default=True)
+@click.option("--eig-tol", default=0.1, show_default=True)
+@click.option("--eig-maxiter", default=250, show_default=True)
+@click.option("--n-jobs", default=1, show_default=True, help="Threads for the per-language solves.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the split and of eigsh's start vector.")
+@click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR, split=train).")
+@click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vocab, min_df, min_words, max_words,
+              test_size, val_size, distractor_frac, split_file, holdout, cg_tol, cg_maxiter, eig_tol, eig_maxiter, n_jobs, seed,
+              dataset_option, out, quiet) -> None:
+    """Train Cr5 (crosslingual reduced-rank ridge regression, WSDM 2019) on concept-aligned documents.
+
+    Writes OUT as a model directory (use it as `--models cr5:OUT`), and with held-out concepts
+    OUT/eval.md (P@1/5/10, cosine and CSLS, both directions), OUT/eval.json and OUT/split.json.
+
+    Example: backretrieval train cr5 --dataset ddtp --langs en,de,fr,it,ja --rank 300 --out models/cr5-ddtp
+    """
+    import time
+
+    from ..analysis import parse_pairs
+    from ..core import BackretrievalError
+    from ..data import load_dataset
+    from ..train.cr5 import Split, train_evaluate
+
+    lang_list = _csv(langs) or None
+    try:
+        lams = [float(x) for x in _csv(lam)]
+    except ValueError:
+        raise click.BadParameter(f"{lam!r}: expected a number or a comma list of numbers", param_hint="--lam") from None
+    if not lams:
+        raise click.BadParameter("give at least one lambda", param_hint="--lam")
+    the_pair = parse_pairs(pair)[0] if pair else None
+    if regime == "pairwise" and the_pair is None and lang_list and len(lang_list) == 2:
+        the_pair = (lang_list[0], lang_list[1])
+    if regime != "joint" and the_pair is None:
+        raise click.BadParameter(f"{regime} training needs --pair", param_hint="--pair")
+    if regime == "transitive" and not pivot:
+        raise click.BadParameter("transitive training needs --pivot", param_hint="--pivot")
+    split = None
+    if split_file:
+        if not holdout:
+            raise click.BadParameter("--split and --no-holdout exclude each other", param_hint="--split")
+        try:
+            split = Split.load(split_file)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise click.BadParameter(f"cannot read {split_file}: {e}", param_hint="--split") from None
+    # languages to load: the trained ones, and all of a reused split's (its candidate pools span them)
+    if regime == "joint":
+        trained = lang_list or (split.languages if split else None)
+    else:
+        trained = [*the_pair] + ([pivot] if regime == "transitive" else [])
+    need = None if trained is None else list(dict.fromkeys([*trained, *(split.languages if split else [])]))
+    log = (lambda m: None) if quiet else _warn
+    t0 = time.perf_counter()
+    ds = load_dataset(dataset, langs=need, **_parse_options(dataset_option))
+    langs_used = list(trained) if trained else ds.languages
+    params = dict(rank=rank, max_vocab=max_vocab, min_df=min_df, min_words=min_words, max_words=max_words,
+                  cg_tol=cg_tol, cg_maxiter=cg_maxiter, eig_tol=eig_tol, eig_maxiter=eig_maxiter, n_jobs=n_jobs,
+                  seed=seed, progress=not quiet)
+    try:
+        res = train_evaluate(
+            ds,
+            regime=regime,
+            languages=langs_used,
+            pair=the_pair,
+            pivot=pivot,
+            eval_pairs=parse_pairs(eval_pairs) if eval_pairs else None,
+            lams=lams,
+            split=split,
+            split_options=dict(test_size=test_size, val_size=val_size, distractor_frac=distractor_frac, seed=seed),
+            holdout=holdout,
+            params=params,
+            out_dir=out,
+            meta={"dataset": dataset, "dataset_options": _parse_options(dataset_option)},
+            log=log,
+        )
+    except ValueError as e:  # e.g. scipy refusing a degenerate problem
+        raise BackretrievalError(f"train cr5: {e}") from e
+    model = res["model"]
+    click.echo(
+        f"trained Cr5 {regime} on {', '.join(model.languages_)}: rank {model.rank}, lambda {res['lam']:g}, "
+        f"{sum(model.n_documents_.values())} documents, {model.n_concepts_} concepts, "
+        f"fit {model.fit_seconds_:.0f}s (total {time.perf_counter() - t0:.0f}s)"
+    )
+    if res["lambda_table"] and len(res["lambda_table"]) > 1:
+        click.echo("lambda selection (mean validation P@1): " + ", ".join(f"{r['lam']:g}: {r['val_p@1']:.3f}" for r in res["lambda_table"]))
+    if res["test"]:
+        from ..train.cr5 import precision_table_md
+
+        click.echo("\n" + precision_table_md(res["test"]))
+        click.echo(f"\nwrote {Path(out)} (model, eval.md, eval.json, split.json); use it as --models cr5:{out}")
+    else:
+        click.echo(f"wrote {Path(out)}; use it as --models cr5:{out}")

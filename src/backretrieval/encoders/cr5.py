@@ -1,0 +1,262 @@
+"""``cr5:DIR`` -- a trained Cr5 model (crosslingual reduced-rank ridge regression) as a text encoder.
+
+Cr5 (Josifoski et al., WSDM 2019) embeds a text of language ``l`` as ``Phi_l x``: ``x`` is the
+text's L2-normalised TF-IDF bag of words over the language's training vocabulary
+(:mod:`._bow`) and ``Phi_l`` (rank x |V_l|) is that language's block of the embedding map,
+whose rows are orthonormal across all languages. Training lives in
+:mod:`backretrieval.train.cr5`; this module reads a saved model directory and embeds texts.
+
+Model directory (no pickle anywhere; written by :meth:`Cr5Model.save`, ``cr5.json`` last, so a
+directory with ``cr5.json`` is complete):
+
+* ``cr5.json`` -- ``format`` (``"backretrieval.cr5"``), ``format_version``, ``tokenizer``
+  (:data:`._bow.TOKENIZER_VERSION`), ``languages``, ``rank``, ``hyper_parameters`` and
+  ``training`` (sizes, timings, solver statistics: whatever the trainer recorded);
+* ``cr5.npz`` -- ``phi__<lang>`` (float32, rank x |V_l|), ``idf__<lang>`` (float64, |V_l|),
+  ``singular_values`` (of the rank-r coefficient matrix W, descending);
+* ``vocab/<lang>.txt`` -- the vocabulary, one token per line, UTF-8, in column order.
+
+As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_CN`` block,
+``pt-PT`` a ``pt`` block, via :func:`._text.lang_key`); a language without a block raises
+:class:`~backretrieval.core.EncoderError`. Bias dimension: a text with no vocabulary token has
+``Phi_l x = 0``, for which cosine similarity is undefined, so -- as in ``tfidf-char`` -- every
+vector is ``[Phi_l x / |Phi_l x|, BIAS]`` re-normalised (``dim = rank + 1``, ``BIAS = 1e-3``):
+such texts all become the same unit vector, and for every other pair the cosine becomes
+``(c + 1e-6) / (1 + 1e-6)``, a monotone map of the plain Cr5 cosine ``c`` (rankings unchanged).
+``version`` is a hash of the directory, so the embedding cache never mixes two trainings.
+Options: ``batch_size`` (2048), ``progress``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core import DataError, EncoderError, atomic_save_npz, atomic_write_text
+from ._bow import TOKENIZER_VERSION, TfidfBow
+from ._text import BatchedTextEncoder, check_options, lang_key
+from .base import EncoderInfo, register_text
+
+FORMAT = "backretrieval.cr5"
+FORMAT_VERSION = 1
+META_FILE = "cr5.json"
+ARRAYS_FILE = "cr5.npz"
+VOCAB_DIR = "vocab"
+BIAS = 1e-3
+
+
+class Cr5Model:
+    """The learned part of a Cr5 model: per language a TF-IDF vocabulary and the block ``Phi_l``."""
+
+    def __init__(
+        self,
+        vocabularies: Mapping[str, Sequence[str]],
+        idf: Mapping[str, np.ndarray],
+        phi: Mapping[str, np.ndarray],
+        singular_values: np.ndarray | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.languages = list(phi)
+        if not self.languages:
+            raise DataError("cr5 model: no language")
+        if set(vocabularies) != set(phi) or set(idf) != set(phi):
+            raise DataError("cr5 model: vocabularies, idf and phi must cover the same languages")
+        self.phi = {lang: np.ascontiguousarray(phi[lang], dtype=np.float32) for lang in self.languages}
+        ranks = {p.shape[0] for p in self.phi.values()}
+        if len(ranks) != 1:
+            raise DataError(f"cr5 model: the Phi blocks have different numbers of rows: {sorted(ranks)}")
+        self.rank = ranks.pop()
+        self.bow = {lang: TfidfBow(vocabularies[lang], idf[lang]) for lang in self.languages}
+        for lang in self.languages:
+            if self.phi[lang].shape[1] != len(self.bow[lang]):
+                raise DataError(
+                    f"cr5 model: Phi of {lang!r} has {self.phi[lang].shape[1]} columns for "
+                    f"{len(self.bow[lang])} vocabulary entries"
+                )
+        self.singular_values = None if singular_values is None else np.asarray(singular_values, dtype=np.float64)
+        self.meta = dict(meta or {})
+        self._keys = {lang_key(lang): lang for lang in self.languages}
+
+    # ------------------------------------------------------------------ languages
+    def resolve(self, lang: str) -> str | None:
+        """The model language serving ``lang`` (exact, then normalised, then the base language)."""
+        if lang in self.phi:
+            return lang
+        k = lang_key(lang)
+        if k in self._keys:
+            return self._keys[k]
+        if k != "zh-tw" and k.split("-")[0] in self._keys:
+            return self._keys[k.split("-")[0]]
+        return None
+
+    def _lang(self, lang: str) -> str:
+        got = self.resolve(lang)
+        if got is None:
+            raise EncoderError(f"cr5: the model has no language {lang!r} (trained on: {', '.join(self.languages)})")
+        return got
+
+    # ------------------------------------------------------------------ inference
+    def tfidf(self, texts: Sequence[str], lang: str):
+        """CSR TF-IDF rows (L2-normalised) of ``texts`` in the model's vocabulary of ``lang``."""
+        return self.bow[self._lang(lang)].transform(texts)
+
+    def transform(self, texts: Sequence[str], lang: str) -> np.ndarray:
+        """float32 (n, rank): ``Phi_l x`` for each text (all-zero for a text with no known token)."""
+        lang = self._lang(lang)
+        x = self.bow[lang].transform(texts).astype(np.float32)
+        return np.asarray(x @ self.phi[lang].T, dtype=np.float32)
+
+    def word_vectors(self, lang: str) -> tuple[list[str], np.ndarray]:
+        """The vocabulary of ``lang`` and its word vectors: the columns of ``Phi_l``, as rows (|V|, rank)."""
+        lang = self._lang(lang)
+        return self.bow[lang].vocabulary, np.ascontiguousarray(self.phi[lang].T)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the model directory (see the module docstring); ``cr5.json`` is written last."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        for lang in self.languages:
+            if not lang or "/" in lang or "\\" in lang or lang.startswith("."):
+                raise DataError(f"cr5 model: language code {lang!r} cannot name a file")
+            atomic_write_text(path / VOCAB_DIR / f"{lang}.txt", "".join(t + "\n" for t in self.bow[lang].vocabulary))
+        arrays: dict[str, np.ndarray] = {}
+        for lang in self.languages:
+            arrays[f"phi__{lang}"] = self.phi[lang]
+            arrays[f"idf__{lang}"] = self.bow[lang].idf
+        if self.singular_values is not None:
+            arrays["singular_values"] = self.singular_values
+        atomic_save_npz(path / ARRAYS_FILE, **arrays)
+        meta = {
+            **self.meta,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "tokenizer": TOKENIZER_VERSION,
+            "languages": self.languages,
+            "rank": self.rank,
+            "vocabulary_sizes": {lang: len(self.bow[lang]) for lang in self.languages},
+        }
+        atomic_write_text(path / META_FILE, json.dumps(meta, indent=1, ensure_ascii=False, default=_json_default))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Cr5Model":
+        """Read a model directory written by :meth:`save`; EncoderError naming what is wrong."""
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise EncoderError(f"cr5: model directory {str(path)!r} does not exist or is not a directory")
+        mf = p / META_FILE
+        if not mf.is_file():
+            raise EncoderError(f"cr5: {str(path)!r} has no {META_FILE}: not a (complete) Cr5 model directory")
+        try:
+            meta = json.loads(mf.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise EncoderError(f"cr5: cannot read {mf}: {e}") from None
+        if meta.get("format") != FORMAT:
+            raise EncoderError(f"cr5: {mf} is not a Cr5 model (format {meta.get('format')!r})")
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise EncoderError(f"cr5: {mf} has format version {meta.get('format_version')!r}; this code reads {FORMAT_VERSION}")
+        if meta.get("tokenizer") != TOKENIZER_VERSION:
+            raise EncoderError(
+                f"cr5: {mf} was trained with tokenizer {meta.get('tokenizer')!r}; this code tokenises with "
+                f"{TOKENIZER_VERSION!r} (retrain the model)"
+            )
+        langs = meta.get("languages")
+        if not isinstance(langs, list) or not langs:
+            raise EncoderError(f"cr5: {mf} lists no languages")
+        try:
+            with np.load(p / ARRAYS_FILE, allow_pickle=False) as z:
+                phi = {lang: z[f"phi__{lang}"] for lang in langs}
+                idf = {lang: z[f"idf__{lang}"] for lang in langs}
+                sv = z["singular_values"] if "singular_values" in z.files else None
+        except KeyError as e:
+            raise EncoderError(f"cr5: {p / ARRAYS_FILE} lacks array {e}") from None
+        except (OSError, ValueError) as e:
+            raise EncoderError(f"cr5: cannot read {p / ARRAYS_FILE}: {e}") from None
+        vocab = {}
+        for lang in langs:
+            vf = p / VOCAB_DIR / f"{lang}.txt"
+            try:
+                vocab[lang] = vf.read_text(encoding="utf-8").split("\n")[:-1]
+            except OSError as e:
+                raise EncoderError(f"cr5: cannot read vocabulary {vf}: {e}") from None
+        try:
+            return cls(vocab, idf, phi, sv, meta)
+        except DataError as e:
+            raise EncoderError(f"cr5: {p}: {e}") from None
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class Cr5Encoder(BatchedTextEncoder):
+    """A saved Cr5 model directory as a text encoder (``rank + 1`` dims, see the module docstring)."""
+
+    cacheable = True
+    default_batch_size = 2048
+
+    def __init__(self, path: str | os.PathLike, *, name: str | None = None, batch_size: int | None = None, progress: bool = False) -> None:
+        from .sentence_transformers_dir import dir_fingerprint
+
+        self.name = name or f"cr5:{path}"
+        p = Path(path).expanduser()
+        if not (p / META_FILE).is_file():
+            raise EncoderError(f"{self.name}: {str(path)!r} is not a Cr5 model directory (no {META_FILE})")
+        self.path = p.resolve()
+        super().__init__(batch_size=batch_size, progress=progress)
+        try:
+            meta = json.loads((self.path / META_FILE).read_text(encoding="utf-8"))
+            self.languages = frozenset(meta["languages"])
+            self.dim = int(meta["rank"]) + 1
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise EncoderError(f"{self.name}: cannot read {self.path / META_FILE}: {e}") from None
+        self.version = f"cr5-dir-{dir_fingerprint(self.path)}/bias{BIAS:g}"
+        self._lang: str | None = None
+
+    def _load_model(self) -> Cr5Model:
+        return Cr5Model.load(self.path)
+
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        model = self._get_model()
+        if isinstance(lang, str) and lang.strip():
+            model._lang(lang)  # unknown language: a clear error before any work
+        self._lang = lang
+        return super().encode(texts, lang, ids=ids, **kw)
+
+    def _encode_batch(self, model: Cr5Model, texts: list[str]) -> np.ndarray:
+        v = model.transform(texts, self._lang).astype(np.float64)
+        norms = np.linalg.norm(v, axis=1, keepdims=True)
+        np.divide(v, norms, out=v, where=norms > 0)
+        out = np.empty((len(texts), v.shape[1] + 1), dtype=np.float64)
+        out[:, :-1] = v
+        out[:, -1] = BIAS
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out.astype(np.float32)
+
+
+def _factory(arg: str | None = None, **options: Any) -> Cr5Encoder:
+    check_options("cr5", options, ("batch_size", "progress"))
+    if not arg:
+        raise EncoderError("text model 'cr5' needs a model directory: cr5:DIR (train one with `backretrieval train cr5`)")
+    return Cr5Encoder(arg, **options)
+
+
+register_text(
+    EncoderInfo(
+        name="cr5",
+        factory=_factory,
+        description="a trained Cr5 model directory (cr5:DIR; `backretrieval train cr5`): TF-IDF bag of words x Phi_l (+1 bias dim)",
+        kind="text",
+        takes_arg=True,
+        requires="",
+    )
+)
