@@ -1,0 +1,157 @@
+"""``backretrieval study``: blinded human relevance studies (create, add-rater, raters, serve, analyze)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ._app import _parse_options, _warn, main
+
+
+@main.group()
+def study() -> None:
+    """Blinded human relevance study of two or more models (paper, end of Sec. 3.2).
+
+    \b
+    backretrieval study create --dataset emoji-cldr --src en --tgt ru --models use-m,e5-small --out STUDY.db
+    backretrieval study serve STUDY.db            # open the printed link(s), rate with keys 1-4
+    backretrieval study analyze STUDY.db --out DIR
+    """
+
+
+def _link(host: str, port: int, token: str) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/r/{token}"
+
+
+@study.command()
+@click.option("--dataset", required=True, help="Registered dataset or a .jsonl/.csv/.parquet file.")
+@click.option("--src", required=True, help="Language of the queries.")
+@click.option("--tgt", required=True, help="Language of the suggestions.")
+@click.option("--models", required=True, help="Comma-separated text models, two or more (e.g. use-m,e5-small).")
+@click.option("--queries", default=20, show_default=True, help="Number of source-language queries.")
+@click.option("--per-model", default=5, show_default=True, help="Suggestions per model and query (its top-k).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the query / pool sampling and rater orders.")
+@click.option("--pool", type=click.Choice(["disjoint", "all"]), default="disjoint", show_default=True,
+              help="disjoint: the queries' own translations are not in the target pool; all: keep them.")
+@click.option("--pool-size", type=int, default=None, help="Subsample the target pool to this many items (default: all).")
+@click.option("--images", type=click.Choice(["all", "query", "none"]), default="all", show_default=True,
+              help="Show images (when the dataset has image files) for queries and suggestions, queries only, or none.")
+@click.option("--raters", default=1, show_default=True, help="Raters to register now (more with `study add-rater`).")
+@click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The study file to write (SQLite).")
+@click.option("--force", is_flag=True, help="Replace an existing study file (and its ratings).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size, images, raters, dataset_option, out, force, quiet) -> None:
+    """Build the blinded, randomised study file."""
+    from ..study import StudyConfig, create_study
+
+    cfg = StudyConfig(
+        dataset=dataset,
+        src=src,
+        tgt=tgt,
+        models=[m for m in models.split(",") if m.strip()],
+        queries=queries,
+        per_model=per_model,
+        seed=seed,
+        pool=pool,
+        pool_size=pool_size,
+        images=images,
+        dataset_options=_parse_options(dataset_option),
+    )
+    summary = create_study(cfg, out, raters=raters, force=force, progress=not quiet, log=_warn)
+    click.echo(
+        f"wrote {out}: {summary['queries']} queries, {summary['suggestions']} suggestions "
+        f"({summary['shared_suggestions']} retrieved by more than one model), {len(summary['raters'])} rater(s)"
+    )
+    for r in summary["raters"]:
+        click.echo(f"  {r['name']}: {_link('127.0.0.1', 8765, r['token'])}")
+    click.echo(f"start the server with: backretrieval study serve {out}")
+
+
+@study.command("add-rater")
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--name", default=None, help="Rater name (default rater<N>).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Host to print in the link.")
+@click.option("--port", default=8765, show_default=True, help="Port to print in the link.")
+def add_rater(db, name, host, port) -> None:
+    """Register a rater and print the rater's private link."""
+    from ..study import store
+
+    con = store.connect(db)
+    try:
+        r = store.add_rater(con, name)
+    finally:
+        con.close()
+    click.echo(f"{r['name']}: {_link(host, port, r['token'])}")
+
+
+@study.command()
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8765, show_default=True)
+def raters(db, host, port) -> None:
+    """List raters, their progress and links."""
+    from ..study import store
+
+    con = store.connect(db)
+    try:
+        rows = store.list_raters(con)
+    finally:
+        con.close()
+    for r in rows:
+        click.echo(f"{r['name']}\t{r['rated']}/{r['total']}\t{_link(host, port, r['token'])}")
+
+
+@study.command()
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind; 127.0.0.1 keeps the study on this machine.")
+@click.option("--port", default=8765, show_default=True, help="Port (0 = any free port).")
+def serve(db, host, port) -> None:
+    """Serve the rating pages until interrupted (Ctrl-C). Prints each rater's link."""
+    from ..study import store
+    from ..study.server import StudyServer
+
+    srv = StudyServer(db, host, port)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        _warn(f"listening on {host}: anyone who can reach this machine and has a link can rate")
+    con = store.connect(db)
+    try:
+        rows = store.list_raters(con)
+    finally:
+        con.close()
+    click.echo(f"serving {db} on http://{host}:{srv.port}/ (Ctrl-C to stop)")
+    if not rows:
+        _warn("no raters yet: add one with `backretrieval study add-rater`")
+    for r in rows:
+        click.echo(f"  {r['name']} ({r['rated']}/{r['total']} rated): {srv.url(r['token'])}")
+    sys.stdout.flush()
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server.server_close()
+
+
+@study.command()
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Write analysis.md, analysis.json and ratings.csv here.")
+@click.option("--bkr/--no-bkr", default=True, show_default=True, help="Also compute the models' BkR on the study's pair.")
+@click.option("--bkr-n", default=1000, show_default=True, help="N items per side for BkR.")
+@click.option("--bkr-seeds", default=3, show_default=True, help="Seeds for BkR.")
+@click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR.")
+@click.option("--n-boot", default=2000, show_default=True, help="Bootstrap resamples of the ratio's interval.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def analyze(db, out, bkr, bkr_n, bkr_seeds, image_model, n_boot, quiet) -> None:
+    """Score distributions, ratio of "very relevant", tests, agreement, BkR (Markdown + JSON)."""
+    from ..study.analyze import analyze as run, format_markdown, write_outputs
+
+    res = run(db, bkr=bkr, bkr_n=bkr_n, bkr_seeds=bkr_seeds, image_model=image_model, n_boot=n_boot,
+              progress=not quiet, log=_warn)
+    click.echo(format_markdown(res))
+    if out:
+        files = write_outputs(res, db, out)
+        click.echo("wrote " + ", ".join(str(f) for f in files))

@@ -1,0 +1,460 @@
+"""Analysis of a finished (or partly finished) study: per model score distributions, the ratio
+of "very relevant" suggestions, significance tests, inter-rater agreement, and the models'
+BkR on the same language pair for comparison.
+
+Credit. A suggestion retrieved by several models for the same query was shown once; its
+ratings count for every model that retrieved it.
+
+Tests (two-sided; one family per pair of models, Holm-adjusted when there are more than two
+models):
+
+* **primary -- exact paired sign-flip test over queries** of the per-query share of "very
+  relevant" (score 1) ratings. The query is the sampled unit: suggestions of one query, and
+  ratings by one rater, are not independent, and queries differ in difficulty, so the test
+  pairs the two models query by query (for each query and model: the share of that model's
+  rated suggestions scored 1, averaged over the raters who rated them). Under the null the
+  sign of each query's difference is a fair coin; with up to 20 non-zero differences all
+  2^n sign patterns are enumerated (exact p), above that 200,000 random patterns are drawn.
+  Shared suggestions count for both models and cancel in the difference.
+* Wilcoxon signed-rank test of the same per-query differences (scipy; zeros dropped).
+* The same sign-flip test on the per-query **mean score** (1-4, lower is better): the whole
+  ordinal scale, averaged as if it were interval.
+* Chi-square test of the 2 x 4 table (model x score) of the ratings of suggestions that only
+  one of the two models retrieved (a shared suggestion cannot sit in one row), and Fisher's
+  exact test of the 2 x 2 table "very relevant or not". Both treat ratings as independent and
+  ignore the clustering by query and rater, so their p-values are optimistic; they are
+  reported for comparison with analyses that do this.
+
+The ratio of "very relevant" is ``share_A / share_B`` with ``share = (#ratings of 1) /
+(#ratings)`` over all the model's rated suggestions and raters (with complete ratings each
+model has the same number of rated suggestions, so this is also the ratio of counts, the
+paper's "2.3x more very relevant items"); its 95% interval is a percentile bootstrap that
+resamples queries.
+
+Agreement (two or more raters): Krippendorff's alpha over suggestions, ordinal on the 1-4
+scores and nominal on "very relevant or not" (:mod:`.agreement`).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ..analysis.stats import holm
+from ..core import BackretrievalError, atomic_write_text
+from . import store
+from .agreement import krippendorff_alpha
+
+EXACT_MAX = 20
+N_RANDOM_SIGNS = 200_000
+
+
+def sign_flip_test(d: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
+    """Two-sided paired sign-flip test of mean(d) = 0: exact when at most :data:`EXACT_MAX`
+    differences are non-zero, else Monte Carlo with :data:`N_RANDOM_SIGNS` draws (p counts the
+    observed pattern). Ties: patterns whose |sum| equals the observed one (within 1e-9) count
+    as extreme."""
+    d = np.asarray(d, dtype=np.float64)
+    nz = d[d != 0]
+    obs = abs(nz.sum())
+    if nz.size == 0:
+        return {"p": 1.0, "n": int(d.size), "nonzero": 0, "mean_diff": 0.0, "method": "exact sign-flip"}
+    if nz.size <= EXACT_MAX:
+        extreme, total = 0, 0
+        n = nz.size
+        # patterns in chunks of 2^16: bit j of the pattern index flips the sign of nz[j]
+        chunk = 1 << min(n, 16)
+        for start in range(0, 1 << n, chunk):
+            idx = np.arange(start, start + chunk, dtype=np.int64)
+            signs = 1.0 - 2.0 * ((idx[:, None] >> np.arange(n)) & 1)
+            extreme += int(np.count_nonzero(np.abs(signs @ nz) >= obs - 1e-9))
+            total += chunk
+        p, method = extreme / total, "exact sign-flip"
+    else:
+        rng = np.random.default_rng(seed)
+        extreme = 0
+        for start in range(0, N_RANDOM_SIGNS, 4000):
+            m = min(4000, N_RANDOM_SIGNS - start)
+            signs = rng.choice(np.array([-1.0, 1.0]), size=(m, nz.size))
+            extreme += int(np.count_nonzero(np.abs(signs @ nz) >= obs - 1e-9))
+        p, method = (1 + extreme) / (1 + N_RANDOM_SIGNS), f"sign-flip, {N_RANDOM_SIGNS} random patterns"
+    return {"p": float(p), "n": int(d.size), "nonzero": int(nz.size), "mean_diff": float(d.mean()), "method": method}
+
+
+def _finite(x: Any) -> Any:
+    """JSON-safe numbers: inf / nan become None."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0:
+        return float("inf") if a > 0 else float("nan")
+    return a / b
+
+
+def rated_credits(tables: dict[str, Any]) -> pd.DataFrame:
+    """One row per (rating, crediting model): rater, query, suggestion, model, score."""
+    r = tables["ratings"].merge(tables["suggestions"][["sugg_id", "query_id"]], on="sugg_id")
+    return r.merge(tables["credits"][["sugg_id", "model_id"]], on="sugg_id")
+
+
+def per_query(rc: pd.DataFrame, model_id: int, value: str) -> pd.Series:
+    """Per query: the model's share of score-1 ratings (``value="vr"``) or mean score
+    (``"mean"``), first per rater, then averaged over raters."""
+    m = rc[rc.model_id == model_id].assign(vr=lambda x: (x.score == 1).astype(float), mean=lambda x: x.score.astype(float))
+    return m.groupby(["query_id", "rater_id"])[value].mean().groupby("query_id").mean()
+
+
+def _bootstrap_ratio(rc: pd.DataFrame, a: int, b: int, query_ids: np.ndarray, n_boot: int, seed: int) -> list[float]:
+    """Percentile 95% interval of share_a / share_b, resampling queries with replacement."""
+    def sums(model_id: int) -> tuple[np.ndarray, np.ndarray]:
+        m = rc[rc.model_id == model_id]
+        g = m.groupby("query_id").score
+        vr = g.apply(lambda s: int((s == 1).sum())).reindex(query_ids, fill_value=0).to_numpy(float)
+        n = g.size().reindex(query_ids, fill_value=0).to_numpy(float)
+        return vr, n
+
+    (va, na), (vb, nb) = sums(a), sums(b)
+    rng = np.random.default_rng(seed)
+    out = np.empty(n_boot)
+    for i in range(n_boot):
+        pick = rng.integers(0, len(query_ids), size=len(query_ids))
+        sa = va[pick].sum() / max(na[pick].sum(), 1)
+        sb = vb[pick].sum() / max(nb[pick].sum(), 1)
+        out[i] = _ratio(sa, sb)
+    out = np.where(np.isnan(out), np.inf, out)  # 0/0 in a resample: no evidence either way; counted high
+    # order statistics (no interpolation, which would give inf - inf = nan between infinite ratios)
+    return [float(np.percentile(out, 2.5, method="lower")), float(np.percentile(out, 97.5, method="higher"))]
+
+
+def _distribution(scores: pd.Series) -> dict[str, Any]:
+    counts = {str(s): int((scores == s).sum()) for s in store.SCORES}
+    n = int(scores.size)
+    return {
+        "ratings": n,
+        "counts": counts,
+        "shares": {k: (v / n if n else float("nan")) for k, v in counts.items()},
+        "very_relevant": counts["1"],
+        "very_relevant_share": counts["1"] / n if n else float("nan"),
+        "mean_score": float(scores.mean()) if n else float("nan"),
+    }
+
+
+def compare_pair(rc: pd.DataFrame, a: int, b: int, *, n_boot: int, seed: int) -> dict[str, Any]:
+    """Every test of model ``a`` against model ``b`` (see the module docstring)."""
+    qa, qb = per_query(rc, a, "vr"), per_query(rc, b, "vr")
+    common = qa.index.intersection(qb.index)
+    d_vr = (qa[common] - qb[common]).to_numpy()
+    ma, mb = per_query(rc, a, "mean"), per_query(rc, b, "mean")
+    d_mean = (ma[common] - mb[common]).to_numpy()
+    sa = rc[rc.model_id == a].score
+    sb = rc[rc.model_id == b].score
+    share_a = float((sa == 1).mean()) if sa.size else float("nan")
+    share_b = float((sb == 1).mean()) if sb.size else float("nan")
+    out: dict[str, Any] = {
+        "queries": int(common.size),
+        "very_relevant": [int((sa == 1).sum()), int((sb == 1).sum())],
+        "ratio_very_relevant": _ratio(share_a, share_b),
+        "ratio_count": _ratio(float((sa == 1).sum()), float((sb == 1).sum())),
+        "ratio_ci95": _bootstrap_ratio(rc, a, b, np.asarray(common), n_boot, seed) if common.size else None,
+        "primary": sign_flip_test(d_vr, seed=seed),
+        "mean_score": sign_flip_test(d_mean, seed=seed),
+        "queries_a_better": int(np.sum(d_vr > 0)),
+        "queries_b_better": int(np.sum(d_vr < 0)),
+        "queries_tied": int(np.sum(d_vr == 0)),
+    }
+    nz = d_vr[d_vr != 0]
+    if nz.size:
+        w = sps.wilcoxon(nz, zero_method="wilcox")
+        out["wilcoxon"] = {"statistic": float(w.statistic), "p": float(w.pvalue), "nonzero": int(nz.size)}
+    else:
+        out["wilcoxon"] = {"statistic": float("nan"), "p": 1.0, "nonzero": 0}
+    # independence tests on suggestions that only one of the two models retrieved
+    credit_sets = rc.groupby("sugg_id").model_id.agg(lambda s: frozenset(s))
+    only = {m: set(credit_sets[credit_sets.apply(lambda s, m=m: m in s and len(s & {a, b}) == 1)].index) for m in (a, b)}
+    rows = []
+    for m in (a, b):
+        sc = rc[(rc.model_id == m) & rc.sugg_id.isin(only[m])].score
+        rows.append([int((sc == s).sum()) for s in store.SCORES])
+    table = np.array(rows)
+    cols = table.sum(axis=0) > 0
+    chi: dict[str, Any] = {"table": table.tolist(), "note": "ratings treated as independent (optimistic)"}
+    if table.sum(axis=1).min() > 0 and cols.sum() >= 2:
+        res = sps.chi2_contingency(table[:, cols])
+        chi.update(statistic=float(res.statistic), dof=int(res.dof), p=float(res.pvalue), min_expected=float(res.expected_freq.min()))
+    else:
+        chi.update(statistic=float("nan"), dof=0, p=float("nan"))
+    two = np.array([[t[0], t[1:].sum()] for t in table])
+    chi["fisher_very_relevant_p"] = float(sps.fisher_exact(two).pvalue) if two.sum(axis=1).min() > 0 else float("nan")
+    out["chi2"] = chi
+    return out
+
+
+def agreement(tables: dict[str, Any]) -> dict[str, Any] | None:
+    """Krippendorff's alpha over suggestions when two or more raters rated something."""
+    r = tables["ratings"]
+    raters = sorted(r.rater_id.unique())
+    if len(raters) < 2:
+        return None
+    units = sorted(r.sugg_id.unique())
+    mat = np.full((len(raters), len(units)), np.nan)
+    ri = {x: i for i, x in enumerate(raters)}
+    ui = {x: i for i, x in enumerate(units)}
+    for rid, sid, sc in r[["rater_id", "sugg_id", "score"]].itertuples(index=False):
+        mat[ri[rid], ui[sid]] = sc
+    pairable = int(np.sum(np.sum(~np.isnan(mat), axis=0) >= 2))
+    binary = np.where(np.isnan(mat), np.nan, (mat == 1).astype(float))
+    return {
+        "raters": len(raters),
+        "pairable_suggestions": pairable,
+        "alpha_ordinal": krippendorff_alpha(mat, "ordinal", store.SCORES),
+        "alpha_nominal": krippendorff_alpha(mat, "nominal", store.SCORES),
+        "alpha_very_relevant": krippendorff_alpha(binary, "nominal", (0.0, 1.0)),
+    }
+
+
+def bkr_comparison(
+    meta: dict[str, Any], *, n: int, seeds: int, image_model: str, k: int = 10, progress: bool = True
+) -> dict[str, Any]:
+    """The models' BkR@k (and XLR@k where the dataset links languages) on the study's pair,
+    from :func:`backretrieval.analysis.evaluate` with ``n`` items per side and ``seeds`` seeds."""
+    from ..analysis import EvalConfig, evaluate
+
+    cfg = EvalConfig(
+        dataset=meta["dataset"],
+        pairs=[(meta["src"], meta["tgt"])],
+        models=list(meta["models"]),
+        image_model=image_model,
+        n=n,
+        seeds=list(range(seeds)),
+        k=k,
+        dataset_options=dict(meta.get("dataset_options") or {}),
+    )
+    res = evaluate(cfg, None, progress=progress)
+    df = pd.DataFrame(res.records)
+    out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": image_model, "models": {}}
+    for spec in meta["models"]:
+        rows = df[df.model == spec]
+        entry = {}
+        for col in (f"bkr@{k}", "bkr_mrr", f"xlr@{k}"):
+            if col in rows and rows[col].notna().any():
+                entry[col] = float(rows[col].mean())
+                entry[f"{col}_sd"] = float(rows[col].std(ddof=1)) if len(rows) > 1 else 0.0
+        out["models"][spec] = entry
+    if len(df) and f"bkr@{k}" in df:
+        out["chance"] = k / n
+    return out
+
+
+def analyze(
+    path: str | Path,
+    *,
+    bkr: bool = True,
+    bkr_n: int = 1000,
+    bkr_seeds: int = 3,
+    image_model: str = "efficientnet-lite0",
+    n_boot: int = 2000,
+    seed: int = 0,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda msg: None,
+) -> dict[str, Any]:
+    """The full analysis as a JSON-ready dict (see :func:`format_markdown`)."""
+    con = store.connect(path)
+    try:
+        tables = store.load_tables(con)
+        raters = store.list_raters(con)
+    finally:
+        con.close()
+    meta = tables["meta"]
+    models = tables["models"]
+    credits = tables["credits"]
+    n_sugg = len(tables["suggestions"])
+    shared = int((credits.groupby("sugg_id").size() > 1).sum())
+    rc = rated_credits(tables)
+    result: dict[str, Any] = {
+        "study": {
+            key: meta.get(key)
+            for key in ("dataset", "dataset_options", "src", "tgt", "models", "queries", "per_model", "seed", "pool", "pool_n", "created_at")
+        },
+        "suggestions": n_sugg,
+        "shared_suggestions": shared,
+        "raters": [{"name": r["name"], "rated": r["rated"], "total": r["total"]} for r in raters],
+        "ratings": int(len(tables["ratings"])),
+        "events": int(tables["n_events"]),
+        "complete": bool(raters) and all(r["rated"] == r["total"] for r in raters),
+        "models": {},
+        "comparisons": [],
+    }
+    for model_id, spec, label in models.itertuples(index=False):
+        d = _distribution(rc[rc.model_id == model_id].score)
+        d.update(label=label, suggestions=int((credits.model_id == model_id).sum()))
+        result["models"][spec] = d
+    ids = dict(zip(models.spec, models.model_id))
+    pairs = list(itertools.combinations(models.spec, 2))
+    for a, b in pairs:
+        c = compare_pair(rc, ids[a], ids[b], n_boot=n_boot, seed=seed)
+        c.update(a=a, b=b)
+        result["comparisons"].append(c)
+    if result["comparisons"]:
+        adj = holm([c["primary"]["p"] for c in result["comparisons"]])
+        for c, p in zip(result["comparisons"], adj):
+            c["primary"]["p_holm"] = p
+    result["agreement"] = agreement(tables)
+    if bkr:
+        try:
+            result["bkr"] = bkr_comparison(meta, n=bkr_n, seeds=bkr_seeds, image_model=image_model, progress=progress)
+        except BackretrievalError as e:  # the human results stand on their own
+            log(f"BkR comparison skipped: {e}")
+            result["bkr"] = {"error": str(e)}
+    else:
+        result["bkr"] = None
+    return result
+
+
+# ---------------------------------------------------------------------------------------- output
+
+
+def _p(v: float | None) -> str:
+    if v is None or v != v:
+        return "-"
+    return f"{v:.1e}" if v < 1e-3 else f"{v:.3f}"
+
+
+def _x(v: float | None, digits: int = 2) -> str:
+    if v is None or v != v:
+        return "-"
+    return "∞" if v == float("inf") else f"{v:.{digits}f}"
+
+
+def format_markdown(res: dict[str, Any]) -> str:
+    s = res["study"]
+    lines = [
+        f"# Blind relevance study: {s['dataset']} {s['src']} → {s['tgt']}",
+        "",
+        f"{s['queries']} queries, {s['per_model']} suggestions per model and query, pool of {s['pool_n']} "
+        f"{s['tgt']} items ({s['pool']}), seed {s['seed']}. {res['suggestions']} suggestions shown, "
+        f"{res['shared_suggestions']} of them retrieved by more than one model (shown once, credited to each).",
+        "",
+        "Raters: " + ", ".join(f"{r['name']} {r['rated']}/{r['total']}" for r in res["raters"])
+        + ("" if res["complete"] else " (**incomplete**)")
+        + f". {res['ratings']} ratings stored ({res['events']} clicks).",
+        "",
+        "## Scores per model",
+        "",
+        "Scale: 1 very relevant, 2 relevant, 3 somewhat relevant, 4 not relevant.",
+        "",
+        "| model | rated | 1 | 2 | 3 | 4 | very relevant | mean score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for spec, m in res["models"].items():
+        c = m["counts"]
+        lines.append(
+            f"| {m['label']}: {spec} | {m['ratings']} | {c['1']} | {c['2']} | {c['3']} | {c['4']} | "
+            f"{_x(100 * m['very_relevant_share'], 1)}% | {_x(m['mean_score'])} |"
+        )
+    if res["comparisons"]:
+        lines += [
+            "",
+            "## Comparisons",
+            "",
+            "Primary test: exact paired sign-flip test over queries of the per-query share of "
+            "\"very relevant\" ratings (two-sided; Holm-adjusted across pairs).",
+            "",
+            "| A vs B | very relevant A / B | ratio (95% CI) | queries A>B / A<B / tie | p (primary) | p Holm | "
+            "p Wilcoxon | p mean score | p χ² (indep.) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for c in res["comparisons"]:
+            ci = c["ratio_ci95"]
+            ci_txt = f" ({_x(ci[0])}–{_x(ci[1])})" if ci else ""
+            lines.append(
+                f"| {c['a']} vs {c['b']} | {c['very_relevant'][0]} / {c['very_relevant'][1]} | "
+                f"{_x(c['ratio_very_relevant'])}×{ci_txt} | {c['queries_a_better']} / {c['queries_b_better']} / "
+                f"{c['queries_tied']} | {_p(c['primary']['p'])} | {_p(c['primary'].get('p_holm'))} | "
+                f"{_p(c['wilcoxon']['p'])} | {_p(c['mean_score']['p'])} | {_p(c['chi2']['p'])} |"
+            )
+    ag = res.get("agreement")
+    lines += ["", "## Inter-rater agreement", ""]
+    if ag is None:
+        lines.append("One rater: agreement needs two or more.")
+    else:
+        lines.append(
+            f"{ag['raters']} raters, {ag['pairable_suggestions']} suggestions rated by at least two. "
+            f"Krippendorff's alpha: ordinal {_x(ag['alpha_ordinal'], 3)}, nominal {_x(ag['alpha_nominal'], 3)}, "
+            f"\"very relevant\" or not {_x(ag['alpha_very_relevant'], 3)}."
+        )
+    b = res.get("bkr")
+    if b:
+        lines += ["", "## Backretrieval on the same pair", ""]
+        if "error" in b:
+            lines.append(f"Not computed: {b['error']}")
+        else:
+            k = b["k"]
+            lines += [
+                f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
+                + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else "."),
+                "",
+                f"| model | BkR@{k} | BkR MRR | XLR@{k} | human: very relevant |",
+                "|---|---|---|---|---|",
+            ]
+            for spec, e in b["models"].items():
+                lines.append(
+                    f"| {spec} | {_x(e.get(f'bkr@{k}'), 3)} | {_x(e.get('bkr_mrr'), 3)} | {_x(e.get(f'xlr@{k}'), 3)} | "
+                    f"{_x(100 * res['models'][spec]['very_relevant_share'], 1)}% |"
+                )
+            key = f"bkr@{k}"
+            if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
+                by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
+                by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
+                lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
+                          + (" (same)." if by_bkr == by_h else " (different).")]
+    return "\n".join(lines) + "\n"
+
+
+def ratings_frame(path: str | Path) -> pd.DataFrame:
+    """Every rating, unblinded: rater, query, suggestion, the models that retrieved it (with
+    rank), score, number of writes."""
+    con = store.connect(path)
+    try:
+        t = store.load_tables(con)
+    finally:
+        con.close()
+    cr = t["credits"].merge(t["models"], on="model_id")
+    who = cr.groupby("sugg_id").apply(
+        lambda g: ";".join(f"{s}#{r}" for s, r in zip(g.spec, g["rank"])), include_groups=False
+    ).rename("models")
+    r = (
+        t["ratings"]
+        .merge(t["raters"], on="rater_id")
+        .merge(t["suggestions"].rename(columns={"item_id": "item", "text": "item_text", "public_id": "sid"}), on="sugg_id")
+        .merge(t["queries"].rename(columns={"item_id": "query_item", "text": "query_text", "public_id": "qid"}), on="query_id")
+        .merge(who, left_on="sugg_id", right_index=True)
+    )
+    return r[["name", "query_item", "query_text", "item", "item_text", "models", "score", "n_changes", "updated_at"]].rename(
+        columns={"name": "rater"}
+    )
+
+
+def write_outputs(res: dict[str, Any], path: str | Path, out_dir: str | Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = format_markdown(res)
+    files = [out_dir / "analysis.md", out_dir / "analysis.json", out_dir / "ratings.csv"]
+    atomic_write_text(files[0], md)
+    atomic_write_text(files[1], json.dumps(_finite(res), indent=1, ensure_ascii=False))
+    atomic_write_text(files[2], ratings_frame(path).to_csv(index=False))
+    return files

@@ -1,0 +1,271 @@
+"""Build a blinded, randomised relevance study (Backretrieval paper, end of Sec. 3.2).
+
+For ``Q`` source-language queries and each model, the model's ``per_model`` nearest
+target-language items (cosine, blocked exact search) are the suggestions. A target item
+suggested by several models for the same query is shown once and credited to each of them.
+Raters see each query with its suggestions in their own random order and never learn which
+model suggested what (:mod:`.store`, :mod:`.server`).
+
+Sampling (all from ``numpy.random.default_rng(seed)``, so the same seed gives the same study):
+
+* queries: ``Q`` distinct rows of the source corpus, uniformly;
+* pool (the searchable target items): the whole target corpus, less, with ``pool="disjoint"``
+  (the default), every item whose concept is the concept of a sampled query -- so the query's
+  own translation is never a suggestion. This is the setting of the paper's study (independent
+  recipe collections, no translations) and of BkR's non-matching samples: raters judge how
+  useful *related* items are, not whether the model finds an exact translation (which
+  ground-truth XLR already measures where translations exist). ``pool="all"`` keeps them;
+* ``pool_size`` (optional): a uniform subsample of that pool, drawn after the queries.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core import BackretrievalError, DataError, content_hash
+from ..data import Corpus, load_dataset
+from ..encoders.base import get_text_encoder
+from ..encoders.cache import CachedTextEncoder
+from ..search import l2_normalize, topk
+from . import store
+
+POOLS = ("disjoint", "all")
+IMAGE_MODES = ("all", "query", "none")
+MAX_IMAGE_BYTES = 1 << 20  # larger images are stored as a 512 px JPEG thumbnail
+
+
+@dataclasses.dataclass
+class StudyConfig:
+    dataset: str
+    src: str
+    tgt: str
+    models: list[str]
+    queries: int = 20
+    per_model: int = 5
+    seed: int = 0
+    pool: str = "disjoint"
+    pool_size: int | None = None
+    images: str = "all"
+    dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> None:
+        models = [m.strip() for m in self.models]
+        if len(models) < 2 or any(not m for m in models):
+            raise BackretrievalError(f"a study compares at least two models, got {self.models!r}")
+        if len(set(models)) != len(models):
+            raise BackretrievalError(f"duplicate model in {self.models!r}")
+        if self.src == self.tgt:
+            raise BackretrievalError(f"source and target language are the same ({self.src!r})")
+        for name in ("queries", "per_model"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise BackretrievalError(f"{name} must be a positive integer, got {v!r}")
+        if self.pool not in POOLS:
+            raise BackretrievalError(f"pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.images not in IMAGE_MODES:
+            raise BackretrievalError(f"images must be one of {', '.join(IMAGE_MODES)}, got {self.images!r}")
+        if self.pool_size is not None and (not isinstance(self.pool_size, int) or self.pool_size < 1):
+            raise BackretrievalError(f"pool_size must be a positive integer, got {self.pool_size!r}")
+
+
+@dataclasses.dataclass
+class Retrieved:
+    """What one model suggests: ``rows[q]`` are pool rows (best first), ``scores[q]`` cosines."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+
+def sample(cfg: StudyConfig, src: Corpus, tgt: Corpus) -> tuple[np.ndarray, np.ndarray]:
+    """``(query_rows, pool_rows)``: rows of the source and target corpora (see module doc)."""
+    if cfg.queries > len(src):
+        raise DataError(f"{src.dataset}/{src.lang}: {cfg.queries} queries asked for, the corpus has {len(src)} items")
+    rng = np.random.default_rng(cfg.seed)
+    q_rows = rng.choice(len(src), size=cfg.queries, replace=False).astype(np.int64)
+    if cfg.pool == "disjoint":
+        taken = {src.concept_of(int(i)) for i in q_rows}
+        pool = np.array([j for j, c in enumerate(tgt.concept_keys()) if c not in taken], dtype=np.int64)
+    else:
+        pool = np.arange(len(tgt), dtype=np.int64)
+    if cfg.pool_size is not None:
+        if cfg.pool_size > len(pool):
+            raise DataError(
+                f"{tgt.dataset}/{tgt.lang}: pool_size={cfg.pool_size} but only {len(pool)} target items are eligible"
+            )
+        pool = np.sort(rng.choice(pool, size=cfg.pool_size, replace=False))
+    if cfg.per_model > len(pool):
+        raise DataError(f"{tgt.dataset}/{tgt.lang}: per_model={cfg.per_model} exceeds the pool of {len(pool)} items")
+    return q_rows, pool
+
+
+def retrieve(spec: str, queries: Corpus, pool: Corpus, k: int, progress: bool = False) -> Retrieved:
+    """The ``k`` nearest pool items of each query under model ``spec`` (cosine; ties by pool
+    order, as :func:`backretrieval.search.topk`)."""
+    enc = CachedTextEncoder(get_text_encoder(spec), progress=progress)
+    if hasattr(enc.encoder, "fit") and callable(enc.encoder.fit):
+        enc.encoder.fit({queries.lang: queries.texts, pool.lang: pool.texts})
+    q = l2_normalize(enc.encode(queries.texts, queries.lang, ids=queries.ids))
+    d = l2_normalize(enc.encode(pool.texts, pool.lang, ids=pool.ids))
+    scores, idx = topk(q, d, k)
+    return Retrieved(idx, scores)
+
+
+def _image_blob(path: str) -> tuple[str, str, bytes]:
+    """``(image_id, mime, bytes)``; images over :data:`MAX_IMAGE_BYTES` become a JPEG thumbnail."""
+    from PIL import Image
+
+    try:
+        data = Path(path).read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
+            fmt = (im.format or "").upper()
+            if len(data) > MAX_IMAGE_BYTES or fmt not in ("PNG", "JPEG", "GIF", "WEBP"):
+                im = im.convert("RGB")
+                im.thumbnail((512, 512))
+                buf = io.BytesIO()
+                im.save(buf, "JPEG", quality=88)
+                data, fmt = buf.getvalue(), "JPEG"
+    except OSError as e:
+        raise DataError(f"image not found or unreadable: {path} ({e})") from None
+    return content_hash(data), f"image/{fmt.lower()}", data
+
+
+def create_study(
+    cfg: StudyConfig,
+    out: str | Path,
+    *,
+    raters: int = 1,
+    force: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda msg: None,
+) -> dict[str, Any]:
+    """Sample, retrieve with every model and write the study to ``out`` (SQLite), atomically:
+    the file appears complete or not at all. Returns :func:`store.study_summary` of it."""
+    cfg.models = [m.strip() for m in cfg.models]
+    cfg.validate()
+    out = Path(out)
+    store.require_new(out, force)
+    ds = load_dataset(cfg.dataset, langs=[cfg.src, cfg.tgt], **cfg.dataset_options)
+    src, tgt = ds[cfg.src], ds[cfg.tgt]
+    q_rows, pool_rows = sample(cfg, src, tgt)
+    qc, pc = src.subset(q_rows), tgt.subset(pool_rows)
+    log(f"{len(qc)} {cfg.src} queries, pool of {len(pc)} {cfg.tgt} items ({cfg.pool})")
+    found = {spec: retrieve(spec, qc, pc, cfg.per_model, progress) for spec in cfg.models}
+
+    show_q = cfg.images in ("all", "query") and qc.image_paths is not None
+    show_s = cfg.images == "all" and pc.image_paths is not None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.tmp-")
+    os.close(fd)
+    try:
+        con = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            _write(con, cfg, qc, pc, found, show_q, show_s, raters)
+        finally:
+            con.close()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        for p in (tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal"):
+            if os.path.exists(p):
+                os.unlink(p)
+        raise
+    return store.study_summary(out)
+
+
+def _write(
+    con: sqlite3.Connection,
+    cfg: StudyConfig,
+    qc: Corpus,
+    pc: Corpus,
+    found: dict[str, Retrieved],
+    show_q: bool,
+    show_s: bool,
+    n_raters: int,
+) -> None:
+    from .. import __version__
+
+    con.executescript(store.SCHEMA)
+    con.execute("BEGIN")
+    meta = {
+        "schema_version": store.SCHEMA_VERSION,
+        "dataset": cfg.dataset,
+        "dataset_options": cfg.dataset_options,
+        "src": cfg.src,
+        "tgt": cfg.tgt,
+        "models": cfg.models,
+        "queries": cfg.queries,
+        "per_model": cfg.per_model,
+        "seed": cfg.seed,
+        "pool": cfg.pool,
+        "pool_size": cfg.pool_size,
+        "pool_n": len(pc),
+        "images": cfg.images,
+        "created_at": store.now(),
+        "backretrieval_version": __version__,
+    }
+    con.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+    for i, spec in enumerate(cfg.models):
+        con.execute("INSERT INTO models (model_id, spec, label) VALUES (?, ?, ?)", (i + 1, spec, _label(i)))
+
+    images: dict[str, str] = {}  # path -> image_id
+
+    def image(path: str | None) -> str | None:
+        if path is None:
+            return None
+        if path not in images:
+            iid, mime, data = _image_blob(path)
+            con.execute("INSERT OR IGNORE INTO images (image_id, mime, data) VALUES (?, ?, ?)", (iid, mime, data))
+            images[path] = iid
+        return images[path]
+
+    used: set[str] = set()
+
+    def fresh_id() -> str:
+        while True:
+            pid = store.public_id()
+            if pid not in used:
+                used.add(pid)
+                return pid
+
+    for qi in range(len(qc)):
+        qpath = qc.image_paths[qi] if show_q else None
+        con.execute(
+            "INSERT INTO queries (query_id, public_id, item_id, text, image_id) VALUES (?, ?, ?, ?, ?)",
+            (qi + 1, fresh_id(), qc.ids[qi], qc.texts[qi], image(qpath)),
+        )
+        # pool row -> {model_id: (rank, score)}; stored in pool order, which says nothing
+        # about the models (the presentation order is shuffled per rater anyway)
+        credits: dict[int, dict[int, tuple[int, float]]] = {}
+        for mi, spec in enumerate(cfg.models):
+            r = found[spec]
+            for rank, (row, sc) in enumerate(zip(r.rows[qi], r.scores[qi]), 1):
+                credits.setdefault(int(row), {})[mi + 1] = (rank, float(sc))
+        for row in sorted(credits):
+            spath = pc.image_paths[row] if show_s else None
+            cur = con.execute(
+                "INSERT INTO suggestions (public_id, query_id, item_id, text, image_id) VALUES (?, ?, ?, ?, ?)",
+                (fresh_id(), qi + 1, pc.ids[row], pc.texts[row], image(spath)),
+            )
+            sugg_id = cur.lastrowid
+            for model_id, (rank, sc) in sorted(credits[row].items()):
+                con.execute(
+                    "INSERT INTO credits (sugg_id, model_id, rank, score) VALUES (?, ?, ?, ?)",
+                    (sugg_id, model_id, rank, sc),
+                )
+    con.execute("COMMIT")
+    for _ in range(n_raters):
+        store.add_rater(con)
+    con.execute("PRAGMA journal_mode = WAL")  # persistent; the web app's readers never block the writer
+
+
+def _label(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"M{i + 1}"
