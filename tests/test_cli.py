@@ -98,22 +98,22 @@ def _cfg(**kw) -> EvalConfig:
 
 def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, shared_data):
     reference = evaluate(_cfg(), tmp_path / "straight", progress=False)
-    real = evaluate_module._metrics
+    real = evaluate_module.run_sample_task
     calls = {"n": 0}
 
-    def flaky(*a, **kw):
+    def flaky(task):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 2:  # the second sample (en-ja, seed 1)
             raise KeyboardInterrupt("simulated Ctrl-C in the middle of the grid")
-        return real(*a, **kw)
+        return real(task)
 
     out = tmp_path / "interrupted"
-    monkeypatch.setattr(evaluate_module, "_metrics", flaky)
+    monkeypatch.setattr(evaluate_module, "run_sample_task", flaky)
     with pytest.raises(KeyboardInterrupt):
         evaluate(_cfg(), out, progress=False)
     assert not (out / "results.jsonl").exists()  # nothing half-written
-    assert len(list((out / ".partial").glob("*.json"))) == 2
-    monkeypatch.setattr(evaluate_module, "_metrics", real)
+    assert len(list((out / ".partial").glob("*.json"))) == 2  # both models of the first sample
+    monkeypatch.setattr(evaluate_module, "run_sample_task", real)
     logs: list[str] = []
     resumed = evaluate(_cfg(), out, progress=False, log=logs.append)
     assert any("resuming: 2 finished records" in m for m in logs)
@@ -124,6 +124,24 @@ def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, 
     # a different configuration does not reuse the records
     other = evaluate(_cfg(k=5), out, progress=False, log=logs.append)
     assert all(r["k"] == 5 for r in other.records)
+
+
+def test_process_executor_and_extra_image_models_match_local(tmp_path, shared_data):
+    cfg = _cfg(extra_image_models=["color-hist"])
+    local = evaluate(cfg, tmp_path / "local", progress=False)
+    procs = evaluate(cfg, tmp_path / "procs", progress=False, executor="processes:2")
+    assert strip_timing(procs.records) == strip_timing(local.records)
+    assert set(local.others) == {"color-hist"}
+    assert strip_timing(procs.others["color-hist"].records) == strip_timing(local.others["color-hist"].records)
+    # g-independent parts are shared, g-dependent ones are not
+    a, b = local.records[0], local.others["color-hist"].records[0]
+    assert (a["image_model"], b["image_model"]) == ("efficientnet-lite0", "color-hist")
+    assert a["xlr@10"] == b["xlr@10"] and a["hubness_skew@10"] == b["hubness_skew@10"]
+    assert a["bkr@10"] != b["bkr@10"] and a["corr"] != b["corr"]
+    # one image model on its own gives the same records as inside the joint run
+    alone = evaluate(_cfg(image_model="color-hist"), None, progress=False)
+    assert strip_timing(alone.records) == strip_timing(local.others["color-hist"].records)
+    assert (tmp_path / "local" / "image-models" / "color-hist" / "results.jsonl").is_file()
 
 
 def test_same_seed_same_numbers_and_seeds_differ(tmp_path, shared_data):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -27,7 +28,7 @@ from ..data import Dataset, load_dataset, matching, non_matching
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows
-from ..metrics import bkr_ranks, corr_details, hubness, image_side, rank_summary, xlr_ranks
+from ..metrics import bkr_ranks, corr_from_sides, hubness, image_side, rank_summary, text_side, xlr_ranks
 
 XLR_KS = (1, 5, 10)
 
@@ -44,11 +45,18 @@ class EvalConfig:
     sim: str = "cosine"
     csls_k: int = 10
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra_image_models: list[str] = dataclasses.field(default_factory=list)  # e.g. weaker g's
+
+    @property
+    def image_models(self) -> list[str]:
+        """The main image model first, then the extra ones (duplicates dropped)."""
+        return list(dict.fromkeys([self.image_model, *self.extra_image_models]))
 
     def key(self) -> str:
-        """Identifies the configuration for resuming (everything but the grid's extent)."""
+        """Identifies the configuration for resuming (everything but the grid's extent: models,
+        pairs, seeds and image models are part of each record's own key)."""
         d = dataclasses.asdict(self)
-        for grid in ("pairs", "models", "seeds"):
+        for grid in ("pairs", "models", "seeds", "image_model", "extra_image_models"):
             d.pop(grid)
         return content_hash(json.dumps(d, sort_keys=True, default=str), 8)
 
@@ -80,11 +88,15 @@ RunKey = tuple[str, str, str, int]  # (model, src_lang, tgt_lang, seed)
 class EvalResult:
     """Records (one dict per model, pair and seed) and the per-query ranks behind them:
     ``ranks[(model, src, tgt, seed)]["bkr" | "xlr" | "xlr_t2s"]``. For a given seed and pair
-    every model sees the same samples, so rank arrays of two models align query by query."""
+    every model sees the same samples, so rank arrays of two models align query by query.
+
+    These are the records of the main image model (``config.image_model``); the same grid with
+    each extra image model is in ``others[image_model]``."""
 
     config: EvalConfig
     records: list[dict[str, Any]]
     ranks: dict[RunKey, dict[str, np.ndarray]]
+    others: dict[str, "EvalResult"] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -110,65 +122,119 @@ def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
 class _Features:
     """Embeddings of the needed rows of each language, computed once through the cache."""
 
-    def __init__(self, ds: Dataset, needed: dict[str, np.ndarray], image_model: str | None, progress: bool):
+    def __init__(self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool):
         self.ds, self.needed, self.progress = ds, needed, progress
         self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
-        self.images: dict[str, np.ndarray] = {}
-        if image_model:
-            self._encode_images(image_model)
+        self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
+        self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
 
-    def _encode_images(self, spec: str) -> None:
+    def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
         enc = None if spec == "precomputed" else CachedImageEncoder(get_image_encoder(spec), progress=self.progress)
-        for lang, rows in self.needed.items():
-            c = self.ds[lang].subset(rows)
+        out = {}
+        for lang, c in self.corpora.items():
             if not c.has_images:
                 continue
             if spec == "precomputed" or c.image_paths is None:
                 if c.image_features is None:
                     raise DataError(f"{c.dataset}/{lang}: image model 'precomputed' needs an image feature file")
-                self.images[lang] = load_feature_rows(c.image_features, c.image_rows, f"{c.dataset}/{lang} images")
+                out[lang] = load_feature_rows(c.image_features, c.image_rows, f"{c.dataset}/{lang} images")
             else:
-                self.images[lang] = enc.encode_images(c.image_paths)
+                out[lang] = enc.encode_images(c.image_paths)
+        return out
 
     def text(self, model: Any) -> dict[str, np.ndarray]:
-        corpora = {lang: self.ds[lang].subset(rows) for lang, rows in self.needed.items()}
+        """Every needed text of every language, embedded with ``model`` (fitted first if it has a
+        ``fit``). A model that declares ``wants_extra = ("title", "body")`` also gets those
+        columns of the corpus as ``extra={name: [...]}``."""
+        corpora = self.corpora
         if hasattr(model, "fit") and callable(model.fit):
             model.fit({lang: c.texts for lang, c in corpora.items()})
-        return {lang: model.encode(c.texts, lang, ids=c.ids) for lang, c in corpora.items()}
+        wanted = tuple(getattr(model, "wants_extra", ()) or ())
+        out = {}
+        for lang, c in corpora.items():
+            kw: dict[str, Any] = {}
+            if wanted:
+                missing = [w for w in wanted if w not in c.extra]
+                if missing:
+                    raise DataError(
+                        f"{c.dataset}/{lang}: text model {getattr(model, 'name', model)!r} needs the column(s) "
+                        f"{', '.join(missing)}, which this dataset does not have"
+                    )
+                kw["extra"] = {w: c.extra[w] for w in wanted}
+            out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
+        return out
 
     def rows(self, lang: str, idx: np.ndarray) -> np.ndarray:
         p = self.pos[lang]
         return np.fromiter((p[int(i)] for i in idx), dtype=np.int64, count=len(idx))
 
 
-def _metrics(
-    cfg: EvalConfig, text: dict[str, np.ndarray], feats: _Features, src: str, tgt: str, sm: _Samples, seed: int, image_corr: Any
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Scalar metrics of one (model, pair, seed) and the per-query ranks behind them."""
-    out: dict[str, Any] = {}
-    ranks: dict[str, np.ndarray] = {}
-    opts = {"sim": cfg.sim, "csls_k": cfg.csls_k}
-    if sm.xlr is not None:
-        si, ti = feats.rows(src, sm.xlr[0]), feats.rows(tgt, sm.xlr[1])
-        xks = tuple(k for k in XLR_KS if k <= cfg.n)
-        ranks["xlr"], ranks["xlr_t2s"] = xlr_ranks(text[src][si], text[tgt][ti], **opts)
-        out.update(rank_summary(ranks["xlr"], xks, "xlr"))
-        out.update(rank_summary(ranks["xlr_t2s"], xks, "xlr_t2s"))
-    if sm.bkr is not None:
-        si, ti = feats.rows(src, sm.bkr[0]), feats.rows(tgt, sm.bkr[1])
-        st, tt = text[src][si], text[tgt][ti]
-        simg, timg = feats.images[src][si], feats.images[tgt][ti]
-        ks = tuple(sorted({1, 5, cfg.k} & set(range(1, cfg.n + 1))))
-        ranks["bkr"], _ = bkr_ranks(st, tt, simg, timg, **opts)
-        out.update(rank_summary(ranks["bkr"], ks, "bkr"))
-        out.update(corr_details(st, tt, seed=seed, image=image_corr))
-        out.update(hubness(st, tt, cfg.k, **opts))
-        out["bkr_chance"] = cfg.k / cfg.n
-    return out, ranks
+@dataclasses.dataclass
+class SampleTask:
+    """Everything one (pair, seed) sample needs, as plain arrays: the unit of work an executor
+    runs (in this process, a worker process or a Ray task). ``xlr[model]`` = aligned source and
+    target rows of the matching sample; ``bkr[model]`` = source and target rows of the
+    non-matching sample; ``images[g]`` = the non-matching sample's image features per image model."""
+
+    src: str
+    tgt: str
+    seed: int
+    n: int
+    k: int
+    sim: str
+    csls_k: int
+    models: list[str]
+    xlr: dict[str, tuple[np.ndarray, np.ndarray]] | None
+    bkr: dict[str, tuple[np.ndarray, np.ndarray]] | None
+    images: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def _record_path(partial: Path, cfg_key: str, model: str, src: str, tgt: str, seed: int) -> Path:
-    return partial / f"{content_hash(json.dumps([cfg_key, model, src, tgt, seed]), 10)}.json"
+Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
+TaskResult = tuple[tuple[str, str, int], list[Run]]  # ((src, tgt, seed), runs)
+
+
+def run_sample_task(task: SampleTask) -> TaskResult:
+    """Metrics of every model of one sample, for every image model. Image-independent parts
+    (XLR, hubness, the text half of CORR) are computed once per model; the image half of CORR
+    once per image model. A pure function of its input."""
+    opts = {"sim": task.sim, "csls_k": task.csls_k}
+    xks = tuple(k for k in XLR_KS if k <= task.n)
+    bks = tuple(sorted({1, 5, task.k} & set(range(1, task.n + 1))))
+    image_sides = (
+        {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr is not None else {}
+    )
+    out: list[Run] = []
+    for model in task.models:
+        t0 = time.perf_counter()
+        shared: dict[str, Any] = {}
+        shared_ranks: dict[str, np.ndarray] = {}
+        if task.xlr is not None:
+            fwd, bwd = xlr_ranks(*task.xlr[model], **opts)
+            shared_ranks["xlr"], shared_ranks["xlr_t2s"] = fwd, bwd
+            shared.update(rank_summary(fwd, xks, "xlr"))
+            shared.update(rank_summary(bwd, xks, "xlr_t2s"))
+        if task.bkr is None:
+            shared["seconds"] = round(time.perf_counter() - t0, 4)
+            out.append((model, None, shared, shared_ranks))
+            continue
+        st, tt = task.bkr[model]
+        shared.update(hubness(st, tt, task.k, **opts))
+        text_corr = text_side(st, tt, seed=task.seed)
+        for g, (si, ti) in task.images.items():
+            values, ranks = dict(shared), dict(shared_ranks)
+            ranks["bkr"], _ = bkr_ranks(st, tt, si, ti, **opts)
+            values.update(rank_summary(ranks["bkr"], bks, "bkr"))
+            values.update(corr_from_sides(text_corr, image_sides[g]))
+            values["bkr_chance"] = task.k / task.n
+            out.append((model, g, values, ranks))
+        seconds = round(time.perf_counter() - t0, 4)  # the model's whole share of the task
+        for _, _, values, _ in out[len(out) - len(task.images):]:
+            values["seconds"] = seconds
+    return (task.src, task.tgt, task.seed), out
+
+
+def _record_path(partial: Path, cfg_key: str, model: str, g: str | None, src: str, tgt: str, seed: int) -> Path:
+    return partial / f"{content_hash(json.dumps([cfg_key, model, g, src, tgt, seed]), 10)}.json"
 
 
 def evaluate(
@@ -177,8 +243,13 @@ def evaluate(
     *,
     progress: bool = True,
     log: Callable[[str], None] = lambda msg: None,
+    executor: Any = None,
 ) -> EvalResult:
-    """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``."""
+    """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``.
+
+    ``executor`` (see :mod:`.executors`; default: in this process) runs the per-sample tasks."""
+    from .executors import get_executor
+
     if cfg.n < 1:
         raise BackretrievalError(f"n must be positive, got {cfg.n}")
     if cfg.k > cfg.n:
@@ -188,7 +259,8 @@ def evaluate(
     for lang in langs:
         ds[lang]  # unknown language -> clear error before any work
     samples = {(s, t, seed): _draw(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
-    if any(sm.bkr is None for sm in samples.values()):
+    has_bkr = any(sm.bkr is not None for sm in samples.values())
+    if not has_bkr:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
     needed: dict[str, set[int]] = {lang: set() for lang in langs}
     for (s, t, _), sm in samples.items():
@@ -197,68 +269,94 @@ def evaluate(
                 needed[s].update(part[0].tolist())
                 needed[t].update(part[1].tolist())
     needed_rows = {lang: np.array(sorted(rows), dtype=np.int64) for lang, rows in needed.items()}
-    image_model = cfg.image_model if any(sm.bkr is not None for sm in samples.values()) else None
-    feats = _Features(ds, needed_rows, image_model, progress)
+    image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
+    # check every model spec before encoding anything
+    for spec in cfg.models:
+        get_text_encoder(spec)
+    feats = _Features(ds, needed_rows, [g for g in image_models if g], progress)
 
     partial = Path(out_dir) / ".partial" if out_dir is not None else None
     cfg_key = cfg.key()
-    records: list[dict[str, Any]] = []
-    all_ranks: dict[RunKey, dict[str, np.ndarray]] = {}
-    todo: dict[tuple[str, str, int], list[tuple[str, Path | None]]] = {}
+    found: dict[tuple[str, str | None, str, str, int], tuple[dict, dict]] = {}
+    todo: dict[tuple[str, str, int], list[str]] = {}
     for spec in cfg.models:
         for s, t, seed in samples:
-            path = _record_path(partial, cfg_key, spec, s, t, seed) if partial else None
-            if path is not None and path.exists():  # finished in an earlier run
-                records.append(json.loads(path.read_text(encoding="utf-8")))
-                with np.load(path.with_suffix(".npz")) as z:
-                    all_ranks[(spec, s, t, seed)] = {k: z[k] for k in z.files}
-            else:
-                todo.setdefault((s, t, seed), []).append((spec, path))
-    if records:
-        log(f"resuming: {len(records)} finished records found in {partial}")
-    # encode every model that has work left (through the cache), then walk the samples, so the
-    # model-independent image half of CORR is computed once per sample
+            done = 0
+            for g in image_models:
+                path = _record_path(partial, cfg_key, spec, g, s, t, seed) if partial else None
+                if path is not None and path.exists():  # finished in an earlier run
+                    with np.load(path.with_suffix(".npz")) as z:
+                        found[(spec, g, s, t, seed)] = (json.loads(path.read_text(encoding="utf-8")), {k: z[k] for k in z.files})
+                    done += 1
+            if done < len(image_models):
+                todo.setdefault((s, t, seed), []).append(spec)
+    if found:
+        log(f"resuming: {len(found)} finished records found in {partial}")
+    # encode every model that has work left (through the cache), then run one task per sample
     text: dict[str, dict[str, np.ndarray]] = {}
     encode_s: dict[str, float] = {}
-    for spec in dict.fromkeys(spec for jobs in todo.values() for spec, _ in jobs):
+    for spec in dict.fromkeys(spec for specs in todo.values() for spec in specs):
         t0 = time.perf_counter()
         text[spec] = feats.text(CachedTextEncoder(get_text_encoder(spec), progress=progress))
         encode_s[spec] = round(time.perf_counter() - t0, 3)
-    bar = tqdm(total=sum(len(j) for j in todo.values()), desc="metrics", unit="run", disable=not progress)
-    for (s, t, seed), jobs in todo.items():
-        sm = samples[(s, t, seed)]
-        image_corr = None
-        if sm.bkr is not None:
-            image_corr = image_side(feats.images[s][feats.rows(s, sm.bkr[0])], feats.images[t][feats.rows(t, sm.bkr[1])], seed=seed)
-        for spec, path in jobs:
-            t1 = time.perf_counter()
+
+    def tasks():
+        for (s, t, seed), specs in todo.items():
+            sm = samples[(s, t, seed)]
+
+            def rows(part, model):
+                return text[model][s][feats.rows(s, part[0])], text[model][t][feats.rows(t, part[1])]
+
+            images = {}
+            if sm.bkr is not None:
+                si, ti = feats.rows(s, sm.bkr[0]), feats.rows(t, sm.bkr[1])
+                images = {g: (feats.images[g][s][si], feats.images[g][t][ti]) for g in image_models}
+            yield SampleTask(
+                s, t, seed, cfg.n, cfg.k, cfg.sim, cfg.csls_k, specs,
+                None if sm.xlr is None else {m: rows(sm.xlr, m) for m in specs},
+                None if sm.bkr is None else {m: rows(sm.bkr, m) for m in specs},
+                images,
+            )
+
+    n_runs = sum(len(specs) for specs in todo.values()) * len(image_models)
+    bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
+    for (s, t, seed), runs in get_executor(executor).imap(run_sample_task, tasks()):
+        for spec, g, values, ranks in runs:
+            if (spec, g, s, t, seed) in found:
+                continue
             rec: dict[str, Any] = {
-                "model": spec,
-                "image_model": image_model,
-                "dataset": ds.name,
-                "src_lang": s,
-                "tgt_lang": t,
-                "seed": seed,
-                "n": cfg.n,
-                "k": cfg.k,
-                "sim": cfg.sim,
+                "model": spec, "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[spec],
             }
-            values, ranks = _metrics(cfg, text[spec], feats, s, t, sm, seed, image_corr)
-            rec.update(values)
-            rec["seconds"] = round(time.perf_counter() - t1, 4)
-            rec["encode_seconds"] = encode_s[spec]
-            if path is not None:  # ranks first: the .json marks a finished record
+            if partial is not None:  # ranks first: the .json marks a finished record
+                path = _record_path(partial, cfg_key, spec, g, s, t, seed)
                 atomic_save_npz(path.with_suffix(".npz"), **ranks)
                 atomic_write_text(path, json.dumps(rec))
-            records.append(rec)
-            all_ranks[(spec, s, t, seed)] = ranks
+            found[(spec, g, s, t, seed)] = (rec, ranks)
             bar.update(1)
     bar.close()
     order = {m: i for i, m in enumerate(cfg.models)}
-    records.sort(key=lambda r: (order[r["model"]], r["src_lang"], r["tgt_lang"], r["seed"]))
+    results = {}
+    for g in image_models:
+        keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
+        results[g] = EvalResult(
+            cfg,
+            [found[k][0] for k in keys_g],
+            {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
+        )
+    main, *rest = image_models
+    result = results[main]
+    result.others = {g: results[g] for g in rest}
     if out_dir is not None:
-        write_results(records, Path(out_dir))
-    return EvalResult(cfg, records, all_ranks)
+        write_results(result.records, Path(out_dir))
+        for g, res in result.others.items():
+            write_results(res.records, Path(out_dir) / "image-models" / slug(g))
+    return result
+
+
+def slug(s: str) -> str:
+    """A file-name-safe form of a model spec."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", s)
 
 
 def write_results(records: Sequence[dict[str, Any]], out_dir: Path) -> None:

@@ -177,20 +177,17 @@ class MetaResult:
         return next(iter(self.results.values()))
 
 
-def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: bool = True, log=lambda m: None) -> MetaResult:
-    """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) and again for each
-    extra image model, then compute the meta-evaluation."""
-    from pathlib import Path
-
+def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
+    """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) together with each
+    extra image model (sharing everything that does not depend on g), then the meta-evaluation."""
     from .evaluate import evaluate
 
-    results = {}
-    for i, g in enumerate([cfg.image_model, *[m for m in image_models if m != cfg.image_model]]):
-        sub = dataclasses.replace(cfg, image_model=g)
-        where = None if out_dir is None else (Path(out_dir) if i == 0 else Path(out_dir) / "image-models" / _slug(g))
-        log(f"evaluation grid with image model {g}")
-        results[g] = evaluate(sub, where, progress=progress, log=log)
-    records = [r for res in results.values() for r in res.records]
+    if len(cfg.models) < 3:
+        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    cfg = dataclasses.replace(cfg, extra_image_models=[*cfg.extra_image_models, *image_models])
+    res = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor)
+    results = {cfg.image_model: res, **res.others}
+    records = [r for sub in results.values() for r in sub.records]
     bkr_key = f"bkr@{cfg.k}"
     missing = [r for r in records if r.get(TRUTH) is None or r.get(bkr_key) is None]
     if missing:
@@ -199,17 +196,9 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: b
             f"meta-evaluation needs both ground truth and images: {r['model']} {r['src_lang']}->{r['tgt_lang']} has no "
             f"{TRUTH if r.get(TRUTH) is None else bkr_key}"
         )
-    if len(cfg.models) < 3:
-        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     per_seed = per_seed_correlations(records, candidates={"bkr": bkr_key, "corr": "corr"})
     main = per_seed[per_seed["image_model"] == cfg.image_model]
     calibration = None
     if len(cfg.pairs) >= 3:
-        calibration = calibrate_leave_one_pair_out(results[cfg.image_model].records, x=bkr_key)
+        calibration = calibrate_leave_one_pair_out(res.records, x=bkr_key)
     return MetaResult(results, per_seed, meta_table(main), calibration, image_model_degradation(per_seed))
-
-
-def _slug(s: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", s)

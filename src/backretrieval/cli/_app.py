@@ -66,6 +66,7 @@ def grid_options(fn):
         click.option("--csls-k", default=10, show_default=True),
         click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. text=name, source_dir=DIR)."),
         click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output directory."),
+        click.option("--executor", default="local", show_default=True, help="Where the per-sample tasks run: local, processes[:N] (worker processes), ray[:ADDRESS] (a Ray cluster)."),
         click.option("--quiet", is_flag=True, help="No progress bars."),
     ]
     for opt in reversed(opts):

@@ -10,7 +10,7 @@ from ._app import _config, _warn, grid_options, main
 
 @main.command()
 @grid_options
-def evaluate(out, quiet, **grid) -> None:
+def evaluate(out, quiet, executor, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
@@ -21,7 +21,7 @@ def evaluate(out, quiet, **grid) -> None:
     from ..report import format_summary
 
     cfg = _config(**grid)
-    result = run(cfg, out, progress=not quiet, log=_warn)
+    result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
     table = format_summary(summarize(result.records), ("xlr@1", "xlr@10", f"bkr@{cfg.k}", "bkr_mrr", "corr"))
     header = (
         f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, image model={cfg.image_model}\n\n"
@@ -38,7 +38,7 @@ def evaluate(out, quiet, **grid) -> None:
 @click.option("--level", default=0.95, show_default=True, help="Confidence level of the bootstrap intervals.")
 @click.option("--alpha", default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted).")
 @click.option("--n-boot", default=1000, show_default=True)
-def compare(out, quiet, metric, level, alpha, n_boot, **grid) -> None:
+def compare(out, quiet, executor, metric, level, alpha, n_boot, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
@@ -52,7 +52,7 @@ def compare(out, quiet, metric, level, alpha, n_boot, **grid) -> None:
     from ..report import format_comparison
 
     cfg = _config(**grid)
-    result = run(cfg, out, progress=not quiet, log=_warn)
+    result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
     c = rank(result, metric or f"bkr@{cfg.k}", n_boot=n_boot, level=level, alpha=alpha)
     md = format_comparison(c)
     atomic_write_text(Path(out) / "compare.md", md + "\n")
@@ -64,7 +64,7 @@ def compare(out, quiet, metric, level, alpha, n_boot, **grid) -> None:
 @grid_options
 @click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
-def meta(out, quiet, weak_image_models, report, **grid) -> None:
+def meta(out, quiet, executor, weak_image_models, report, **grid) -> None:
     """Meta-evaluation: does BkR track the ground truth XLR across models (Table 1, Fig. 2/3)?
 
     Writes OUT/meta.json, OUT/meta.md, OUT/results.jsonl (+ csv), and with --report the figures
@@ -75,7 +75,7 @@ def meta(out, quiet, weak_image_models, report, **grid) -> None:
 
     cfg = _config(**grid)
     extra = [m.strip() for m in weak_image_models.split(",") if m.strip()]
-    res = run_meta(cfg, out, image_models=extra, progress=not quiet, log=_warn)
+    res = run_meta(cfg, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
     md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
 

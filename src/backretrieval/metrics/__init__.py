@@ -11,7 +11,7 @@ import numpy as np
 
 from ._inputs import SIMILARITIES, rank_summary
 from .bkr import bkr, bkr_ranks
-from .corr import corr, corr_details, image_side
+from .corr import CorrSide, corr, corr_details, corr_from_sides, image_side, text_side
 from .hubness import hubness
 from .xlr import xlr, xlr_ranks
 
@@ -28,4 +28,7 @@ def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
     return 2.0 * (sc.Q @ sc.D.T) - sc.d_bias[None, :] - sc.q_bias[:, None]
 
 
-__all__ = ["SIMILARITIES", "rank_summary", "bkr", "bkr_ranks", "corr", "corr_details", "csls", "image_side", "hubness", "xlr", "xlr_ranks"]
+__all__ = [
+    "SIMILARITIES", "CorrSide", "rank_summary", "bkr", "bkr_ranks", "corr", "corr_details", "corr_from_sides",
+    "csls", "image_side", "text_side", "hubness", "xlr", "xlr_ranks",
+]

@@ -6,8 +6,9 @@ source x target pairs of a (non-matching) sample. Ties get average ranks (as in
 every pair is used; above that a uniform random subsample of ``max_pairs`` pairs (seeded) is
 used and the result says so.
 
-The image side does not depend on the text model: :func:`image_side` computes its ranks once,
-and :func:`corr_details` accepts them so a grid of models pays for them once per sample.
+CORR is the Pearson product of two standardized rank vectors, one per side, so each half is
+computed once and reused: :func:`image_side` across text models, :func:`text_side` across image
+models, combined by :func:`corr_from_sides`.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
+from ..core import MetricInputError
 from ..search import l2_normalize
 from ._inputs import check_pair
 
@@ -23,7 +25,7 @@ DEFAULT_MAX_PAIRS = 4_000_000
 
 
 @dataclasses.dataclass(frozen=True)
-class _Side:
+class CorrSide:
     """Average ranks of one side's pair similarities, centred and scaled for a Pearson product."""
 
     z: np.ndarray  # (ranks - mean) / norm, float64
@@ -52,15 +54,35 @@ def _sims(A: np.ndarray, B: np.ndarray, pairs, chunk: int = 1 << 20) -> np.ndarr
 def _standardized_ranks(values: np.ndarray) -> np.ndarray:
     r = stats.rankdata(values)  # average ranks for ties
     r -= r.mean()
-    norm = np.sqrt(r @ r)
+    norm = np.sqrt(np.sum(r * r))  # numpy's pairwise sum: the same bits whatever the BLAS threads
     return r / norm if norm > 0 else r
 
 
-def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> _Side:
-    """Precompute the image half of CORR for a sample (reusable across text models)."""
-    si, ti = check_pair(src_img, tgt_img, ("source image features", "target image features"))
-    pairs = _pairs(si.shape[0], ti.shape[0], max_pairs, seed)
-    return _Side(_standardized_ranks(_sims(si, ti, pairs)), pairs)
+def _side(A: np.ndarray, B: np.ndarray, names: tuple[str, str], max_pairs: int, seed: int) -> CorrSide:
+    A, B = check_pair(A, B, names)
+    pairs = _pairs(A.shape[0], B.shape[0], max_pairs, seed)
+    return CorrSide(_standardized_ranks(_sims(A, B, pairs)), pairs)
+
+
+def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> CorrSide:
+    """The image half of CORR for a sample: reusable across text models."""
+    return _side(src_img, tgt_img, ("source image features", "target image features"), max_pairs, seed)
+
+
+def text_side(src_text: np.ndarray, tgt_text: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> CorrSide:
+    """The text half of CORR for a sample: reusable across image models."""
+    return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed)
+
+
+def corr_from_sides(text: CorrSide, image: CorrSide) -> dict[str, float]:
+    """``{"corr": rho, "corr_pairs": pairs used, "corr_subsampled": 0 or 1}`` from two halves
+    computed on the same sample with the same ``max_pairs`` and ``seed``."""
+    if text.z.size != image.z.size:
+        raise MetricInputError(f"CORR: the text side has {text.z.size} pairs, the image side {image.z.size}: samples differ")
+    # Spearman rho = Pearson correlation of the ranks; distances are 1 - similarity on both
+    # sides, which leaves the rank correlation unchanged
+    rho = float(np.sum(text.z * image.z)) if (text.z.any() and image.z.any()) else float("nan")
+    return {"corr": rho, "corr_pairs": float(text.z.size), "corr_subsampled": float(image.pairs is not None)}
 
 
 def corr_details(
@@ -71,22 +93,13 @@ def corr_details(
     *,
     max_pairs: int = DEFAULT_MAX_PAIRS,
     seed: int = 0,
-    image: _Side | None = None,
+    image: CorrSide | None = None,
 ) -> dict[str, float]:
-    """``{"corr": rho, "corr_pairs": pairs used, "corr_subsampled": 0 or 1}``. Pass either the
-    image features or ``image=image_side(...)`` computed with the same ``max_pairs`` and ``seed``."""
-    st, tt = check_pair(src_text, tgt_text, ("source text embeddings", "target text embeddings"))
+    """CORR with its bookkeeping (see :func:`corr_from_sides`). Pass either the image features
+    or ``image=image_side(...)`` computed with the same ``max_pairs`` and ``seed``."""
     if image is None:
         image = image_side(src_img, tgt_img, max_pairs=max_pairs, seed=seed)
-    expected = st.shape[0] * tt.shape[0] if image.pairs is None else image.pairs[0].size
-    if image.z.size != expected:
-        raise ValueError(f"image side has {image.z.size} pairs, the text side {expected}: samples differ")
-    text = _standardized_ranks(_sims(st, tt, image.pairs))
-    # Spearman rho = Pearson correlation of the ranks; distances are 1 - similarity on both
-    # sides, which leaves the rank correlation unchanged
-    rho = float(text @ image.z) if (text.any() and image.z.any()) else float("nan")
-    used = expected
-    return {"corr": rho, "corr_pairs": float(used), "corr_subsampled": float(image.pairs is not None)}
+    return corr_from_sides(text_side(src_text, tgt_text, max_pairs=max_pairs, seed=seed), image)
 
 
 def corr(
