@@ -11,7 +11,7 @@ from scipy import stats
 import reference as ref
 from backretrieval.core import MetricInputError
 from backretrieval.metrics import bkr, bkr_ranks, corr, corr_details, csls, hubness, xlr, xlr_ranks
-from backretrieval.search import nearest_with_ties, rank_of_true, topk
+from backretrieval.search import average_ranks, nearest_with_ties, rank_of_true, topk
 
 
 def rand(rng, n, d):
@@ -157,6 +157,30 @@ def test_bkr_random_model_near_k_over_n():
 
 
 # --------------------------------------------------------------------------- CORR, hubness
+
+_SPECIAL = [0.0, -0.0, 1.0, -1.0, 1 + 2**-52, 1 - 2**-53, 5e-324, -5e-324, 1e-300, 1e300, np.inf, -np.inf]
+
+
+@given(
+    values=st.lists(st.one_of(st.floats(allow_nan=False, width=64), st.sampled_from(_SPECIAL)), min_size=0, max_size=200)
+)
+@settings(max_examples=300, deadline=None)
+def test_average_ranks_equal_scipy_rankdata(values):
+    x = np.array(values, dtype=np.float64)
+    np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x) if x.size else np.empty(0))
+
+
+@pytest.mark.parametrize("n, decimals", [(300_000, None), (300_000, 3)])
+def test_average_ranks_on_many_values_with_near_ties(n, decimals):
+    """Enough values that many differ only in their lowest mantissa bits (the bits the packed
+    sort drops), with and without exact ties."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(n)
+    x[: n // 10] = x[n // 10 : n // 5] * (1 + 2**-50)  # neighbours 1 ulp-ish apart
+    if decimals is not None:
+        x = np.round(x, decimals)
+    np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x))
+
 
 @pytest.mark.parametrize("seed", range(3))
 def test_corr_matches_reference(seed):

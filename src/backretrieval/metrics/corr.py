@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy import stats
 
 from ..core import MetricInputError
-from ..search import l2_normalize
+from ..search import average_ranks, l2_normalize
 from ._inputs import check_pair
 
 DEFAULT_MAX_PAIRS = 4_000_000
@@ -52,7 +51,7 @@ def _sims(A: np.ndarray, B: np.ndarray, pairs, chunk: int = 1 << 20) -> np.ndarr
 
 
 def _standardized_ranks(values: np.ndarray) -> np.ndarray:
-    r = stats.rankdata(values)  # average ranks for ties
+    r = average_ranks(values)  # ties get their average rank, as in scipy.stats.rankdata
     r -= r.mean()
     norm = np.sqrt(np.sum(r * r))  # numpy's pairwise sum: the same bits whatever the BLAS threads
     return r / norm if norm > 0 else r

@@ -4,6 +4,7 @@ Every metric searches through these functions; none of them holds a full N x N m
 """
 from .kernels import (
     DEFAULT_BLOCK_BYTES,
+    average_ranks,
     block_rows,
     csls_penalty,
     l2_normalize,
@@ -15,6 +16,7 @@ from .kernels import (
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
+    "average_ranks",
     "block_rows",
     "csls_penalty",
     "l2_normalize",

@@ -200,3 +200,50 @@ def ranks_against_rows(
             t = gr[np.arange(p.size), query_idx[p]]
             ranks[p] = np.count_nonzero(gr >= t[:, None], axis=1)
     return ranks
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values`` with ties given their average rank: the same numbers as
+    ``scipy.stats.rankdata(values)`` (method "average"), about twice as fast on millions of values.
+
+    The sort is one ``np.sort`` of 64-bit keys: each float64 is mapped to an order-preserving
+    integer, its lowest bits are replaced by the element's index, so sorting the keys sorts the
+    values and carries the permutation along. Elements whose remaining top bits agree (values
+    within ~1e-9 relative) are then put in exact order by a small ``lexsort``, so the result is
+    exact. Inputs must not contain NaN.
+    """
+    x = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    n = x.size
+    if n == 0:
+        return np.empty(0, dtype=np.float64)
+    shift = max(1, int(n - 1).bit_length())
+    if shift > 32:  # more than 4G values: keep enough value bits, use a plain stable argsort
+        order = np.argsort(x, kind="stable")
+    else:
+        u = x.view(np.uint64)
+        key = np.where(u >> np.uint64(63) == 1, ~u, u | np.uint64(1 << 63))  # order-preserving bits
+        key >>= np.uint64(shift)
+        key <<= np.uint64(shift)
+        key |= np.arange(n, dtype=np.uint64)
+        key.sort()
+        order = (key & np.uint64((1 << shift) - 1)).astype(np.intp)
+        top = key >> np.uint64(shift)
+        same = top[1:] == top[:-1]
+        if same.any():  # neighbours told apart only by the dropped bits: order them by value
+            member = np.zeros(n, dtype=bool)
+            member[1:] |= same
+            member[:-1] |= same
+            pos = np.flatnonzero(member)
+            sub = order[pos]
+            order[pos] = sub[np.lexsort((x[sub], top[pos]))]
+    sv = x[order]
+    ranks = np.empty(n, dtype=np.float64)
+    tie = sv[1:] == sv[:-1]
+    if not tie.any():
+        ranks[order] = np.arange(1, n + 1, dtype=np.float64)
+        return ranks
+    starts = np.flatnonzero(np.concatenate(([True], ~tie)))
+    counts = np.diff(np.append(starts, n))
+    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
+    return ranks
+
