@@ -293,11 +293,12 @@ def evaluate(
     if found:
         log(f"resuming: {len(found)} finished records found in {partial}")
     # encode every model that has work left (through the cache), then run one task per sample
+    ex = get_executor(executor)
     text: dict[str, dict[str, np.ndarray]] = {}
     encode_s: dict[str, float] = {}
     for spec in dict.fromkeys(spec for specs in todo.values() for spec in specs):
         t0 = time.perf_counter()
-        text[spec] = feats.text(CachedTextEncoder(get_text_encoder(spec), progress=progress))
+        text[spec] = feats.text(CachedTextEncoder(ex.text_encoder(spec), chunk=ex.encode_chunk, progress=progress))
         encode_s[spec] = round(time.perf_counter() - t0, 3)
 
     def tasks():
@@ -320,7 +321,7 @@ def evaluate(
 
     n_runs = sum(len(specs) for specs in todo.values()) * len(image_models)
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
-    for (s, t, seed), runs in get_executor(executor).imap(run_sample_task, tasks()):
+    for (s, t, seed), runs in ex.imap(run_sample_task, tasks()):
         for spec, g, values, ranks in runs:
             if (spec, g, s, t, seed) in found:
                 continue

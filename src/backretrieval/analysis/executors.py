@@ -29,9 +29,20 @@ class Executor(Protocol):
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]: ...
 
+    def text_encoder(self, spec: str) -> Any: ...
+
 
 class LocalExecutor:
+    """Tasks one after another in this process."""
+
     name = "local"
+    encode_chunk = 2048  # texts per cache shard
+
+    def text_encoder(self, spec: str) -> Any:
+        """The encoder that embeds the texts of model ``spec`` for the grid."""
+        from ..encoders.base import get_text_encoder
+
+        return get_text_encoder(spec)
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
         for task in tasks:
@@ -71,8 +82,9 @@ def bounded_imap(submit: Callable[[T], Any], wait_any: Callable[[set], tuple[set
             yield result(fut)
 
 
-class ProcessExecutor:
-    """Tasks in ``workers`` spawned processes with ``threads`` BLAS threads each."""
+class ProcessExecutor(LocalExecutor):
+    """Tasks in ``workers`` spawned processes with ``threads`` BLAS threads each (encoding stays
+    in this process, where the models use every core)."""
 
     def __init__(self, workers: int | None = None, threads: int = 1):
         self.workers = workers or usable_cores()

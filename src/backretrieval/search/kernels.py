@@ -151,16 +151,31 @@ def nearest_with_ties(
     block_bytes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """All database items attaining each query's best score, as CSR arrays ``(indptr, indices)``:
-    the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]`` (ascending)."""
-    n_q, n_d = Q.shape[0], D.shape[0]
+    the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]`` (ascending).
+
+    Per block: one ``argmax`` pass and one pass counting the items equal to the maximum; only the
+    rows that do have ties are searched for all their maximisers."""
+    n_q = Q.shape[0]
     counts = np.empty(n_q, dtype=np.int64)
     chunks: list[np.ndarray] = []
-    for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
+    for rows in _blocks(n_q, block_rows(D.shape[0], block_bytes)):
         s = _scores(Q, D, rows, scale, q_bias, d_bias)
-        best = s.max(axis=1)
-        r, c = np.nonzero(s == best[:, None])  # row-major: grouped by row, ascending columns
-        counts[rows] = np.bincount(r, minlength=s.shape[0])
-        chunks.append(c.astype(np.int64))
+        arg = s.argmax(axis=1)  # the first (lowest-index) maximiser
+        best = s[np.arange(s.shape[0]), arg]
+        ties = np.count_nonzero(s == best[:, None], axis=1)
+        counts[rows] = ties
+        multi = np.flatnonzero(ties > 1)
+        if multi.size == 0:
+            chunks.append(arg.astype(np.int64))
+            continue
+        starts = np.cumsum(ties) - ties
+        out = np.empty(int(ties.sum()), dtype=np.int64)
+        out[starts] = arg  # single maximisers, and the first of each tied row
+        _, c = np.nonzero(s[multi] == best[multi, None])  # grouped by row, ascending columns
+        k = ties[multi]
+        within = np.arange(c.size) - np.repeat(np.cumsum(k) - k, k)
+        out[np.repeat(starts[multi], k) + within] = c
+        chunks.append(out)
     indptr = np.zeros(n_q + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return indptr, (np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64))
@@ -179,7 +194,11 @@ def ranks_against_rows(
     For pair p, the retrieved item's vector is ``R[row_of_query[p]]``; all rows of ``X`` are
     ranked by inner product with it and the pessimistic rank of ``X[query_idx[p]]`` is returned.
     Only the distinct retrieved rows are multiplied: ``len(R)`` x ``len(X)`` scores in all, in
-    blocks of at most ``block_bytes``.
+    blocks of at most ``block_bytes``. Every row of ``R`` must be used by at least one pair.
+
+    Counting is done in layers: layer j holds the j-th pair of every row that has one. Layer 0
+    covers every row of the block in order, so it is counted on the score block in place; only
+    rows retrieved by several queries are gathered for the later (smaller) layers.
     """
     row_of_query = np.asarray(row_of_query, dtype=np.int64)
     query_idx = np.asarray(query_idx, dtype=np.int64)
@@ -187,18 +206,20 @@ def ranks_against_rows(
     ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
-    step = block_rows(n_x, block_bytes)
-    for rows in _blocks(R.shape[0], step):
+    for rows in _blocks(R.shape[0], block_rows(n_x, block_bytes)):
         lo, hi = np.searchsorted(sorted_rows, [rows.start, rows.stop])
         if lo == hi:
             continue
         g = R[rows] @ X.T  # (block, n_x): similarity of each retrieved item to every X row
-        # pairs of this block, processed in chunks so the gathered rows also fit the budget
-        for part in _blocks(hi - lo, step):
-            p = order[lo + part.start : lo + part.stop]
-            gr = g[row_of_query[p] - rows.start]
-            t = gr[np.arange(p.size), query_idx[p]]
-            ranks[p] = np.count_nonzero(gr >= t[:, None], axis=1)
+        p = order[lo:hi]
+        local = sorted_rows[lo:hi] - rows.start
+        t = g[local, query_idx[p]]
+        first = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
+        layer = np.arange(p.size) - np.repeat(first, np.diff(np.r_[first, p.size]))
+        for j in range(int(layer.max()) + 1):
+            sel = np.flatnonzero(layer == j)
+            block = g if (j == 0 and sel.size == g.shape[0]) else g[local[sel]]
+            ranks[p[sel]] = np.count_nonzero(block >= t[sel, None], axis=1)
     return ranks
 
 
