@@ -216,10 +216,10 @@ def test_same_seed_same_study_and_duplicates_credited_to_both(tmp_path, shared_d
     again = make_study(tmp_path / "again.db", shared_data)
     assert study_content(again) == study_content(base_study)
     assert q(again, "SELECT public_id FROM suggestions") != q(base_study, "SELECT public_id FROM suggestions")  # opaque ids are fresh
-    other = make_study(tmp_path / "other.db", shared_data, seed=1, queries=3)
+    other = make_study(tmp_path / "other.db", shared_data, seed=1, queries=3, pool_size=100)
     assert study_content(other)[0][:3] != study_content(base_study)[0][:3]
     # two models that agree often: a shared suggestion is stored once with both credits
-    dup = make_study(tmp_path / "dup.db", shared_data, models=["use-m", "use-m@trunc=256"], queries=5, raters=0)
+    dup = make_study(tmp_path / "dup.db", shared_data, models=["use-m", "use-m@trunc=256"], queries=5, pool_size=150, raters=0)
     shared = q(dup, "SELECT sugg_id, COUNT(*) FROM credits GROUP BY sugg_id HAVING COUNT(*) = 2")
     assert shared, "use-m and its 256-d truncation should share suggestions"
     n_sugg = q(dup, "SELECT COUNT(*) FROM suggestions")[0][0]
@@ -560,9 +560,9 @@ def test_analyze_bkr_section_matches_evaluate(study, shared_data):
     from backretrieval.analysis import EvalConfig, evaluate
 
     scripted_ratings(study, {"rater1": lambda s, m: 1 + s % 4})
-    res = analyze(study, bkr=True, bkr_n=120, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
+    res = analyze(study, bkr=True, bkr_n=60, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
     assert res["agreement"] is None
-    ref = evaluate(EvalConfig("emoji-cldr", [("en", "ru")], MODELS, image_model="color-hist", n=120, seeds=[0],
+    ref = evaluate(EvalConfig("emoji-cldr", [("en", "ru")], MODELS, image_model="color-hist", n=60, seeds=[0],
                               dataset_options={"source_dir": npm_dir(shared_data)}), None, progress=False)
     for rec in ref.records:
         assert res["bkr"]["models"][rec["model"]]["bkr@10"] == pytest.approx(rec["bkr@10"])
@@ -591,3 +591,44 @@ def test_cli_create_add_rater_raters_analyze(tmp_path, shared_data):
     assert "(**incomplete**)" in r.output and (tmp_path / "a" / "analysis.json").is_file()
     r = runner.invoke(main, ["study", "serve", str(tmp_path / "missing.db")])
     assert r.exit_code == 2 and "study file not found" in r.output
+
+
+# --------------------------------------------------------------------------------- proxy raters
+
+
+def test_proxy_raters_on_a_copy(study, tmp_path, shared_data):
+    from backretrieval.study.proxy import score_from_overlap, terms_of
+
+    f = frozenset
+    assert score_from_overlap(f("ab"), f("ab")) == 1 and score_from_overlap(f("ab"), f("abcd")) == 1
+    assert score_from_overlap(f("ab"), f("abcde")) == 2 and score_from_overlap(f("ab"), f("bc")) == 2  # J = 0.4, 0.33
+    assert score_from_overlap(f("abc"), f("bcd")) == 1 and score_from_overlap(f("abc"), f("cde")) == 3  # J = 0.5, 0.2
+    assert score_from_overlap(f("a"), f("b")) == 4
+    assert score_from_overlap(f(), f()) == 4
+    before = q(study, "SELECT COUNT(*) FROM ratings")[0][0]
+    out = tmp_path / "pilot.db"
+    r = CliRunner().invoke(main, ["study", "proxy-rate", str(study), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert q(study, "SELECT COUNT(*) FROM ratings")[0][0] == before == 0  # the study itself is untouched
+    n = q(out, "SELECT COUNT(*) FROM suggestions")[0][0]
+    assert "proxy-words: %d rated" % n in r.output
+    # naive recomputation of a few proxy scores from the English annotations
+    ds = load_dataset("emoji-cldr", langs=["en"], source_dir=npm_dir(shared_data))
+    en = ds["en"]
+    row = {i: k for k, i in enumerate(en.ids)}
+    got = q(out, "SELECT s.item_id, qq.item_id, g.score FROM ratings g JOIN raters r USING (rater_id) JOIN suggestions s "
+                 "USING (sugg_id) JOIN queries qq ON qq.query_id = s.query_id WHERE r.name = 'proxy-words'")
+    assert len(got) == n
+    for item, query_item, score in got[:40]:
+        a = {w.casefold() for w in re.findall(r"\w+", en.extra["title"][row[query_item]] + " " + en.extra["body"][row[query_item]])}
+        b = {w.casefold() for w in re.findall(r"\w+", en.extra["title"][row[item]] + " " + en.extra["body"][row[item]])}
+        j = len(a & b) / len(a | b)
+        assert score == (1 if j >= 0.5 else 2 if j >= 0.25 else 3 if j > 0 else 4)
+        assert terms_of(en, row[item], "words") == b
+    res = analyze(out, bkr=False, n_boot=100)
+    proxies = {r["name"]: r for r in res["raters"] if r["name"].startswith("proxy-")}
+    assert set(proxies) == {"proxy-words", "proxy-keywords"} and all(r["rated"] == n for r in proxies.values())
+    assert not res["complete"]  # rater1 (a person) has rated nothing in this copy
+    assert res["agreement"]["raters"] == 2 and -1 <= res["agreement"]["alpha_ordinal"] <= 1
+    r = CliRunner().invoke(main, ["study", "proxy-rate", str(study), "--out", str(study)])
+    assert r.exit_code == 2 and "must differ" in r.output

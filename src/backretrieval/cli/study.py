@@ -135,6 +135,27 @@ def serve(db, host, port) -> None:
         srv.server.server_close()
 
 
+@study.command("proxy-rate")
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The copy of the study that receives the proxy ratings.")
+@click.option("--terms", default="words,keywords", show_default=True,
+              help="One proxy rater per entry: words (word overlap) and/or keywords (phrase overlap).")
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
+def proxy_rate(db, out, terms, force) -> None:
+    """Dry run: rate a COPY of the study with automatic proxy raters (not people).
+
+    Needs data whose target items also exist in the query language (emoji-cldr): a suggestion
+    is scored by the term overlap of its query-language twin with the query. Use it to test the
+    pipeline and the analysis before the human study, never instead of it.
+    """
+    from ..study.proxy import proxy_rate as run
+
+    report = run(db, out, [t.strip() for t in terms.split(",") if t.strip()], force=force)
+    for name, r in report.items():
+        click.echo(f"{name}: {r['rated']} rated, {r['unrated']} without a twin in the query language")
+    click.echo(f"wrote {out}; analyze it with: backretrieval study analyze {out}")
+
+
 @study.command()
 @click.argument("db", type=click.Path(dir_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), default=None,

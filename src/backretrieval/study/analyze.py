@@ -303,6 +303,14 @@ def analyze(
         d = _distribution(rc[rc.model_id == model_id].score)
         d.update(label=label, suggestions=int((credits.model_id == model_id).sum()))
         result["models"][spec] = d
+    names = dict(zip(tables["raters"].rater_id, tables["raters"].name))
+    result["per_rater"] = {
+        names[rid]: {
+            spec: {"rated": int((g.model_id == mid).sum()), "very_relevant": int(((g.model_id == mid) & (g.score == 1)).sum())}
+            for mid, spec in zip(models.model_id, models.spec)
+        }
+        for rid, g in rc.groupby("rater_id")
+    }
     ids = dict(zip(models.spec, models.model_id))
     pairs = list(itertools.combinations(models.spec, 2))
     for a, b in pairs:
@@ -366,6 +374,12 @@ def format_markdown(res: dict[str, Any]) -> str:
             f"| {m['label']}: {spec} | {m['ratings']} | {c['1']} | {c['2']} | {c['3']} | {c['4']} | "
             f"{_x(100 * m['very_relevant_share'], 1)}% | {_x(m['mean_score'])} |"
         )
+    if len(res.get("per_rater", {})) > 1:
+        specs = list(res["models"])
+        lines += ["", "Per rater, \"very relevant\" / rated:", "", "| rater | " + " | ".join(specs) + " |",
+                  "|---|" + "---|" * len(specs)]
+        for name, per in res["per_rater"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{per[m]['very_relevant']} / {per[m]['rated']}" for m in specs) + " |")
     if res["comparisons"]:
         lines += [
             "",
@@ -408,7 +422,7 @@ def format_markdown(res: dict[str, Any]) -> str:
                 f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
                 + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else "."),
                 "",
-                f"| model | BkR@{k} | BkR MRR | XLR@{k} | human: very relevant |",
+                f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
                 "|---|---|---|---|---|",
             ]
             for spec, e in b["models"].items():

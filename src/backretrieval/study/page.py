@@ -124,7 +124,7 @@ JS = r"""
     for (const k of kids) if (k) e.appendChild(k);
     return e;
   }
-  const img = id => id ? el("img", { src: base + "/img/" + id, alt: "", loading: "lazy" }) : null;
+  const img = id => id ? el("img", { src: base + "/img/" + id, alt: "" }) : null;
   const query = () => S.data.queries[S.q];
   const unrated = q => q.suggestions.filter(s => !(s.sid in S.ratings)).length;
 
