@@ -248,7 +248,7 @@ def test_create_bad_input(tmp_path, shared_data, base_study):
     with pytest.raises(DataError, match="per_model=7 exceeds the pool of 5"):
         make_study(tmp_path / "a.db", shared_data, per_model=7, pool_size=5, queries=2)
     with pytest.raises(BackretrievalError, match="unknown text model 'nope'"):
-        make_study(tmp_path / "a.db", shared_data, models=["use-m", "nope"], queries=2)
+        make_study(tmp_path / "a.db", shared_data, models=["nope", "use-m"], queries=2)
     with pytest.raises(DataError, match="exists"):
         make_study(base_study, shared_data)
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind

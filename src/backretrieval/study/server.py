@@ -51,6 +51,12 @@ def create_app(db_path: str | Path):
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
+    # Writers of this process queue on a lock rather than in SQLite's busy handler, which
+    # retries with growing sleeps and lets unlucky writers lose again and again (seconds of tail
+    # latency with dozens of concurrent clients). Other processes (`study add-rater` while
+    # serving) still meet SQLite's 30 s busy timeout.
+    write_lock = threading.Lock()
+
     def with_db(fn: Callable[[sqlite3.Connection], Any]) -> Any:
         con = store.connect(db_path)
         try:
@@ -117,7 +123,11 @@ def create_app(db_path: str | Path):
             return error(400, f"unknown field(s): {', '.join(sorted(extra))}")
         if "sid" not in body or "score" not in body:
             return error(400, "sid and score are required")
-        return jsonify(with_db(lambda con: store.record_rating(con, token, body["sid"], body["score"], body.get("event"))))
+        def write(con: sqlite3.Connection) -> dict[str, Any]:
+            with write_lock:  # only the transaction: the connection is opened outside
+                return store.record_rating(con, token, body["sid"], body["score"], body.get("event"))
+
+        return jsonify(with_db(write))
 
     @app.get("/r/<token>/img/<image_id>")
     def image(token: str, image_id: str):
