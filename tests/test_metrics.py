@@ -11,7 +11,7 @@ from scipy import stats
 import reference as ref
 from backretrieval.core import MetricInputError
 from backretrieval.metrics import bkr, bkr_ranks, corr, corr_details, csls, hubness, xlr, xlr_ranks
-from backretrieval.search import average_ranks, nearest_with_ties, rank_of_true, topk
+from backretrieval.search import average_ranks, nearest_with_ties, rank_of_true, ranks_both_ways, topk
 
 
 def rand(rng, n, d):
@@ -85,6 +85,36 @@ def test_xlr_csls_matches_reference(seed):
     assert fwd.tolist() == rf.tolist()
     assert bwd.tolist() == rb.tolist()
     np.testing.assert_allclose(csls(src, tgt, 5), ref.sim_matrix(src, tgt, "csls", 5), atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), d=st.sampled_from([4, 16]), seed=st.integers(0, 10**6), ties=st.booleans(),
+       block=st.sampled_from([4, 64, 10**9]), rows=st.sampled_from([1, 3, 256]), biased=st.booleans())
+def test_ranks_both_ways_equal_two_one_way_passes(n, d, seed, ties, block, rows, biased):
+    rng = np.random.default_rng(seed)
+    Q = ref.unit(tied(rng, n, d, 3) if ties else rand(rng, n, d))
+    D = ref.unit(tied(rng, n, d, 3) if ties else rand(rng, n, d))
+    kw = {}
+    if biased:  # CSLS-shaped scores: 2 <q, d> - r(q) - r(d)
+        kw = {"scale": 2.0, "q_bias": rng.uniform(0, 0.5, n).astype(np.float32), "d_bias": rng.uniform(0, 0.5, n).astype(np.float32)}
+    fwd, bwd = ranks_both_ways(Q, D, block_bytes=block, max_block_rows=rows, **kw)
+    s = Q @ D.T
+    if biased:  # the kernels' order of operations: scale, then minus d_bias, then minus q_bias
+        s = s * np.float32(2.0)
+        s -= kw["d_bias"][None, :]
+        s -= kw["q_bias"][:, None]
+    assert fwd.tolist() == [ref.pessimistic_rank(s[i], i) for i in range(n)]
+    assert bwd.tolist() == [ref.pessimistic_rank(s[:, j], j) for j in range(n)]
+
+
+def test_ranks_both_ways_falls_back_when_blas_rounds_differently(monkeypatch):
+    rng = np.random.default_rng(3)
+    Q, D = ref.unit(rand(rng, 30, 8)), ref.unit(rand(rng, 30, 8))
+    expected = ranks_both_ways(Q, D, max_block_rows=7)
+    monkeypatch.setattr(np, "array_equal", lambda a, b: False)  # pretend a diagonal value differed
+    fwd, bwd = ranks_both_ways(Q, D, max_block_rows=7)
+    assert fwd.tolist() == expected[0].tolist() and bwd.tolist() == expected[1].tolist()
+    assert bwd.tolist() == rank_of_true(D, Q, np.arange(30)).tolist()
 
 
 def test_xlr_values_and_keys():

@@ -7,7 +7,7 @@ from typing import Iterable
 import numpy as np
 
 from ..core import MetricInputError
-from ..search import csls_penalty, l2_normalize
+from ..search import csls_penalty, unit_rows
 
 SIMILARITIES = ("cosine", "csls")
 
@@ -75,7 +75,7 @@ def similarity(src: np.ndarray, tgt: np.ndarray, sim: str, csls_k: int, block_by
     """Cosine, or CSLS: ``2 cos(x, y) - r_T(x) - r_S(y)`` with k-NN mean similarities r."""
     if sim not in SIMILARITIES:
         raise MetricInputError(f"unknown similarity {sim!r}; use one of {', '.join(SIMILARITIES)}")
-    Q, D = l2_normalize(src), l2_normalize(tgt)
+    Q, D = unit_rows(src), unit_rows(tgt)
     if sim == "cosine":
         return Scored(Q, D)
     check_ks(csls_k, min(Q.shape[0], D.shape[0]), "CSLS k")

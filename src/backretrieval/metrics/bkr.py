@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import MetricInputError
-from ..search import l2_normalize, nearest_with_ties, ranks_against_rows
+from ..search import nearest_with_ties, ranks_against_rows, unit_rows
 from ._inputs import check_ks, check_pair, rank_summary, similarity
 
 
@@ -49,9 +49,7 @@ def bkr_ranks(
     query_of_pair = np.repeat(np.arange(n), np.diff(indptr))
     # step 3-4 over the distinct retrieved targets only
     distinct, row_of_pair = np.unique(retrieved, return_inverse=True)
-    R = l2_normalize(tgt_img[distinct])
-    X = l2_normalize(src_img)
-    pair_ranks = ranks_against_rows(R, row_of_pair, X, query_of_pair, block_bytes=block_bytes)
+    pair_ranks = ranks_against_rows(tgt_img, distinct, row_of_pair, unit_rows(src_img), query_of_pair, block_bytes=block_bytes)
     ranks = np.zeros(n, dtype=np.int64)
     np.maximum.at(ranks, query_of_pair, pair_ranks)
     return ranks, retrieved[indptr[:-1]]

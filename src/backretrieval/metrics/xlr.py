@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..search import rank_of_true
+from ..search import ranks_both_ways
 from ._inputs import check_ks, check_pair, rank_summary, similarity
 
 
@@ -24,11 +24,8 @@ def xlr_ranks(
     """Pessimistic 1-based ranks ``(source->target, target->source)`` of the true partners."""
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"), same_rows=True)
     sc = similarity(src, tgt, sim, csls_k, block_bytes)
-    truth = np.arange(src.shape[0])
-    fwd = rank_of_true(sc.Q, sc.D, truth, block_bytes=block_bytes, **sc.kwargs())
-    rev = sc.reversed()
-    bwd = rank_of_true(rev.Q, rev.D, truth, block_bytes=block_bytes, **rev.kwargs())
-    return fwd, bwd
+    # cosine and CSLS are symmetric: one pass over the N x N scores serves both directions
+    return ranks_both_ways(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
 
 
 def xlr(

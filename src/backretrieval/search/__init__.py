@@ -10,8 +10,10 @@ from .kernels import (
     l2_normalize,
     nearest_with_ties,
     rank_of_true,
+    ranks_both_ways,
     ranks_against_rows,
     topk,
+    unit_rows,
 )
 
 __all__ = [
@@ -22,6 +24,8 @@ __all__ = [
     "l2_normalize",
     "nearest_with_ties",
     "rank_of_true",
+    "ranks_both_ways",
     "ranks_against_rows",
     "topk",
+    "unit_rows",
 ]

@@ -12,7 +12,10 @@ Scores. For queries ``Q`` (n_q, d) and database ``D`` (n_d, d) the score of the 
 Ties. Ranks are *pessimistic*: the rank of item j for query i is the number of database items
 whose score is >= s_ij, itself included, so a tie never helps (a model that gives every item
 the same score ranks every true item last). :func:`topk` orders equal scores by ascending
-index. :func:`nearest_with_ties` returns every item that attains a row's maximum.
+index. :func:`nearest_with_ties` returns every item that attains a row's maximum. A tie is an
+exact equality of scores as computed in float32; identical vectors get identical scores in
+practice, though BLAS does not promise it for every shape (hypothesis found a 3-dimensional
+matrix-vector case where it rounds one position differently).
 
 Memory. Work is done in row blocks of the query matrix; a block holds at most
 ``block_bytes`` of float32 scores (default 64 MiB), so peak extra memory is independent of the
@@ -33,6 +36,17 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     np.divide(x, norms, out=x, where=norms > 0)
     return x
+
+
+def unit_rows(x: np.ndarray, tol: float = 1e-5) -> np.ndarray:
+    """``x`` itself when it already is a C-contiguous float32 matrix of unit rows (as most
+    encoders return), else :func:`l2_normalize` of it: saves a copy of large inputs. Callers must
+    not modify the result in place."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == 2 and x.flags.c_contiguous:
+        sq = np.einsum("ij,ij->i", x, x)
+        if np.all(np.abs(sq - 1.0) <= tol):
+            return x
+    return l2_normalize(x)
 
 
 def block_rows(n_cols: int, block_bytes: int | None = None) -> int:
@@ -141,6 +155,55 @@ def rank_of_true(
     return ranks
 
 
+def ranks_both_ways(
+    Q: np.ndarray,
+    D: np.ndarray,
+    *,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+    block_bytes: int | None = None,
+    max_block_rows: int = 256,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pessimistic ranks of the aligned partner (row i of ``Q`` <-> row i of ``D``) in both
+    directions from ONE pass over the score matrix: ``fwd[i]`` = #{j: s_ij >= s_ii},
+    ``bwd[j]`` = #{i: s_ij >= s_jj}. Valid for symmetric similarities (cosine and CSLS, whose
+    score of a pair does not depend on which side is the query).
+
+    The column thresholds s_jj are needed before the pass, so the diagonal is computed first,
+    block by block with the same row blocks as the pass (at most ``max_block_rows`` rows, so this
+    costs max_block_rows / N of the product). BLAS gives an element the same bits in both
+    products only when the row blocks match, which is checked: if any diagonal value differs
+    from the one seen in the pass, the backward ranks are recomputed with a second pass over the
+    transposed problem (exact either way)."""
+    n = Q.shape[0]
+    if D.shape[0] != n:
+        raise ValueError(f"aligned rows needed: {n} queries, {D.shape[0]} database items")
+    step = max(1, min(block_rows(n, block_bytes), max_block_rows))
+    diag = np.empty(n, dtype=np.float32)
+    for rows in _blocks(n, step):
+        sub = Q[rows] @ D[rows].T
+        if scale != 1.0:
+            sub *= np.float32(scale)
+        if d_bias is not None:
+            sub -= d_bias[None, rows]
+        if q_bias is not None:
+            sub -= q_bias[rows, None]
+        diag[rows] = np.diagonal(sub)
+    fwd = np.empty(n, dtype=np.int64)
+    bwd = np.zeros(n, dtype=np.int64)
+    seen = np.empty(n, dtype=np.float32)
+    for rows in _blocks(n, step):
+        s = _scores(Q, D, rows, scale, q_bias, d_bias)
+        t = s[np.arange(s.shape[0]), np.arange(rows.start, rows.stop)]
+        seen[rows] = t
+        fwd[rows] = np.count_nonzero(s >= t[:, None], axis=1)
+        bwd += np.count_nonzero(s >= diag[None, :], axis=0)
+    if not np.array_equal(seen, diag):  # BLAS rounded some element differently: do it the long way
+        bwd = rank_of_true(D, Q, np.arange(n), scale=scale, q_bias=d_bias, d_bias=q_bias, block_bytes=block_bytes)
+    return fwd, bwd
+
+
 def nearest_with_ties(
     Q: np.ndarray,
     D: np.ndarray,
@@ -182,7 +245,8 @@ def nearest_with_ties(
 
 
 def ranks_against_rows(
-    R: np.ndarray,
+    T: np.ndarray,
+    rows_of_T: np.ndarray,
     row_of_query: np.ndarray,
     X: np.ndarray,
     query_idx: np.ndarray,
@@ -191,26 +255,29 @@ def ranks_against_rows(
 ) -> np.ndarray:
     """Backretrieval's step 4 for many (query, retrieved) pairs at once.
 
-    For pair p, the retrieved item's vector is ``R[row_of_query[p]]``; all rows of ``X`` are
-    ranked by inner product with it and the pessimistic rank of ``X[query_idx[p]]`` is returned.
-    Only the distinct retrieved rows are multiplied: ``len(R)`` x ``len(X)`` scores in all, in
-    blocks of at most ``block_bytes``. Every row of ``R`` must be used by at least one pair.
+    The retrieved items are ``R = T[rows_of_T]`` (gathered and unit-normalised one block at a
+    time, never as a whole). For pair p the retrieved item's vector is ``R[row_of_query[p]]``;
+    all rows of ``X`` (unit rows) are ranked by inner product with it and the pessimistic rank of
+    ``X[query_idx[p]]`` is returned. Only the distinct retrieved rows are multiplied:
+    ``len(rows_of_T)`` x ``len(X)`` scores in all, in blocks of at most ``block_bytes``. Every
+    row of ``R`` must be used by at least one pair.
 
     Counting is done in layers: layer j holds the j-th pair of every row that has one. Layer 0
     covers every row of the block in order, so it is counted on the score block in place; only
     rows retrieved by several queries are gathered for the later (smaller) layers.
     """
+    rows_of_T = np.asarray(rows_of_T, dtype=np.int64)
     row_of_query = np.asarray(row_of_query, dtype=np.int64)
     query_idx = np.asarray(query_idx, dtype=np.int64)
     n_x = X.shape[0]
     ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
-    for rows in _blocks(R.shape[0], block_rows(n_x, block_bytes)):
+    for rows in _blocks(rows_of_T.shape[0], block_rows(n_x, block_bytes)):
         lo, hi = np.searchsorted(sorted_rows, [rows.start, rows.stop])
         if lo == hi:
             continue
-        g = R[rows] @ X.T  # (block, n_x): similarity of each retrieved item to every X row
+        g = l2_normalize(T[rows_of_T[rows]]) @ X.T  # (block, n_x): each retrieved item vs every X row
         p = order[lo:hi]
         local = sorted_rows[lo:hi] - rows.start
         t = g[local, query_idx[p]]
