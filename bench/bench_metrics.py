@@ -3,8 +3,9 @@
 Random unit vectors (512-d text, 1280-d image), N per side. Each N runs in a fresh process so
 peak RSS belongs to that run alone. The baseline is measured in the same process: the float32
 matrix products the metrics cannot avoid, done in the same row blocks with the result
-discarded -- XLR: two N x N x 512 products (both directions); BkR: one N x N x 512 text product
-plus one U x N x 1280 image product for the U distinct retrieved targets.
+discarded -- XLR: one N x N x 512 product (cosine is symmetric, so one pass over the scores
+gives both directions); BkR: one N x N x 512 text product plus one U x N x 1280 image product
+for the U distinct retrieved targets.
 
     python bench/bench_metrics.py --n 1000 3000 10000 30000 100000
 
