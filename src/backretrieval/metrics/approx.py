@@ -113,7 +113,7 @@ def bkr_approx(
     _, nn = search(build_index(tgt_text, method, options), src_text, 1)
     retrieved = nn[:, 0]
     distinct, row = np.unique(retrieved, return_inverse=True)
-    _, lists = search(build_index(src_img, method, options), np.asarray(tgt_img[distinct]), max(ks))
+    _, lists = search(build_index(src_img, method, options), tgt_img, max(ks), rows=distinct)
     pos = _position(lists[row], np.arange(src_text.shape[0]))
     out: dict[str, Any] = _summary(pos, ks, "bkr")
     out["approximate"] = method != "flat"

@@ -91,13 +91,16 @@ def build_index(D: np.ndarray, method: str = "hnsw", options: FaissOptions | Non
     return index
 
 
-def search(index: Any, Q: np.ndarray, k: int, *, normalize: bool = True, progress: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores, indices)`` of the ``k`` best rows per query, best first (FAISS order)."""
-    n = Q.shape[0]
+def search(index: Any, Q: np.ndarray, k: int, *, rows: np.ndarray | None = None, normalize: bool = True,
+           progress: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, indices)`` of the ``k`` best rows per query, best first (FAISS order). The
+    queries are ``Q`` or, with ``rows``, ``Q[rows]`` -- gathered one chunk at a time."""
+    n = Q.shape[0] if rows is None else len(rows)
     scores = np.empty((n, k), dtype=np.float32)
     idx = np.empty((n, k), dtype=np.int64)
     for sl in _chunks(n):
-        scores[sl], idx[sl] = index.search(_rows(Q, sl, normalize), k)
+        q = _rows(Q, sl if rows is None else np.asarray(rows[sl]), normalize)
+        scores[sl], idx[sl] = index.search(q, k)
         if progress is not None:
             progress.update(sl.stop - sl.start)
     return scores, idx
