@@ -1135,3 +1135,25 @@ def write_heldout(ds: Dataset | Mapping[str, Corpus], split: Split, path: str | 
             lines.append(json.dumps({"id": c.ids[i], "lang": lang, "text": c.texts[i], "concept": c.concepts[i]}, ensure_ascii=False))
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)
+
+
+def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: str, field: str | None = "title") -> list[tuple[str, str]]:
+    """A bilingual word list from concept-aligned short texts: the pairs of items of the same
+    concept whose text (``extra[field]``, else the text) is a single token (:func:`tokenize`) in
+    both languages -- e.g. emoji-cldr names: 🐈 "cat" / "Katze". Sorted, without duplicates."""
+    from ..encoders._bow import tokenize
+
+    corpora = _corpora(ds)
+
+    def single(c: Corpus) -> dict[str, set[str]]:
+        col = c.extra.get(field) if field else None
+        texts = col if col is not None else c.texts
+        out: dict[str, set[str]] = {}
+        for k, t in zip(c.concepts or [], texts):
+            toks = tokenize(str(t))
+            if k is not None and len(toks) == 1:
+                out.setdefault(k, set()).add(toks[0])
+        return out
+
+    s, t = single(corpora[src]), single(corpora[tgt])
+    return sorted({(a, b) for k in s.keys() & t.keys() for a in s[k] for b in t[k]})
