@@ -10,8 +10,11 @@ from scipy import stats
 
 import reference as ref
 from backretrieval.core import MetricInputError
-from backretrieval.metrics import bkr, bkr_ranks, corr, corr_details, csls, hubness, xlr, xlr_ranks
-from backretrieval.search import average_ranks, nearest_with_ties, rank_of_true, ranks_both_ways, topk
+from backretrieval.metrics import (
+    bkr, bkr_ranks, bootstrap_row_weights, corr, corr_bootstrap, corr_details, csls, hubness, image_side, text_side, xlr,
+    xlr_ranks,
+)
+from backretrieval.search import average_ranks, nearest_with_ties, rank_of_true, ranks_both_ways, sort_order, topk, weighted_average_ranks
 
 
 def rand(rng, n, d):
@@ -273,3 +276,38 @@ def test_bad_inputs_are_named():
         xlr(a, b, sim="dot")
     with pytest.raises(MetricInputError, match="rows must be aligned"):
         bkr(a, b, a[:9], b)
+
+
+def test_weighted_average_ranks_equal_ranks_of_the_expanded_multiset():
+    rng = np.random.default_rng(4)
+    for ties in (False, True):
+        x = rng.standard_normal(300)
+        if ties:
+            x = np.round(x, 1)
+        w = rng.integers(0, 4, x.size).astype(np.float64)
+        order, starts = sort_order(x)
+        got = weighted_average_ranks(order, starts, w[order])
+        expanded = np.repeat(x, w.astype(int))
+        ranks = stats.rankdata(expanded)
+        first = np.concatenate(([0], np.cumsum(w.astype(int))[:-1]))
+        keep = w > 0
+        np.testing.assert_allclose(got[keep], ranks[first[keep]])
+
+
+def test_corr_bootstrap_equals_spearman_of_resampled_rows():
+    """Each replicate equals scipy's Spearman on the explicitly resampled pairs (rows repeated)."""
+    rng = np.random.default_rng(6)
+    n_s, n_t = 25, 18
+    st_, tt = rand(rng, n_s, 6), rand(rng, n_t, 6)
+    si, ti = st_[:, :4] + 0.5 * rand(rng, n_s, 4), tt[:, :4] + 0.5 * rand(rng, n_t, 4)
+    st_[3] = st_[4]  # a tie on the text side
+    text = text_side(st_, tt, keep_order=True)
+    img = image_side(si, ti, keep_order=True)
+    weights = bootstrap_row_weights(n_s, 5, seed=1)
+    boot = corr_bootstrap({"m": text}, img, n_s, n_t, weights)["m"]
+    for b, w in enumerate(weights):
+        rows = np.repeat(np.arange(n_s), w.astype(int))
+        expected = ref.corr(st_[rows], tt, si[rows], ti)
+        assert boot[b] == pytest.approx(expected, abs=1e-9)
+    # the same seed gives the same resamples (paired across models)
+    np.testing.assert_array_equal(weights, bootstrap_row_weights(n_s, 5, seed=1))

@@ -133,3 +133,24 @@ def test_calibration_leave_one_pair_out():
     assert set(summ["pair"]) == {"en->de", "de->en", "en->ja", "ja->en"}
     assert (summ["mae"] < 0.08).all()
     assert cal.rows["covered"].mean() >= 0.6
+
+
+def test_compare_ranks_corr_with_bootstrap_intervals(tmp_path, shared_data):
+    """CORR in `compare`: intervals from resampled queries, paired across models."""
+    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis.compare import compare
+
+    cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "use-m@noise=3", "random"],
+                     image_model="color-hist", n=120, seeds=[0, 1], corr_boot=60)
+    res = evaluate(cfg, None, progress=False)
+    c = compare(res, "corr")
+    rows = c.per_pair.sort_values("rank")
+    assert rows["model"].tolist() == ["use-m", "use-m@noise=3", "random"]
+    for _, r in rows.iterrows():
+        assert r["ci_low"] <= r["estimate"] <= r["ci_high"]
+    assert rows.iloc[0]["significant"]  # use-m vs its heavily noised variant
+    rnd = rows.iloc[2]
+    assert rnd["ci_low"] < 0.05 and rnd["ci_high"] > -0.05
+    # without resamples there is nothing to compare
+    with pytest.raises(Exception, match="corr_boot"):
+        compare(evaluate(EvalConfig(**{**cfg.__dict__, "corr_boot": 0}), None, progress=False), "corr")

@@ -17,19 +17,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from ..core import BackretrievalError
 from .evaluate import EvalResult
 from .stats import bootstrap_ci, hits, holm, paired_permutation_test, reciprocal
 
 _METRIC = re.compile(r"^(bkr|xlr|xlr_t2s)(?:@(\d+)|_(mrr))$")
+METRICS_HELP = "bkr@K, bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, xlr_t2s_mrr, corr"
 
 
 def outcome_fn(metric: str):
     """``"bkr@10"`` -> (ranks key, function ranks -> per-query outcomes)."""
     m = _METRIC.match(metric)
     if not m:
-        raise BackretrievalError(f"unknown metric {metric!r}: use bkr@K, bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, xlr_t2s_mrr")
+        raise BackretrievalError(f"unknown metric {metric!r}: use {METRICS_HELP}")
     key, k, mrr = m.groups()
     return key, (reciprocal if mrr else (lambda r, k=int(k): hits(r, k)))
 
@@ -62,6 +64,8 @@ def compare(
     alpha: float = 0.05,
     seed: int = 0,
 ) -> Comparison:
+    if metric == "corr":
+        return _compare_corr(result, level=level, alpha=alpha)
     key, fn = outcome_fn(metric)
     models = list(dict.fromkeys(r["model"] for r in result.records))
     pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
@@ -97,6 +101,10 @@ def compare(
                     "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
                 }
             )
+    return _finish(metric, level, alpha, rows)
+
+
+def _finish(metric: str, level: float, alpha: float, rows: list[dict[str, Any]]) -> Comparison:
     per_pair = pd.DataFrame(rows)
     g = per_pair.groupby("model", sort=False)
     across = pd.DataFrame(
@@ -111,3 +119,56 @@ def compare(
         }
     ).sort_values("mean", ascending=False).reset_index()
     return Comparison(metric, level, alpha, per_pair, across)
+
+
+def _compare_corr(result: EvalResult, *, level: float, alpha: float) -> Comparison:
+    """CORR per pair: the estimate is the mean over seeds; the interval and the paired tests come
+    from the bootstrap resamples of the source queries stored with each record
+    (``EvalConfig.corr_boot``; replicate b uses the same resample for every model of a sample,
+    so differences are paired). p-value of a gap: a two-sided Wald test with the bootstrap
+    standard error of the paired difference, ``2 Phi(-|d| / se*(d))`` (unlike the percentile
+    count of replicates below 0, it has no 1/B floor, which Holm's correction would inflate)."""
+    models = list(dict.fromkeys(r["model"] for r in result.records))
+    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
+    seeds = sorted({r["seed"] for r in result.records})
+    value = {(r["model"], r["src_lang"], r["tgt_lang"], r["seed"]): r.get("corr") for r in result.records}
+    rows = []
+    q = (1 - level) / 2
+    for src, tgt in pairs:
+        reps, est = {}, {}
+        for m in models:
+            boots = [result.ranks.get((m, src, tgt, s), {}).get("corr_boot") for s in seeds]
+            vals = [value.get((m, src, tgt, s)) for s in seeds]
+            if any(b is None for b in boots) or any(v is None for v in vals):
+                continue
+            reps[m] = np.mean(np.stack(boots), axis=0)  # replicate b of the mean over seeds
+            est[m] = float(np.mean(vals))
+        if not reps:
+            raise BackretrievalError(
+                f"{src}->{tgt}: no CORR bootstrap to compare: CORR needs images, and intervals need "
+                "EvalConfig.corr_boot > 0 (the compare command sets it)"
+            )
+        order = sorted(reps, key=lambda m: -est[m])
+        p_next = []
+        for a, b in zip(order, order[1:]):
+            se = float(np.nanstd(reps[a] - reps[b], ddof=1))
+            diff = est[a] - est[b]
+            p_next.append(float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else (1.0 if diff == 0 else 0.0))
+        p_adj = holm(p_next) if p_next else []
+        for i, m in enumerate(order):
+            lo, hi = np.nanquantile(reps[m], [q, 1 - q])
+            rows.append(
+                {
+                    "pair": f"{src}->{tgt}",
+                    "rank": i + 1,
+                    "model": m,
+                    "estimate": est[m],
+                    "ci_low": float(lo),
+                    "ci_high": float(hi),
+                    "p_vs_next": p_next[i] if i < len(p_next) else np.nan,
+                    "p_adj": p_adj[i] if i < len(p_adj) else np.nan,
+                    "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
+                }
+            )
+    return _finish("corr", level, alpha, rows)
+

@@ -28,7 +28,10 @@ from ..data import Dataset, load_dataset, matching, non_matching
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows
-from ..metrics import bkr_ranks, corr_from_sides, hubness, image_side, rank_summary, text_side, xlr_ranks
+from ..metrics import (
+    bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, hubness, image_side, rank_summary, text_side,
+    xlr_ranks,
+)
 
 XLR_KS = (1, 5, 10)
 
@@ -46,6 +49,7 @@ class EvalConfig:
     csls_k: int = 10
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     extra_image_models: list[str] = dataclasses.field(default_factory=list)  # e.g. weaker g's
+    corr_boot: int = 0  # bootstrap resamples of CORR per record (over source queries); 0 = none
 
     @property
     def image_models(self) -> list[str]:
@@ -187,6 +191,7 @@ class SampleTask:
     xlr: dict[str, tuple[np.ndarray, np.ndarray]] | None
     bkr: dict[str, tuple[np.ndarray, np.ndarray]] | None
     images: dict[str, tuple[np.ndarray, np.ndarray]]
+    corr_boot: int = 0
 
 
 Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
@@ -200,9 +205,14 @@ def run_sample_task(task: SampleTask) -> TaskResult:
     opts = {"sim": task.sim, "csls_k": task.csls_k}
     xks = tuple(k for k in XLR_KS if k <= task.n)
     bks = tuple(sorted({1, 5, task.k} & set(range(1, task.n + 1))))
+    boot = task.corr_boot if task.bkr is not None else 0
     image_sides = (
-        {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr is not None else {}
+        {g: image_side(si, ti, seed=task.seed, keep_order=boot > 0) for g, (si, ti) in task.images.items()}
+        if task.bkr is not None
+        else {}
     )
+    # the CORR bootstrap resamples every model with the same weights, so all text halves are needed at once
+    text_sides = {m: text_side(*task.bkr[m], seed=task.seed, keep_order=True) for m in task.models} if boot else {}
     out: list[Run] = []
     for model in task.models:
         t0 = time.perf_counter()
@@ -219,7 +229,7 @@ def run_sample_task(task: SampleTask) -> TaskResult:
             continue
         st, tt = task.bkr[model]
         shared.update(hubness(st, tt, task.k, **opts))
-        text_corr = text_side(st, tt, seed=task.seed)
+        text_corr = text_sides[model] if boot else text_side(st, tt, seed=task.seed)
         for g, (si, ti) in task.images.items():
             values, ranks = dict(shared), dict(shared_ranks)
             ranks["bkr"], _ = bkr_ranks(st, tt, si, ti, **opts)
@@ -230,6 +240,12 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         seconds = round(time.perf_counter() - t0, 4)  # the model's whole share of the task
         for _, _, values, _ in out[len(out) - len(task.images):]:
             values["seconds"] = seconds
+    if boot:
+        weights = bootstrap_row_weights(task.n, boot, task.seed)
+        n_src, n_tgt = len(task.bkr[task.models[0]][0]), len(task.bkr[task.models[0]][1])
+        reps = {g: corr_bootstrap(text_sides, image_sides[g], n_src, n_tgt, weights) for g in task.images}
+        for model, g, _, ranks in out:
+            ranks["corr_boot"] = reps[g][model]
     return (task.src, task.tgt, task.seed), out
 
 
@@ -317,6 +333,7 @@ def evaluate(
                 None if sm.xlr is None else {m: rows(sm.xlr, m) for m in specs},
                 None if sm.bkr is None else {m: rows(sm.bkr, m) for m in specs},
                 images,
+                cfg.corr_boot,
             )
 
     n_runs = sum(len(specs) for specs in todo.values()) * len(image_models)

@@ -34,15 +34,16 @@ def evaluate(out, quiet, executor, **grid) -> None:
 
 @main.command()
 @grid_options
-@click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, ...")
+@click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
 @click.option("--level", default=0.95, show_default=True, help="Confidence level of the bootstrap intervals.")
 @click.option("--alpha", default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted).")
-@click.option("--n-boot", default=1000, show_default=True)
+@click.option("--n-boot", default=1000, show_default=True, help="Bootstrap resamples (for corr: 200 unless given; each costs a pass over the N x N pairs).")
 def compare(out, quiet, executor, metric, level, alpha, n_boot, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
-    OUT/compare.md, OUT/compare.json and the evaluation records.
+    OUT/compare.md, OUT/compare.json and the evaluation records. With --metric corr the CORR
+    baseline is ranked, its intervals from bootstrap resamples of the source queries.
     """
     import json
 
@@ -52,8 +53,14 @@ def compare(out, quiet, executor, metric, level, alpha, n_boot, **grid) -> None:
     from ..report import format_comparison
 
     cfg = _config(**grid)
+    metric = metric or f"bkr@{cfg.k}"
+    if metric == "corr":
+        import dataclasses
+
+        boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
+        cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
-    c = rank(result, metric or f"bkr@{cfg.k}", n_boot=n_boot, level=level, alpha=alpha)
+    c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
     md = format_comparison(c)
     atomic_write_text(Path(out) / "compare.md", md + "\n")
     atomic_write_text(Path(out) / "compare.json", json.dumps(c.to_json(), indent=1, default=float))

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._inputs import SIMILARITIES, rank_summary
 from .bkr import bkr, bkr_ranks
-from .corr import CorrSide, corr, corr_details, corr_from_sides, image_side, text_side
+from .corr import CorrSide, bootstrap_row_weights, corr, corr_bootstrap, corr_details, corr_from_sides, image_side, text_side
 from .hubness import hubness
 from .xlr import xlr, xlr_ranks
 
@@ -29,6 +29,6 @@ def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
 
 
 __all__ = [
-    "SIMILARITIES", "CorrSide", "rank_summary", "bkr", "bkr_ranks", "corr", "corr_details", "corr_from_sides",
+    "SIMILARITIES", "CorrSide", "bootstrap_row_weights", "corr_bootstrap", "rank_summary", "bkr", "bkr_ranks", "corr", "corr_details", "corr_from_sides",
     "csls", "image_side", "text_side", "hubness", "xlr", "xlr_ranks",
 ]

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from ..core import MetricInputError
-from ..search import average_ranks, l2_normalize
+from ..search import average_ranks, l2_normalize, sort_order, weighted_average_ranks
 from ._inputs import check_pair
 
 DEFAULT_MAX_PAIRS = 4_000_000
@@ -25,10 +25,13 @@ DEFAULT_MAX_PAIRS = 4_000_000
 
 @dataclasses.dataclass(frozen=True)
 class CorrSide:
-    """Average ranks of one side's pair similarities, centred and scaled for a Pearson product."""
+    """Average ranks of one side's pair similarities, centred and scaled for a Pearson product;
+    with ``keep_order`` also their sort structure, for bootstrap resamples (:func:`corr_bootstrap`)."""
 
     z: np.ndarray  # (ranks - mean) / norm, float64
     pairs: tuple[np.ndarray, np.ndarray] | None  # sampled (i, j), or None for all pairs
+    order: np.ndarray | None = None  # ascending order of the similarities
+    starts: np.ndarray | None = None  # first sorted position of each group of equal similarities
 
 
 def _pairs(n_s: int, n_t: int, max_pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -50,27 +53,31 @@ def _sims(A: np.ndarray, B: np.ndarray, pairs, chunk: int = 1 << 20) -> np.ndarr
     return out
 
 
-def _standardized_ranks(values: np.ndarray) -> np.ndarray:
-    r = average_ranks(values)  # ties get their average rank, as in scipy.stats.rankdata
-    r -= r.mean()
+def _standardized(r: np.ndarray) -> np.ndarray:
+    r = r - r.mean()
     norm = np.sqrt(np.sum(r * r))  # numpy's pairwise sum: the same bits whatever the BLAS threads
     return r / norm if norm > 0 else r
 
 
-def _side(A: np.ndarray, B: np.ndarray, names: tuple[str, str], max_pairs: int, seed: int) -> CorrSide:
+def _side(A: np.ndarray, B: np.ndarray, names: tuple[str, str], max_pairs: int, seed: int, keep_order: bool) -> CorrSide:
     A, B = check_pair(A, B, names)
     pairs = _pairs(A.shape[0], B.shape[0], max_pairs, seed)
-    return CorrSide(_standardized_ranks(_sims(A, B, pairs)), pairs)
+    sims = _sims(A, B, pairs)
+    structure = sort_order(sims)
+    z = _standardized(average_ranks(sims, structure))  # ties get their average rank, as in scipy
+    return CorrSide(z, pairs, *(structure if keep_order else (None, None)))
 
 
-def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> CorrSide:
+def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0,
+               keep_order: bool = False) -> CorrSide:
     """The image half of CORR for a sample: reusable across text models."""
-    return _side(src_img, tgt_img, ("source image features", "target image features"), max_pairs, seed)
+    return _side(src_img, tgt_img, ("source image features", "target image features"), max_pairs, seed, keep_order)
 
 
-def text_side(src_text: np.ndarray, tgt_text: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> CorrSide:
+def text_side(src_text: np.ndarray, tgt_text: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0,
+              keep_order: bool = False) -> CorrSide:
     """The text half of CORR for a sample: reusable across image models."""
-    return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed)
+    return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed, keep_order)
 
 
 def corr_from_sides(text: CorrSide, image: CorrSide) -> dict[str, float]:
@@ -112,3 +119,53 @@ def corr(
 ) -> float:
     """Spearman rho between text and image cosine distances over source x target pairs."""
     return corr_details(src_text, tgt_text, src_img, tgt_img, max_pairs=max_pairs, seed=seed)["corr"]
+
+
+# ------------------------------------------------------------------------ bootstrap over queries
+
+
+def bootstrap_row_weights(n_rows: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_rows) multiplicities: how often each source row (query) is drawn when
+    ``n_rows`` rows are resampled with replacement; seeded, the same for every model of a sample
+    (which makes the bootstrap paired)."""
+    rng = np.random.default_rng([seed, 0xB0075])
+    return np.stack([np.bincount(rng.integers(0, n_rows, n_rows), minlength=n_rows) for _ in range(n_boot)]).astype(np.float64)
+
+
+def _row_of_pair(side: CorrSide, n_src: int, n_tgt: int) -> np.ndarray:
+    return (np.repeat(np.arange(n_src), n_tgt) if side.pairs is None else side.pairs[0]).astype(np.int32)
+
+
+def corr_bootstrap(
+    text_sides: dict, image: CorrSide, n_src: int, n_tgt: int, weights: np.ndarray
+) -> dict:
+    """CORR of every bootstrap resample of the source rows, for each text side in ``text_sides``
+    (``{key: CorrSide}``, built with ``keep_order=True``, like ``image``): ``{key: (n_boot,)}``.
+
+    A resample repeats source row i ``weights[b, i]`` times, so each of its pairs counts that
+    often: the ranks of the resampled multiset are weighted average ranks over the original sort
+    order (no re-sorting) and Spearman's rho is their weighted Pearson correlation."""
+    sides = {"\x00image": image, **text_sides}
+    for key, side in sides.items():
+        if side.order is None:
+            raise MetricInputError(f"CORR bootstrap: side {key!r} was built without keep_order=True")
+    row = _row_of_pair(image, n_src, n_tgt)
+    rows_sorted = {key: row[side.order] for key, side in sides.items()}
+    out = {key: np.empty(weights.shape[0]) for key in text_sides}
+    for b, w_rows in enumerate(weights):
+        w = w_rows[row]
+        wsum = w.sum()
+
+        def centred(key: str) -> np.ndarray:
+            side = sides[key]
+            r = weighted_average_ranks(side.order, side.starts, w_rows[rows_sorted[key]])
+            return r - np.sum(w * r) / wsum
+
+        ri = centred("\x00image")
+        vi = np.sum(w * ri * ri)
+        for key in text_sides:
+            rt = centred(key)
+            vt = np.sum(w * rt * rt)
+            out[key][b] = np.sum(w * rt * ri) / np.sqrt(vt * vi) if vt > 0 and vi > 0 else np.nan
+    return out
+

@@ -11,9 +11,11 @@ from .kernels import (
     nearest_with_ties,
     rank_of_true,
     ranks_both_ways,
+    sort_order,
     ranks_against_rows,
     topk,
     unit_rows,
+    weighted_average_ranks,
 )
 
 __all__ = [
@@ -25,7 +27,9 @@ __all__ = [
     "nearest_with_ties",
     "rank_of_true",
     "ranks_both_ways",
+    "sort_order",
     "ranks_against_rows",
     "topk",
     "unit_rows",
+    "weighted_average_ranks",
 ]

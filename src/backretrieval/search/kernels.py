@@ -290,20 +290,20 @@ def ranks_against_rows(
     return ranks
 
 
-def average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``values`` with ties given their average rank: the same numbers as
-    ``scipy.stats.rankdata(values)`` (method "average"), about twice as fast on millions of values.
+def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, starts)``: the ascending order of ``values`` (float64 view) and the first sorted
+    position of each group of equal values.
 
     The sort is one ``np.sort`` of 64-bit keys: each float64 is mapped to an order-preserving
     integer, its lowest bits are replaced by the element's index, so sorting the keys sorts the
-    values and carries the permutation along. Elements whose remaining top bits agree (values
-    within ~1e-9 relative) are then put in exact order by a small ``lexsort``, so the result is
-    exact. Inputs must not contain NaN.
+    values and carries the permutation along (about twice as fast as ``argsort``). Elements whose
+    remaining top bits agree (values within ~1e-9 relative) are then put in exact order by a small
+    ``lexsort``, so the order is exact. Inputs must not contain NaN.
     """
     x = np.ascontiguousarray(values, dtype=np.float64).ravel()
     n = x.size
     if n == 0:
-        return np.empty(0, dtype=np.float64)
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
     shift = max(1, int(n - 1).bit_length())
     if shift > 32:  # more than 4G values: keep enough value bits, use a plain stable argsort
         order = np.argsort(x, kind="stable")
@@ -325,13 +325,38 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
             sub = order[pos]
             order[pos] = sub[np.lexsort((x[sub], top[pos]))]
     sv = x[order]
+    starts = np.flatnonzero(np.concatenate(([True], sv[1:] != sv[:-1])))
+    return order, starts
+
+
+def average_ranks(values: np.ndarray, structure: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """1-based ranks of ``values`` with ties given their average rank: the same numbers as
+    ``scipy.stats.rankdata(values)`` (method "average"), about twice as fast on millions of values
+    (see :func:`sort_order`, whose result may be passed as ``structure``)."""
+    order, starts = sort_order(values) if structure is None else structure
+    n = order.size
     ranks = np.empty(n, dtype=np.float64)
-    tie = sv[1:] == sv[:-1]
-    if not tie.any():
+    if starts.size == n:  # no ties
         ranks[order] = np.arange(1, n + 1, dtype=np.float64)
         return ranks
-    starts = np.flatnonzero(np.concatenate(([True], ~tie)))
     counts = np.diff(np.append(starts, n))
     ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
     return ranks
 
+
+def weighted_average_ranks(order: np.ndarray, starts: np.ndarray, weights_sorted: np.ndarray) -> np.ndarray:
+    """Average ranks in the multiset where sorted element i occurs ``weights_sorted[i]`` times
+    (a bootstrap resample): a value's copies share the average of the positions its group of
+    equal values occupies. Returned in the original (unsorted) order; weight-0 elements get the
+    rank they would have, which does not matter to weighted statistics."""
+    n = order.size
+    cw = np.cumsum(weights_sorted, dtype=np.float64)
+    ranks = np.empty(n, dtype=np.float64)
+    if starts.size == n:  # no ties: each element's copies sit right after everything below it
+        ranks[order] = cw - (weights_sorted - 1) / 2.0
+        return ranks
+    ends = np.append(starts[1:], n) - 1
+    below = np.where(starts > 0, cw[starts - 1], 0.0)
+    total = cw[ends] - below
+    ranks[order] = np.repeat(below + (total + 1) / 2.0, np.diff(np.append(starts, n)))
+    return ranks
