@@ -98,6 +98,23 @@ def test_losses_match_naive_loops_on_random_batches():
     assert cosine_distance(t([[0.0, 0.0]]), t([[1.0, 0.0]])).item() == pytest.approx(1.0)  # zero vector: cos 0
 
 
+def test_negatives_are_other_items_of_the_batch_or_language():
+    from backretrieval.train.triplet import sample_negatives
+
+    g = torch.Generator().manual_seed(0)
+    lang = torch.tensor([0, 0, 1, 1, 1, 2])
+    for _ in range(50):
+        neg = sample_negatives(lang, g, "batch")
+        assert (neg != torch.arange(6)).all()
+        neg = sample_negatives(lang, g, "language")
+        assert (neg != torch.arange(6)).all()
+        assert (lang[neg[:5]] == lang[:5]).all()  # same language where the batch has another one
+    seen = {int(sample_negatives(lang, g, "language")[2]) for _ in range(60)}
+    assert seen == {3, 4}  # uniform over the other items of the language
+    with pytest.raises(Exception, match="negatives"):
+        sample_negatives(lang, g, "hard")
+
+
 # ----------------------------------------------------------------------------- neighbours
 def _naive_neighbours(bodies, titles, pool_lang, query_self, n_langs, k):
     out = np.full((len(bodies), n_langs, k), -1)

@@ -42,6 +42,8 @@ def _train_options(fn):
         click.option("--alpha", default=0.1, show_default=True, help="Margin of Eq. 1."),
         click.option("--batch-size", default=128, show_default=True),
         click.option("--layers", default="300,300", show_default=True, help="Widths of the dense ReLU layers of the siamese tower."),
+        click.option("--negatives", type=click.Choice(["batch", "language"]), default="batch", show_default=True,
+                     help="Eq. 1's negative title: any other item of the mini-batch (paper) or one of the same language."),
         click.option("--val-frac", default=0.1, show_default=True, help="Random validation share."),
         click.option("--patience", type=int, default=None, help="Early stopping: stop after this many epochs without a better validation loss."),
         click.option("--seed", default=0, show_default=True),
@@ -71,7 +73,8 @@ def plot_curves(history: Sequence[dict[str, Any]], path: Path, title: str, best_
     ax = axes[0]
     ax.plot(*series("train_loss"), marker=".", label="train loss")
     if any("val_loss" in h for h in history):
-        ax.plot(*series("val_loss"), marker=".", label="validation loss (epoch 0: untrained)")
+        has0 = any(h["epoch"] == 0 for h in history)
+        ax.plot(*series("val_loss"), marker=".", label="validation loss" + (" (epoch 0: untrained)" if has0 else ""))
     if best_epoch:
         ax.axvline(best_epoch, color="grey", ls=":", lw=1, label=f"kept: epoch {best_epoch}")
     ax.set_yscale("log")
@@ -98,7 +101,7 @@ def plot_curves(history: Sequence[dict[str, Any]], path: Path, title: str, best_
 
 
 def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_per_lang, epochs, lr, alpha, batch_size,
-               layers, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
+               layers, negatives, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
     from ..data import load_dataset
     from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, TripletModel
 
@@ -117,7 +120,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     click.echo(f"{method}: {len(data)} monolingual title/body pairs ({', '.join(f'{l} {n}' for l, n in data.counts().items())}); base {base}", err=True)
     est = TripletModel(
         method, base=base, layers=widths, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
-        refresh_every=refresh_every, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
+        refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
     )
     t0 = time.perf_counter()
     est.fit(data, checkpoint_dir=out)
@@ -133,7 +136,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     click.echo(f"wrote {out}/model.json, weights.npz, history.csv, curves.png; use it as --models {method}:{out}")
 
 
-@train.command("triplet")
+@train.command("triplet", short_help="Train Triplet (paper Eq. 1) on monolingual title/body pairs.")
 @_train_options
 def train_triplet(**kw) -> None:
     """Triplet (paper Eq. 1) on monolingual title/body pairs over a frozen base encoder.
@@ -143,7 +146,7 @@ def train_triplet(**kw) -> None:
     _run_train("triplet", **kw)
 
 
-@train.command("tripletxl")
+@train.command("tripletxl", short_help="Train TripletXL (paper Eq. 1 + beta * Eq. 2) on monolingual title/body pairs.")
 @_train_options
 @click.option("--beta", default=0.01, show_default=True, help="Weight of L_XL (Eq. 2).")
 @click.option("--k", "k", default=5, show_default=True, help="Neighbours per language in L_XL.")
@@ -157,9 +160,9 @@ def train_tripletxl(**kw) -> None:
 
 
 # ----------------------------------------------------------------------------- case study
-@main.group("case-study")
+@main.group("case-study", short_help="Base encoder vs Triplet vs TripletXL per language pair (paper Table 2 / Fig. 3).")
 def case_study() -> None:
-    """The paper's Sec. 3.2 case study (Table 2 / Fig. 3) with Triplet and TripletXL."""
+    """The case study of the paper's Sec. 3.2 (Table 2 / Fig. 3) with Triplet and TripletXL."""
 
 
 def heldout_mask(concepts: Sequence[str | None], frac: float, seed: int = 0) -> "Any":
@@ -177,7 +180,7 @@ def heldout_mask(concepts: Sequence[str | None], frac: float, seed: int = 0) -> 
     return out
 
 
-@case_study.command("prepare")
+@case_study.command("prepare", short_help="Split linked title/body data into monolingual training data and a held-out test set.")
 @click.option("--dataset", default="ddtp", show_default=True, help="Dataset with title/body columns and cross-lingual links.")
 @click.option("--langs", required=True, help="Comma-separated languages, e.g. en,de,fr,it,ja,ru,es.")
 @click.option("--holdout", default=0.25, show_default=True, help="Share of concepts held out for the ground-truth check.")
@@ -418,7 +421,7 @@ def case_study_figure(summary: dict[str, Any], path: Path, annotate: int = 2) ->
     plt.close(fig)
 
 
-@case_study.command("report")
+@case_study.command("report", short_help="Evaluate base vs trained models on every directed pair; tables and boxplot.")
 @click.option("--langs", required=True, help="Comma-separated languages; every directed pair is evaluated.")
 @click.option("--models", required=True, help="Base encoder first, then trained models, e.g. use-m,triplet:DIR,tripletxl:DIR.")
 @click.option("--labels", default=None, help="Comma-separated short names of the models (default: derived from the specs).")

@@ -10,6 +10,8 @@ Losses, with ``d`` the cosine distance ``1 - cos``; a batch's loss is the mean o
 
 * Eq. 1, ``L_TRIPLET(r) = max(0, d(x_rb, x_rt) - d(x_rb, x_nt) + alpha)``; the negative title
   ``x_nt`` is a uniformly random *other* item of the same mini-batch (batches mix languages).
+  Option ``negatives="language"`` (not in the paper) draws it among the batch's items of r's own
+  language instead, see :func:`sample_negatives`.
 * Eq. 2, ``L_XL(r) = sum_{l != l_r} | mean_{n in N_l(r)} d(x_rb, x_nt) - mean_{n in N_{l_r}(r)} d(x_rb, x_nt) |``;
   TripletXL minimises ``L_TRIPLET + beta * L_XL``.
 
@@ -222,6 +224,28 @@ def xl_loss(x_rb, lang, x_nt, mask):
     return ((mean_d - own).abs() * valid.to(d.dtype)).sum(-1)
 
 
+def sample_negatives(lang, generator, mode: str = "batch"):
+    """Index of the negative of every item of a batch: a uniformly random *other* item.
+
+    ``mode="batch"`` (the paper): any other item of the mini-batch, whatever its language.
+    ``mode="language"``: another item of the same language in the batch (any other item when
+    the batch holds no second item of that language). In mixed-language batches most "batch"
+    negatives are in another language, so Eq. 1 can be lowered by pulling languages apart;
+    same-language negatives remove that shortcut."""
+    import torch
+
+    b = lang.shape[0]
+    if mode == "batch":
+        return (torch.arange(b) + torch.randint(1, b, (b,), generator=generator)) % b
+    if mode != "language":
+        raise BackretrievalError(f"negatives must be 'batch' or 'language', got {mode!r}")
+    score = torch.rand((b, b), generator=generator)
+    other = ~torch.eye(b, dtype=torch.bool)
+    same = (lang[:, None] == lang[None, :]) & other
+    ok = torch.where(same.any(1, keepdim=True), same, other)
+    return torch.where(ok, score, torch.full_like(score, -1.0)).argmax(1)
+
+
 # ----------------------------------------------------------------------------- neighbours
 def _topk_torch(q: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` largest inner products per row, best first, in row blocks whose
@@ -325,6 +349,7 @@ class TripletModel:
         beta: float = 0.01,
         k: int = 5,
         refresh_every: int = 1,
+        negatives: str = "batch",
         val_frac: float = 0.1,
         patience: int | None = None,
         restore_best: bool = True,
@@ -343,6 +368,7 @@ class TripletModel:
         self.beta = beta
         self.k = k
         self.refresh_every = refresh_every
+        self.negatives = negatives
         self.val_frac = val_frac
         self.patience = patience
         self.restore_best = restore_best
@@ -355,6 +381,8 @@ class TripletModel:
         keys = ("method", "base", "layers", "final_relu", "lr", "alpha", "batch_size", "epochs", "beta", "k",
                 "refresh_every", "val_frac", "patience", "restore_best", "seed")
         out = {key: getattr(self, key) for key in keys}
+        if self.negatives != "batch":  # not part of the key of runs made before the option existed
+            out["negatives"] = self.negatives
         out["layers"] = list(self.layers)
         return out
 
@@ -373,6 +401,8 @@ class TripletModel:
             raise BackretrievalError("lr must be > 0, alpha and beta >= 0")
         if not 0 <= self.val_frac < 1:
             raise BackretrievalError(f"val_frac must be in [0, 1), got {self.val_frac!r}")
+        if self.negatives not in ("batch", "language"):
+            raise BackretrievalError(f"negatives must be 'batch' or 'language', got {self.negatives!r}")
         if self.patience is not None and self.patience < 1:
             raise BackretrievalError(f"patience must be a positive integer or None, got {self.patience!r}")
 
@@ -506,8 +536,8 @@ class TripletModel:
                 e = cuts[j + 1] if j + 1 < len(cuts) else len(order)
                 yield order[s:e]
 
-        def negatives(b: int, g):
-            return (torch.arange(b) + torch.randint(1, b, (b,), generator=g)) % b
+        def negatives(lb, g):
+            return sample_negatives(lb, g, self.negatives)
 
         def validate() -> dict[str, float]:
             if not n_va:
@@ -521,7 +551,7 @@ class TripletModel:
                     idx = torch.from_numpy(rows)
                     nbr = nbr_va[rows] if nbr_va is not None else None
                     # Triplet's validation loss is Eq. 1 only; its L_XL is a monitor
-                    total, lt, lx = batch_loss(Xt_va[idx], Xb_va[idx], L_va[idx], negatives(len(rows), g), nbr)
+                    total, lt, lx = batch_loss(Xt_va[idx], Xb_va[idx], L_va[idx], negatives(L_va[idx], g), nbr)
                     tot += float(total) * len(rows)
                     trip += float(lt) * len(rows)
                     xll += float(lx) * len(rows)
@@ -553,7 +583,7 @@ class TripletModel:
             bar = tqdm(total=n_batches, desc=f"epoch {epoch + 1}/{self.epochs}", unit="batch", leave=False, disable=not self.progress)
             for rows in batches(order):
                 idx = torch.from_numpy(rows)
-                neg = negatives(len(rows), gen)
+                neg = negatives(L_tr[idx], gen)
                 total, lt, lx = batch_loss(Xt_tr[idx], Xb_tr[idx], L_tr[idx], neg, nbr_tr[rows] if xl else None)
                 opt.zero_grad(set_to_none=True)
                 total.backward()
@@ -648,7 +678,7 @@ class TripletModel:
             "method": self.method,
             "base": self.base,
             "final_relu": self.final_relu,
-            "hyper": self.hyper_params(),
+            "hyper": {**self.hyper_params(), "negatives": self.negatives},
             "languages": self.languages_,
             "n_train": self.n_train_,
             "n_val": self.n_val_,
