@@ -22,6 +22,7 @@ from backretrieval.train.cr5 import (
     make_split,
     retrieval_precision,
     select_lambda,
+    single_token_dictionary,
     solve,
     train_evaluate,
     training_corpora,
@@ -374,6 +375,18 @@ def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
         assert (out / f).is_file(), f
     ev = json.loads((out / "eval.json").read_text())
     assert ev["regime"] == "joint" and len(ev["test"]) == 4
+    # a pairwise model on the same held-out concepts (--split): same test queries, same pools
+    out2 = tmp_path / "cr5-pair"
+    r = CliRunner().invoke(main, [
+        "train", "cr5", "--dataset", "ddtp", "--regime", "pairwise", "--pair", "de-en", "--rank", "16",
+        "--lam", "10", "--split", str(out / "split.json"), "--dataset-option", src, "--dataset-option", "max_docs=3000",
+        "--out", str(out2), "--quiet",
+    ])
+    assert r.exit_code == 0, r.output
+    ev2 = json.loads((out2 / "eval.json").read_text())
+    assert ev2["regime"] == "pairwise"
+    key = lambda recs: sorted((x["src"], x["tgt"], x["sim"], x["n_queries"], x["n_candidates"]) for x in recs)  # noqa: E731
+    assert key(ev2["test"]) == key(ev["test"])
     res = tmp_path / "ev"
     r = CliRunner().invoke(main, [
         "evaluate", "--dataset", str(out / "heldout.jsonl"), "--models", f"cr5:{out}", "--pairs", "en-de",
@@ -388,3 +401,12 @@ def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
     ])
     assert r.exit_code == 0, r.output
     assert "BkR and CORR need images" in r.output
+
+
+def test_single_token_dictionary():
+    en = Corpus(dataset="x", lang="en", ids=["1", "2", "3", "4"], texts=["cat", "black cat", "dog", "sun"],
+                concepts=["c1", "c2", "c3", None])
+    ja = Corpus(dataset="x", lang="ja", ids=["1", "2", "3", "4"], texts=["猫", "黒い猫", "犬", "太陽"],
+                concepts=["c1", "c2", "c3", "c4"])
+    # "黒い猫" is the bigrams 黒い, い猫: two tokens; "sun" has no concept
+    assert single_token_dictionary({"en": en, "ja": ja}, "en", "ja", field=None) == [("cat", "猫"), ("dog", "犬")]
