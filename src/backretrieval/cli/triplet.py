@@ -384,7 +384,7 @@ def case_study_markdown(summary: dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def case_study_figure(summary: dict[str, Any], path: Path, annotate: int = 2) -> None:
+def case_study_figure(summary: dict[str, Any], path: Path, annotate: int = 1) -> None:
     """Fig. 3 analog: one panel per metric, a box per model over language pairs, each pair a dot;
     the ``annotate`` worst pairs of every model are labelled."""
     import matplotlib
@@ -407,14 +407,15 @@ def case_study_figure(summary: dict[str, Any], path: Path, annotate: int = 2) ->
             xs = j + rng.uniform(-0.17, 0.17, size=v.size)
             ax.scatter(xs, v, s=10, alpha=0.6, color="C0", zorder=3)
             for i in np.argsort(v)[:annotate]:
-                ax.annotate(est.index[i], (xs[i], v[i]), fontsize=6.5, xytext=(3, -3), textcoords="offset points", color="C3")
-            ax.scatter([j], [v.mean()], marker="D", color="C1", s=22, zorder=4, label="mean" if j == 1 else None)
+                ax.annotate(est.index[i], (xs[i], v[i]), fontsize=8, xytext=(4, -4), textcoords="offset points", color="C3",
+                            bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+            ax.scatter([j], [v.mean()], marker="D", color="C1", s=24, zorder=4)
         ax.set_xticks(range(1, len(cols) + 1))
         ax.set_xticklabels(cols, rotation=20, fontsize=8, ha="right")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"Base encoder vs Triplet vs TripletXL: {len(next(iter(summary['per_pair'].values()))['estimate'])} directed language pairs (dots)", fontsize=10)
+    n_pairs = len(next(iter(summary["per_pair"].values()))["estimate"])
+    fig.suptitle(f"{n_pairs} directed language pairs (dots; the worst pair of each model labelled), orange diamond = mean over pairs", fontsize=10)
     fig.tight_layout()
     with atomic_write(path, "wb") as fh:
         fig.savefig(fh, format="png")

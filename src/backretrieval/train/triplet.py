@@ -673,7 +673,10 @@ class TripletModel:
         model_dir = Path(model_dir)
         model_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(model_dir / "history.json", json.dumps(self.history_, indent=1))
-        atomic_write_text(model_dir / "history.csv", pd.DataFrame(self.history_).to_csv(index=False))
+        hist = pd.DataFrame(self.history_)
+        first = ["epoch", "train_loss", "train_triplet", "train_xl", "val_loss", "val_triplet", "val_xl"]
+        hist = hist[[c for c in first if c in hist] + [c for c in hist if c not in first]]
+        atomic_write_text(model_dir / "history.csv", hist.to_csv(index=False))
         cfg = {
             "method": self.method,
             "base": self.base,
