@@ -382,7 +382,13 @@ def solve(
     progress: bool = False,
 ) -> Cr5Solution:
     """Cr5's reduced-rank ridge regression (Eq. 8) by the iterative route of Sec. 3.2 / 5."""
-    from threadpoolctl import threadpool_limits
+    try:  # installed with scikit-learn
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        import contextlib
+
+        def threadpool_limits(_n: int) -> contextlib.AbstractContextManager:  # type: ignore[misc]
+            return contextlib.nullcontext()
 
     prob = Cr5Problem(blocks, labels, n_classes, lam, cg_tol=cg_tol, cg_maxiter=cg_maxiter, woodbury=woodbury, n_jobs=n_jobs)
     try:
@@ -412,7 +418,7 @@ def _corpora(corpus: Dataset | Mapping[str, Corpus]) -> dict[str, Corpus]:
 class Cr5:
     """Crosslingual reduced-rank ridge regression, scikit-learn style.
 
-    >>> model = Cr5(rank=300, lam=10.0).fit(dataset)          # doctest: +SKIP
+    >>> model = Cr5(rank=300, lam=1.0).fit(dataset)          # doctest: +SKIP
     >>> vecs = model.transform(["a text"], "en")             # doctest: +SKIP
     >>> model.save("models/cr5-ddtp")                         # doctest: +SKIP
 
@@ -426,7 +432,7 @@ class Cr5:
     def __init__(
         self,
         rank: int = 300,
-        lam: float = 10.0,
+        lam: float = 1.0,
         *,
         max_vocab: int | None = 200_000,
         min_df: int = 3,
@@ -1055,7 +1061,7 @@ def train_evaluate(
     pair: tuple[str, str] | None = None,
     pivot: str | None = None,
     eval_pairs: Sequence[tuple[str, str]] | None = None,
-    lams: Sequence[float] = (10.0,),
+    lams: Sequence[float] = (1.0,),
     split: Split | None = None,
     split_options: Mapping[str, Any] | None = None,
     holdout: bool = True,
