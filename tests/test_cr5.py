@@ -135,8 +135,11 @@ def test_solver_is_deterministic_and_checks_rank():
     blocks, labels, K = synthetic(seed=3)
     a = solve(blocks, labels, K, rank=4, lam=1.0, seed=5)
     b = solve(blocks, labels, K, rank=4, lam=1.0, seed=5)
-    for x, y in zip(a.phi, b.phi):
+    threaded = solve(blocks, labels, K, rank=4, lam=1.0, seed=5, n_jobs=2)  # per-language solves in threads
+    for x, y, z in zip(a.phi, b.phi, threaded.phi):
         np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(x, z)
+    assert threaded.stats.cg_iterations == a.stats.cg_iterations
     with pytest.raises(DataError, match="rank"):
         solve(blocks, labels, K, rank=K, lam=1.0)
     with pytest.raises(DataError, match="lam"):

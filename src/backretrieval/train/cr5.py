@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -139,6 +140,7 @@ class Cr5Problem:
         # Jacobi preconditioners: diag(B_l) and diag(A) = diag(B) - n mu^2
         self.diag_B = [np.asarray(x.multiply(x).sum(axis=0)).ravel() + self.lam for x in self.X]
         self.stats = SolverStats()
+        self._lock = threading.Lock()  # per-language solves may run in threads
         self._w: list[np.ndarray] | None = None
         self._c: float | None = None
         self._pool = None
@@ -173,10 +175,10 @@ class Cr5Problem:
         pre = LinearOperator(op.shape, matvec=lambda v: v / diag, dtype=np.float64)
         it, cb = _counter()
         x, info = cg(op, b, rtol=tol, atol=0.0, maxiter=maxiter, M=pre, callback=cb)
-        self.stats.cg_solves += 1
-        self.stats.cg_iterations += it["n"]
-        if info != 0:
-            self.stats.cg_not_converged += 1
+        with self._lock:
+            self.stats.cg_solves += 1
+            self.stats.cg_iterations += it["n"]
+            self.stats.cg_not_converged += int(info != 0)
         return x
 
     def _map(self, fn: Callable[[int], np.ndarray], items: Sequence[int]) -> list[np.ndarray]:
@@ -309,9 +311,10 @@ class Cr5Problem:
             rz[active] = rz_new
             res = np.linalg.norm(R[:, active], axis=0)
             active = active[res > self.cg_tol * bnorm[active]]
-        self.stats.cg_solves += B.shape[1]
-        self.stats.cg_iterations += it * B.shape[1]
-        self.stats.cg_not_converged += int(active.size)
+        with self._lock:
+            self.stats.cg_solves += B.shape[1]
+            self.stats.cg_iterations += it * B.shape[1]
+            self.stats.cg_not_converged += int(active.size)
         return X
 
     def solve_A_multi(self, bs: Sequence[np.ndarray]) -> list[np.ndarray]:
