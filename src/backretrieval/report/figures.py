@@ -142,13 +142,13 @@ def degradation_plot(degradation: pd.DataFrame, path: str | Path) -> Path:
     for k, ((col, label), c) in enumerate(zip(cols, colors)):
         err = d.get(f"{col}_sd")
         ax.bar(x + (k - 1.5) * w, d[col], w, yerr=None if err is None else err, label=label, color=c, edgecolor="black", linewidth=0.4, capsize=2)
-    ax.set_xticks(x, [_short(str(g), 26) for g in d["image_model"]], rotation=15, ha="right", fontsize=8)
+    ax.set_xticks(x, [_short(str(g), 40) for g in d["image_model"]], rotation=15, ha="right", fontsize=8)
     ax.set_ylabel("correlation with XLR@10 across models")
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylim(min(-0.1, float(np.nanmin(d[[c for c, _ in cols]].to_numpy())) - 0.05), 1.05)
-    ax.legend(fontsize=8, ncol=2, loc="lower left")
+    ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
-    ax.set_title("How weak may the image similarity g be? (mean ± sd over pairs and seeds)")
+    ax.set_title("How weak may the image similarity g be? (mean ± sd over pairs and seeds)", pad=24)
     return _save(fig, path)
 
 
