@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash
+from ..core import BackretrievalError, DataError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, content_hash
 from ..data import Dataset, load_dataset, matching, non_matching
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
@@ -131,6 +131,7 @@ class _Features:
         self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
         self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
         self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
+        self.unsupported: dict[str, dict[str, str]] = {}  # model -> language -> why it cannot embed it
 
     def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
         enc = None if spec == "precomputed" else CachedImageEncoder(get_image_encoder(spec), progress=self.progress)
@@ -165,7 +166,10 @@ class _Features:
                         f"{', '.join(missing)}, which this dataset does not have"
                     )
                 kw["extra"] = {w: c.extra[w] for w in wanted}
-            out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
+            try:
+                out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
+            except UnsupportedLanguageError as e:  # the grid skips the model's pairs with this language
+                self.unsupported.setdefault(getattr(model, "name", str(model)), {})[lang] = str(e)
         return out
 
     def rows(self, lang: str, idx: np.ndarray) -> np.ndarray:
@@ -316,6 +320,12 @@ def evaluate(
         t0 = time.perf_counter()
         text[spec] = feats.text(CachedTextEncoder(ex.text_encoder(spec), chunk=ex.encode_chunk, progress=progress))
         encode_s[spec] = round(time.perf_counter() - t0, 3)
+
+    for spec, langs_missing in feats.unsupported.items():
+        for lang, why in langs_missing.items():
+            log(f"skipping {spec} for the pairs with {lang!r}: {why}")
+    todo = {key: [m for m in specs if key[0] in text[m] and key[1] in text[m]] for key, specs in todo.items()}
+    todo = {key: specs for key, specs in todo.items() if specs}
 
     def tasks():
         for (s, t, seed), specs in todo.items():

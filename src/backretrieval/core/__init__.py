@@ -2,7 +2,7 @@
 
 Every other layer may import from here; this package imports nothing from the project.
 """
-from .errors import BackretrievalError, DataError, EncoderError, MetricInputError
+from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
 from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "DataError",
     "EncoderError",
     "MetricInputError",
+    "UnsupportedLanguageError",
     "atomic_write",
     "atomic_write_text",
     "atomic_save_npz",

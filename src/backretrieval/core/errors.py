@@ -13,5 +13,10 @@ class EncoderError(BackretrievalError):
     """An encoder is unknown, not installed, or produced unusable vectors."""
 
 
+class UnsupportedLanguageError(EncoderError):
+    """A model cannot embed texts of a language at all (e.g. a Cr5 model without a vocabulary
+    for it). The evaluation grid skips that model for pairs with the language, with a warning."""
+
+
 class MetricInputError(BackretrievalError):
     """Arrays handed to a metric have the wrong shape, values or parameters."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, atomic_save_npz, atomic_write_text
+from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
 from .base import EncoderInfo, register_text
@@ -96,7 +96,7 @@ class Cr5Model:
     def _lang(self, lang: str) -> str:
         got = self.resolve(lang)
         if got is None:
-            raise EncoderError(f"cr5: the model has no language {lang!r} (trained on: {', '.join(self.languages)})")
+            raise UnsupportedLanguageError(f"cr5: the model has no language {lang!r} (trained on: {', '.join(self.languages)})")
         return got
 
     # ------------------------------------------------------------------ inference
