@@ -10,7 +10,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first, pinned: the CPU build. An unpinned torch pulls a multi-GB CUDA build.
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[models,search,report,test,study]"
+.venv/bin/pip install -q -e ".[models,search,report,test,study,ray]"
 # Debian's Chromium for the rating page's browser test (tests/test_study_browser.py, driven by
 # Playwright for Python from the `test` extra). Never `playwright install`: it downloads a browser.
 if [ ! -x /usr/bin/chromium ]; then
