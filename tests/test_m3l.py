@@ -24,6 +24,7 @@ from backretrieval.train.m3l import (
     evaluate_retrieval,
     hardest_negatives,
     init_last_block,
+    input_standardization,
     m3l_loss,
     patr_loss,
     recall_summary,
@@ -180,6 +181,19 @@ def test_init_last_block_matches_image_statistics():
     assert torch.equal(net2.linears[-1].weight, w)
 
 
+def test_input_standardization():
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(300, 8)) * 0.05 + 1.0).astype(np.float32)  # anisotropic: all near (1, ..., 1)
+    mean, scale = input_standardization(x)
+    z = (x - mean) / scale
+    np.testing.assert_allclose(z.mean(0), 0, atol=1e-6)
+    assert np.mean((z**2).sum(1)) == pytest.approx(1.0, rel=1e-6)
+    m0, s0 = input_standardization(x, standardize=False)
+    assert s0 == 1.0 and not m0.any()
+    with pytest.raises(DataError, match="same base embedding"):
+        input_standardization(np.ones((5, 3), np.float32))
+
+
 # ----------------------------------------------------------------------------- splits and retrieval
 def test_assign_splits_seeded_stable_and_proportional():
     keys = [f"file:{i:05d}" for i in range(20000)]
@@ -296,8 +310,11 @@ def test_saved_model_is_a_text_encoder(trained, emoji_small):
     assert got.shape == (30, 1280) and got.dtype == np.float32
     base = get_text_encoder("use-m").encode(c.texts[:30], "de")
     np.testing.assert_allclose(got, model.transform(base), rtol=1e-5, atol=1e-4)
-    with torch.no_grad():  # the numpy forward equals the trained torch network
-        ref = model.net_(torch.from_numpy(base)).numpy()
+    # the numpy forward on raw vectors equals the trained torch network on standardised ones
+    assert cfg["standardize"] and cfg["input_scale"] == pytest.approx(model.input_scale_)
+    std = ((base - model.input_mean_) / model.input_scale_).astype(np.float32)
+    with torch.no_grad():
+        ref = model.net_(torch.from_numpy(std)).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
     with pytest.raises(EncoderError, match="patr:"):
         get_text_encoder(f"m3l:{out}")

@@ -46,6 +46,7 @@ def _train_options(fn):
         click.option("--patience", default=0, show_default=True, help="Stop after this many epochs without a better validation R@10 (0: run all epochs)."),
         click.option("--select", type=click.Choice(["best", "last"]), default="best", show_default=True, help="Keep the epoch with the best validation R@10, or the last one."),
         click.option("--init", type=click.Choice(["match", "mean", "default"]), default="match", show_default=True, help="Last block's initialisation: match = bias at the mean image feature and output spread scaled to the images' (see docs/m3l.md); mean = bias only; default = PyTorch's."),
+        click.option("--standardize/--no-standardize", default=True, show_default=True, help="Centre the base embeddings and scale them to mean squared norm 1 (folded into the saved first layer)."),
         click.option("--threads", default=None, type=int, help="torch threads for training [default: torch's choice]."),
         click.option("--seed", default=0, show_default=True, help="Seed of initialisation, dropout and batch order."),
         click.option("--split-seed", default=0, show_default=True, help="Seed of the image split (keep it fixed to compare models)."),
@@ -59,7 +60,7 @@ def _train_options(fn):
 
 
 def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_langs, base, image_model, out, epochs,
-           batch_size, lr, beta1, widths, dropout, patience, select, init, threads, seed, split_seed, test_frac, val_frac,
+           batch_size, lr, beta1, widths, dropout, patience, select, init, standardize, threads, seed, split_seed, test_frac, val_frac,
            quiet) -> None:
     from ..data import load_dataset
     from ..train.m3l import M3LModel
@@ -83,6 +84,7 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
         patience=patience or None,
         select=select,
         init=init,
+        standardize=standardize,
         threads=threads,
         seed=seed,
         split_seed=split_seed,
