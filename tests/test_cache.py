@@ -73,3 +73,30 @@ def test_image_cache_by_content(tmp_path):
     assert cached.n_encoded == 1
     with pytest.raises(DataError, match="missing.png"):
         cached.encode_images([str(tmp_path / "missing.png")])
+
+
+class TitleBodyEncoder:
+    """Vectors from the per-item columns, not the text: the cache must key and slice them by row."""
+
+    name, version, dim, languages, cacheable = "tb", "1", 3, None, True
+    wants_extra = ("title", "body")
+
+    def __init__(self):
+        self.seen = 0
+
+    def encode(self, texts, lang, *, ids=None, extra=None):
+        self.seen += len(texts)
+        return np.array([[len(t), len(b) + 1.0, 1.0] for t, b in zip(extra["title"], extra["body"])], np.float32)
+
+
+def test_cache_keys_and_slices_extra_columns(tmp_path):
+    enc = TitleBodyEncoder()
+    cached = CachedTextEncoder(enc, root=tmp_path, chunk=2)
+    texts = ["same text"] * 5
+    extra = {"title": ["a", "bb", "ccc", "dddd", "a"], "body": ["x", "y", "zz", "w", "x"]}
+    out = cached.encode(texts, "en", extra=extra)
+    np.testing.assert_array_equal(out[:, 0], [1, 2, 3, 4, 1])  # rows kept their own columns across chunks
+    assert enc.seen == 4  # the repeated (text, title, body) item is encoded once
+    again = CachedTextEncoder(TitleBodyEncoder(), root=tmp_path, chunk=2)
+    np.testing.assert_array_equal(again.encode(texts, "en", extra=extra), out)
+    assert again.encoder.seen == 0

@@ -102,21 +102,42 @@ class _Cached:
 
 
 class CachedTextEncoder(_Cached):
-    """A text encoder whose vectors are cached by (model, version, language, text)."""
+    """A text encoder whose vectors are cached by (model, version, language, text). For models
+    that also take per-item columns (``extra={"title": [...], "body": [...]}``) those values are
+    part of the key, and each chunk sent to the model gets its own rows of them."""
 
     kind = "text"
 
-    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        lang: str,
+        *,
+        ids: Sequence[str] | None = None,
+        extra: dict[str, Sequence[str]] | None = None,
+        **kw: Any,
+    ) -> np.ndarray:
         enc = self.encoder
+        if extra is not None:
+            kw["extra"] = extra
         if not getattr(enc, "cacheable", True):
             self.n_encoded += len(texts)
             return enc.encode(texts, lang, ids=ids, **kw)
         texts = list(texts)
-        keys = [content_hash(t) for t in texts]
+        if extra is None:
+            keys = [content_hash(t) for t in texts]
+        else:
+            names = sorted(extra)
+            keys = [
+                content_hash("\x00".join([t, *(f"{n}={extra[n][i]}" for n in names)])) for i, t in enumerate(texts)
+            ]
 
         def encode_rows(rows: list[int]) -> np.ndarray:
             sub_ids = None if ids is None else [ids[i] for i in rows]
-            return enc.encode([texts[i] for i in rows], lang, ids=sub_ids, **kw)
+            sub_kw = dict(kw)
+            if extra is not None:
+                sub_kw["extra"] = {n: [col[i] for i in rows] for n, col in extra.items()}
+            return enc.encode([texts[i] for i in rows], lang, ids=sub_ids, **sub_kw)
 
         out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}")
         return check_embeddings(out, len(texts), f"{enc.name}/{lang}", ids)
