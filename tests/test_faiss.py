@@ -68,3 +68,19 @@ def test_approx_bad_input_is_named():
         xlr_approx(a, a[:, :4], method="flat")
     with pytest.raises(MetricInputError, match="K=60 is larger"):
         bkr_approx(a, a, a, a, ks=(60,), method="flat")
+
+
+def test_shared_text_index_gives_the_same_values_and_is_checked():
+    from backretrieval.search.faiss_backend import build_index
+
+    rng = np.random.default_rng(3)
+    src, tgt = _correlated(rng, 400, 32, 1.0)
+    si, ti = _correlated(rng, 400, 24, 1.5)
+    index = build_index(tgt, "flat")
+    assert xlr_approx(src, tgt, method="flat", tgt_index=index) == xlr_approx(src, tgt, method="flat")
+    shared = bkr_approx(src, tgt, si, ti, method="flat", tgt_text_index=index)
+    own = bkr_approx(src, tgt, si, ti, method="flat")
+    assert {k: v for k, v in shared.items() if k != "retrieved"} == {k: v for k, v in own.items() if k != "retrieved"}
+    np.testing.assert_array_equal(shared["retrieved"], own["retrieved"])
+    with pytest.raises(MetricInputError, match="holds 400 vectors of dimension 32, but the target text embeddings are 400 x 24"):
+        bkr_approx(src[:, :24], ti, si, ti, method="flat", tgt_text_index=index)

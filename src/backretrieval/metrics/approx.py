@@ -62,6 +62,17 @@ def _position(lists: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0)
 
 
+def _index_over(x: np.ndarray, index: Any, method: str, options: FaissOptions | None, name: str) -> Any:
+    if index is None:
+        return build_index(x, method, options)
+    if getattr(index, "ntotal", None) != x.shape[0] or getattr(index, "d", None) != x.shape[1]:
+        raise MetricInputError(
+            f"the index given for the {name} holds {getattr(index, 'ntotal', '?')} vectors of dimension "
+            f"{getattr(index, 'd', '?')}, but the {name} are {x.shape[0]} x {x.shape[1]}"
+        )
+    return index
+
+
 def xlr_approx(
     src: np.ndarray,
     tgt: np.ndarray,
@@ -70,8 +81,12 @@ def xlr_approx(
     method: str = "hnsw",
     options: FaissOptions | None = None,
     both_directions: bool = True,
+    tgt_index: Any = None,
 ) -> dict[str, Any]:
-    """XLR@K (and ``xlr_t2s@K``) on aligned rows from K-nearest-neighbour lists."""
+    """XLR@K (and ``xlr_t2s@K``) on aligned rows from K-nearest-neighbour lists.
+
+    ``tgt_index``: a FAISS index already built over ``tgt`` (by :func:`build_index` with the
+    same method), to share it with :func:`bkr_approx` instead of building it twice."""
     _check(src, "source embeddings")
     _check(tgt, "target embeddings")
     _dims(src, tgt, ("source embeddings", "target embeddings"))
@@ -79,7 +94,7 @@ def xlr_approx(
         raise MetricInputError(f"source has {src.shape[0]} rows but target has {tgt.shape[0]}; rows must be aligned")
     ks = check_ks(ks, src.shape[0])
     truth = np.arange(src.shape[0])
-    _, idx = search(build_index(tgt, method, options), src, max(ks))
+    _, idx = search(_index_over(tgt, tgt_index, method, options, "target embeddings"), src, max(ks))
     out: dict[str, Any] = _summary(_position(idx, truth), ks, "xlr")
     if both_directions:
         _, idx = search(build_index(src, method, options), tgt, max(ks))
@@ -97,10 +112,12 @@ def bkr_approx(
     *,
     method: str = "hnsw",
     options: FaissOptions | None = None,
+    tgt_text_index: Any = None,
 ) -> dict[str, Any]:
     """BkR@K from a text index over the targets and an image index over the source images.
 
-    Also returns ``retrieved`` (the target retrieved for each query) for agreement checks."""
+    Also returns ``retrieved`` (the target retrieved for each query) for agreement checks.
+    ``tgt_text_index``: an index already built over ``tgt_text`` (see :func:`xlr_approx`)."""
     for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
                     (src_img, "source image features"), (tgt_img, "target image features")):
         _check(x, name)
@@ -110,7 +127,7 @@ def bkr_approx(
         if a.shape[0] != b.shape[0]:
             raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")
     ks = check_ks(ks, src_img.shape[0])
-    _, nn = search(build_index(tgt_text, method, options), src_text, 1)
+    _, nn = search(_index_over(tgt_text, tgt_text_index, method, options, "target text embeddings"), src_text, 1)
     retrieved = nn[:, 0]
     distinct, row = np.unique(retrieved, return_inverse=True)
     _, lists = search(build_index(src_img, method, options), tgt_img, max(ks), rows=distinct)
