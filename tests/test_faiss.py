@@ -77,10 +77,17 @@ def test_shared_text_index_gives_the_same_values_and_is_checked():
     src, tgt = _correlated(rng, 400, 32, 1.0)
     si, ti = _correlated(rng, 400, 24, 1.5)
     index = build_index(tgt, "flat")
-    assert xlr_approx(src, tgt, method="flat", tgt_index=index) == xlr_approx(src, tgt, method="flat")
+    x_shared, x_own = xlr_approx(src, tgt, method="flat", tgt_index=index), xlr_approx(src, tgt, method="flat")
+    np.testing.assert_array_equal(x_shared.pop("retrieved"), x_own.pop("retrieved"))
+    assert x_shared == x_own
     shared = bkr_approx(src, tgt, si, ti, method="flat", tgt_text_index=index)
     own = bkr_approx(src, tgt, si, ti, method="flat")
     assert {k: v for k, v in shared.items() if k != "retrieved"} == {k: v for k, v in own.items() if k != "retrieved"}
     np.testing.assert_array_equal(shared["retrieved"], own["retrieved"])
     with pytest.raises(MetricInputError, match="holds 400 vectors of dimension 32, but the target text embeddings are 400 x 24"):
         bkr_approx(src[:, :24], ti, si, ti, method="flat", tgt_text_index=index)
+    # step 2 from XLR's lists: the same BkR without a second text search
+    reused = bkr_approx(src, tgt, si, ti, method="flat", retrieved=xlr_approx(src, tgt, method="flat")["retrieved"])
+    assert {k: v for k, v in reused.items() if k != "retrieved"} == {k: v for k, v in own.items() if k != "retrieved"}
+    with pytest.raises(MetricInputError, match=r"retrieved\[5\] = 400 is not a target row"):
+        bkr_approx(src, tgt, si, ti, method="flat", retrieved=np.where(np.arange(400) == 5, 400, 0))

@@ -5,7 +5,8 @@ N x N products: fine to a few hundred thousand items, out of reach at millions. 
 top K are searched, with a FAISS index (``method="flat"`` exact, ``"hnsw"`` / ``"ivf"``
 approximate; see :mod:`backretrieval.search.faiss_backend`):
 
-* ``xlr_approx``: a source counts for XLR@K when its partner is among the K targets found;
+* ``xlr_approx``: a source counts for XLR@K when its partner is among the K targets found
+  (``retrieved``: the first target found per source);
 * ``bkr_approx``: step 2 retrieves the first target text found; steps 3-4 search the K source
   images nearest to each distinct retrieved target's image; the query counts for BkR@K when its
   own image is among them.
@@ -96,10 +97,12 @@ def xlr_approx(
     truth = np.arange(src.shape[0])
     _, idx = search(_index_over(tgt, tgt_index, method, options, "target embeddings"), src, max(ks))
     out: dict[str, Any] = _summary(_position(idx, truth), ks, "xlr")
+    retrieved = idx[:, 0].copy()
     if both_directions:
         _, idx = search(build_index(src, method, options), tgt, max(ks))
         out.update(_summary(_position(idx, truth), ks, "xlr_t2s"))
     out["approximate"] = method != "flat"
+    out["retrieved"] = retrieved
     return out
 
 
@@ -113,11 +116,15 @@ def bkr_approx(
     method: str = "hnsw",
     options: FaissOptions | None = None,
     tgt_text_index: Any = None,
+    retrieved: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """BkR@K from a text index over the targets and an image index over the source images.
 
     Also returns ``retrieved`` (the target retrieved for each query) for agreement checks.
-    ``tgt_text_index``: an index already built over ``tgt_text`` (see :func:`xlr_approx`)."""
+    ``tgt_text_index``: an index already built over ``tgt_text`` (see :func:`xlr_approx`).
+    ``retrieved``: the target already retrieved for each source (step 2), e.g. ``xlr_approx``'s
+    ``retrieved`` (the first of its K found, the same as a top-1 search of the same index); then
+    no text search is done here."""
     for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
                     (src_img, "source image features"), (tgt_img, "target image features")):
         _check(x, name)
@@ -127,8 +134,17 @@ def bkr_approx(
         if a.shape[0] != b.shape[0]:
             raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")
     ks = check_ks(ks, src_img.shape[0])
-    _, nn = search(_index_over(tgt_text, tgt_text_index, method, options, "target text embeddings"), src_text, 1)
-    retrieved = nn[:, 0]
+    if retrieved is None:
+        _, nn = search(_index_over(tgt_text, tgt_text_index, method, options, "target text embeddings"), src_text, 1)
+        retrieved = nn[:, 0]
+    else:
+        retrieved = np.asarray(retrieved)
+        if retrieved.shape != (src_text.shape[0],) or retrieved.dtype.kind not in "iu":
+            raise MetricInputError(f"retrieved: expected {src_text.shape[0]} integer target rows, got shape {retrieved.shape} ({retrieved.dtype})")
+        bad = (retrieved < 0) | (retrieved >= tgt_text.shape[0])
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise MetricInputError(f"retrieved[{i}] = {int(retrieved[i])} is not a target row (0..{tgt_text.shape[0] - 1})")
     distinct, row = np.unique(retrieved, return_inverse=True)
     _, lists = search(build_index(src_img, method, options), tgt_img, max(ks), rows=distinct)
     pos = _position(lists[row], np.arange(src_text.shape[0]))
