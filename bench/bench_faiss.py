@@ -36,18 +36,19 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-LATENT = 64  # intrinsic dimension of the "latent" data
+LATENT = 64  # default intrinsic dimension of the "latent" data
 
 
-def make_data(n: int, folder: Path, text_noise: float, image_noise: float, data: str = "isotropic") -> dict[str, np.ndarray]:
+def make_data(n: int, folder: Path, text_noise: float, image_noise: float, data: str = "isotropic",
+              latent: int = LATENT) -> dict[str, np.ndarray]:
     """Aligned synthetic embeddings on disk.
 
     ``isotropic``: a_i ~ N(0, I_512), targets a_i + text_noise * N(0, I); images b_i ~ N(0, I_1280),
     target images b_i + image_noise * N(0, I). No structure at all: the worst case for any index.
-    ``latent``: concepts live in a LATENT-dimensional space, as real sentence and image embeddings
-    concentrate near low-dimensional structure: z_i ~ N(0, I_64), source text P z_i, target text
-    P (z_i + text_noise * N(0, I_64)), with a fixed random 512 x 64 map P, plus isotropic noise of 5%
-    of the norm in all 512 dimensions; images likewise with their own latent w_i and a 1280 x 64 map.
+    ``latent``: concepts live in a ``latent``-dimensional space (default 64), as real sentence and image embeddings
+    concentrate near low-dimensional structure: z_i ~ N(0, I_latent), source text P z_i, target text
+    P (z_i + text_noise * N(0, I_latent)), with a fixed random 512 x latent map P, plus isotropic noise of 5%
+    of the norm in all 512 dimensions; images likewise with their own latent w_i and a 1280 x latent map.
     """
     from numpy.lib.format import open_memmap
 
@@ -58,8 +59,8 @@ def make_data(n: int, folder: Path, text_noise: float, image_noise: float, data:
         "tgt_img": open_memmap(folder / "tgt_img.npy", "w+", np.float32, (n, 1280)),
     }
     maps = np.random.default_rng(99)
-    P_text = maps.standard_normal((LATENT, 512), dtype=np.float32) / np.sqrt(LATENT)
-    P_img = maps.standard_normal((LATENT, 1280), dtype=np.float32) / np.sqrt(LATENT)
+    P_text = maps.standard_normal((latent, 512), dtype=np.float32) / np.sqrt(latent)
+    P_img = maps.standard_normal((latent, 1280), dtype=np.float32) / np.sqrt(latent)
     def fill(c: int) -> None:  # chunk c from its own seeded generator: same data for any thread count
         s, e = c * CHUNK, min(n, (c + 1) * CHUNK)
         rng = np.random.default_rng([7, c])
@@ -72,7 +73,7 @@ def make_data(n: int, folder: Path, text_noise: float, image_noise: float, data:
             arrays["tgt_img"][s:e] = _unit(b + image_noise * rng.standard_normal(b.shape, dtype=np.float32))
         elif data == "latent":
             for (src, tgt, P, noise) in (("src_text", "tgt_text", P_text, text_noise), ("src_img", "tgt_img", P_img, image_noise)):
-                z = rng.standard_normal((e - s, LATENT), dtype=np.float32)
+                z = rng.standard_normal((e - s, latent), dtype=np.float32)
                 zt = z + noise * rng.standard_normal(z.shape, dtype=np.float32)
                 for name, lat in ((src, z), (tgt, zt)):
                     x = _unit(lat @ P)
@@ -89,7 +90,7 @@ def make_data(n: int, folder: Path, text_noise: float, image_noise: float, data:
     return {k: np.load(folder / f"{k}.npy", mmap_mode="r") for k in arrays}
 
 
-def one(n: int, method: str, text_noise: float, image_noise: float, exact: bool, opts_kw: dict, data: str) -> dict:
+def one(n: int, method: str, text_noise: float, image_noise: float, exact: bool, opts_kw: dict, data: str, latent: int = LATENT) -> dict:
     from backretrieval.metrics import bkr, xlr
     from backretrieval.metrics.approx import bkr_approx, xlr_approx
     from backretrieval.search.faiss_backend import FaissOptions, build_index, top1_agreement
@@ -98,8 +99,8 @@ def one(n: int, method: str, text_noise: float, image_noise: float, exact: bool,
     opts = FaissOptions(**opts_kw)
     with tempfile.TemporaryDirectory(prefix="bench-faiss-", dir="/var/tmp") as tmp:
         t0 = time.perf_counter()
-        d = make_data(n, Path(tmp), text_noise, image_noise, data)
-        out = {"n": n, "data": data, "text_noise": text_noise, "image_noise": image_noise, "method": method, **opts_kw, "data_s": round(time.perf_counter() - t0, 1)}
+        d = make_data(n, Path(tmp), text_noise, image_noise, data, latent)
+        out = {"n": n, "data": data if data == "isotropic" else f"latent-{latent}", "text_noise": text_noise, "image_noise": image_noise, "method": method, **opts_kw, "data_s": round(time.perf_counter() - t0, 1)}
         t0 = time.perf_counter()
         text_index = build_index(d["tgt_text"], method, opts)  # shared by XLR and BkR
         out["text_index_s"] = round(time.perf_counter() - t0, 1)
@@ -139,14 +140,16 @@ def main() -> None:
     ap.add_argument("--text-noise", type=float, default=1.0)
     ap.add_argument("--image-noise", type=float, default=1.5)
     ap.add_argument("--data", default="isotropic", choices=["isotropic", "latent"], help="synthetic data (see make_data)")
+    ap.add_argument("--latent", type=int, default=LATENT, help="intrinsic dimension of --data latent")
     ap.add_argument("--exact", action="store_true", help="also the exact metrics (only for N <= 100,000)")
     ap.add_argument("--child", type=int, help="measure one N and print its JSON row (no BENCHMARKS.md)")
     ap.add_argument("--rows", nargs="+", help="write the section from JSON rows saved by --child runs (e.g. on another machine)")
+    ap.add_argument("--note", help="a Markdown file appended to the section: the reading of these rows")
     args = ap.parse_args()
     opts_kw = {"m": args.m, "ef_construction": args.ef_construction, "ef_search": args.ef_search}
     if args.child:
         print(json.dumps(one(args.child, args.method, args.text_noise, args.image_noise,
-                             args.exact and args.child <= 100_000, opts_kw, args.data)))
+                             args.exact and args.child <= 100_000, opts_kw, args.data, args.latent)))
         return
     rows = []
     if args.rows:
@@ -154,7 +157,7 @@ def main() -> None:
             rows.append(json.loads(Path(f).read_text().strip().splitlines()[-1]))
     else:
         for i, n in enumerate(args.n):
-            cmd = [sys.executable, __file__, "--child", str(n), "--data", args.data, "--method", args.method, "--m", str(args.m),
+            cmd = [sys.executable, __file__, "--child", str(n), "--data", args.data, "--latent", str(args.latent), "--method", args.method, "--m", str(args.m),
                    "--ef-construction", str(args.ef_construction), "--ef-search", str(args.ef_search),
                    "--text-noise", str(args.text_noise), "--image-noise", str(args.image_noise)]
             if i == 0 and n <= 100_000:
@@ -174,27 +177,33 @@ def main() -> None:
         "--ef-search EFS [--exact]` (`--n N1 N2 ...` runs the children and writes this section; `--rows` writes it from",
         "saved child rows). Each row names the machine it ran on.",
         "",
-        f"Synthetic aligned data (unit rows): source texts 512-d, target texts = source + {args.text_noise} x noise per",
-        f"dimension; source images 1280-d, target images = source + {args.image_noise} x noise; written to memory-mapped",
-        "files chunk by chunk, never held whole. Isotropic random vectors are the hardest case for a graph index",
-        "(no low-dimensional structure to exploit), so agreement on real embeddings is at least as good.",
+        "Synthetic aligned data (unit rows), written to memory-mapped files chunk by chunk and never held whole:",
+        "*isotropic*: source texts ~ N(0, I_512), target texts = source + (text noise) x N(0, I); images likewise in",
+        "1280-d -- no structure at all, the hardest case for any index. *latent-r*: concepts drawn in an r-dimensional",
+        "latent space and mapped to 512-d (text) and 1280-d (image) by fixed random maps, plus 5% isotropic noise; the",
+        "target text is the mapping of latent + (text noise) x N(0, I_r) -- real embeddings concentrate near",
+        "low-dimensional structure like this (see `make_data`). Peak RSS counts the pages of the memory-mapped inputs",
+        "that were read (N x 3,584 floats: 14.3 GB at N = 1,000,000; the kernel can drop them) besides the indexes.",
         "XLR@K (source->target) from the K targets found; BkR@K from the first target found, then the K source images",
         "nearest to its image. One text search serves both. Agreement = share of 1,000 seeded",
         "queries whose approximate first target equals exact brute force (target >= 0.99). Times in seconds:",
         "text index build, XLR search (its first target per source is BkR's step 2), BkR's rest (source-image",
         "index, image search of the distinct retrieved targets).",
         "",
-        "| N | method (m / efC / efS) | text index s | XLR search s | BkR rest s | XLR total s | BkR total s | xlr@1 | xlr@10 "
-        "| bkr@1 | bkr@10 | top-1 agreement | peak RSS MiB | exact xlr@10 / bkr@10 | machine |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| N | data (text / image noise) | method (m / efC / efS) | text index s | XLR search s | BkR rest s | XLR total s "
+        "| BkR total s | xlr@1 | xlr@10 | bkr@1 | bkr@10 | top-1 agreement | peak RSS MiB | exact xlr@10 / bkr@10 | machine |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ex = f"{r['exact_xlr@10']} / {r['exact_bkr@10']}" if "exact_xlr@10" in r else "-"
         lines.append(
-            f"| {r['n']:,} | {r['method']} ({r['m']} / {r['ef_construction']} / {r['ef_search']}) | {r['text_index_s']} "
+            f"| {r['n']:,} | {r['data']} ({r['text_noise']} / {r['image_noise']}) "
+            f"| {r['method']} ({r['m']} / {r['ef_construction']} / {r['ef_search']}) | {r['text_index_s']} "
             f"| {r['xlr_search_s']} | {r['bkr_extra_s']} | {r['xlr_s']} | {r['bkr_s']} | {r['xlr@1']} | {r['xlr@10']} "
             f"| {r['bkr@1']} | {r['bkr@10']} | {r['top1_agreement']:.3f} | {r['peak_rss_mib']:,} | {ex} | {r['machine']} |"
         )
+    if args.note:
+        lines += ["", Path(args.note).read_text(encoding="utf-8").strip()]
     write_section("faiss", "\n".join(lines))
 
 
