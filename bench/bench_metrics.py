@@ -80,17 +80,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[1000, 3000, 10000, 30000, 100000])
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child", type=int, help="measure one N and print its JSON row (no BENCHMARKS.md)")
+    ap.add_argument("--rows", nargs="+", default=[], help="JSON rows saved by --child runs, kept beside the N measured now")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(one(args.child, args.repeats)))
         return
-    rows = []
+    rows = [json.loads(Path(f).read_text().strip().splitlines()[-1]) for f in args.rows]
     for n in args.n:
         out = subprocess.run([sys.executable, __file__, "--child", str(n), "--repeats", str(args.repeats)],
                              capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(rows[-1], file=sys.stderr)
+    rows.sort(key=lambda r: r["n"])
     from _md import ROOT, machine, write_section
 
     target = {10000: (1.2, 1024), 100000: (1.3, 2048)}  # issue 7: ratio and RSS (MiB) targets
@@ -105,7 +107,7 @@ def main() -> None:
     lines = [
         "## BkR and XLR vs the bare matrix multiplications",
         "",
-        f"Command: `python bench/bench_metrics.py --n {' '.join(map(str, args.n))} --repeats {args.repeats}` "
+        f"Command: `python bench/bench_metrics.py --n {' '.join(str(r['n']) for r in rows)} --repeats {args.repeats}` "
         f"(best of {args.repeats} up to N = {LARGE:,}, one run above; each N in a fresh process). Machine: {machine()}.",
         "",
         "Random unit vectors, 512-d text (targets = sources + Gaussian noise, so retrieval is meaningful) and",
