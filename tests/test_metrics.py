@@ -110,14 +110,36 @@ def test_ranks_both_ways_equal_two_one_way_passes(n, d, seed, ties, block, rows,
     assert bwd.tolist() == [ref.pessimistic_rank(s[:, j], j) for j in range(n)]
 
 
-def test_ranks_both_ways_falls_back_when_blas_rounds_differently(monkeypatch):
+@pytest.mark.parametrize("biased", [False, True])
+def test_ranks_both_ways_repairs_columns_whose_diagonal_blas_rounded_differently(monkeypatch, biased):
+    from backretrieval.search import kernels
+
     rng = np.random.default_rng(3)
-    Q, D = ref.unit(rand(rng, 30, 8)), ref.unit(rand(rng, 30, 8))
-    expected = ranks_both_ways(Q, D, max_block_rows=7)
-    monkeypatch.setattr(np, "array_equal", lambda a, b: False)  # pretend a diagonal value differed
-    fwd, bwd = ranks_both_ways(Q, D, max_block_rows=7)
+    n = 30
+    Q, D = ref.unit(tied(rng, n, 8, 3)), ref.unit(tied(rng, n, 8, 3))
+    kw = {"scale": 2.0, "q_bias": rng.uniform(0, 0.5, n).astype(np.float32),
+          "d_bias": rng.uniform(0, 0.5, n).astype(np.float32)} if biased else {}
+    expected = ranks_both_ways(Q, D, max_block_rows=7, **kw)
+    real = kernels._diagonal
+    off = [0, 8, 29]
+
+    def shifted(*a):  # pretend BLAS gave these diagonal elements other bits in the pre-pass
+        d = real(*a)
+        d[off] = np.nextafter(d[off], np.float32(np.inf))
+        return d
+
+    monkeypatch.setattr(kernels, "_diagonal", shifted)
+    calls = []
+    monkeypatch.setattr(kernels, "rank_of_true", lambda Qx, *a, **k: calls.append(len(Qx)) or rank_of_true(Qx, *a, **k))
+    fwd, bwd = ranks_both_ways(Q, D, max_block_rows=7, **kw)
+    assert calls == [len(off)]  # only the three columns are recomputed
     assert fwd.tolist() == expected[0].tolist() and bwd.tolist() == expected[1].tolist()
-    assert bwd.tolist() == rank_of_true(D, Q, np.arange(30)).tolist()
+    s = Q @ D.T
+    if biased:
+        s = s * np.float32(2.0)
+        s -= kw["d_bias"][None, :]
+        s -= kw["q_bias"][:, None]
+    assert bwd.tolist() == [ref.pessimistic_rank(s[:, j], j) for j in range(n)]
 
 
 def test_xlr_values_and_keys():
