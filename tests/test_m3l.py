@@ -462,3 +462,22 @@ def test_bad_inputs_raise_clear_errors(tmp_path, emoji_small):
         collect_images(text_only, ["en"], "efficientnet-lite0")
     with pytest.raises(DataError, match="precomputed"):
         collect_images(emoji_small, ["en"], "precomputed")
+
+
+def test_image_retrieval_groups_seeds_but_not_settings(trained):
+    """Models that differ only in the training seed are one configuration (averaged); other
+    settings make their own rows, named by what differs."""
+    from backretrieval.cli.m3l import _group_key, _labels
+
+    _, out = trained
+    cfg = json.loads((Path(out) / "config.json").read_text())
+    other_seed = {**cfg, "seed": 7, "loss_params": {**cfg["loss_params"], "eta": cfg["loss_params"]["eta"] * 1.01}}
+    q90 = {**cfg, "loss_params": {**cfg["loss_params"], "eta_rule": "quantile 0.9 of squared distances between distinct training images"}}
+    lr = {**cfg, "optimizer": {**cfg["optimizer"], "lr": 0.01}}
+    keys = [_group_key(c) for c in (cfg, other_seed, q90, lr)]
+    assert keys[0] == keys[1] and len(set(keys)) == 3
+    names = _labels(list(dict.fromkeys(keys)))
+    assert names[keys[0]] == "use-m PATR (eta_quantile 0.5, lr 0.001)"
+    assert names[keys[2]] == "use-m PATR (eta_quantile 0.9, lr 0.001)"
+    assert names[keys[3]] == "use-m PATR (eta_quantile 0.5, lr 0.01)"
+    assert _labels([keys[0]]) == {keys[0]: "use-m PATR"}

@@ -139,8 +139,40 @@ def train_patr(eta, eta_quantile, **kw) -> None:
 
 
 # ---------------------------------------------------------------------------- image retrieval
+def _settings(cfg: dict) -> dict:
+    """What was chosen for a model apart from its training seed (a derived eta is left out: it is
+    estimated from the data per run)."""
+    lp = {k: v for k, v in cfg["loss_params"].items() if k != "d"}
+    rule = lp.pop("eta_rule", "given")
+    if rule != "given":  # "quantile Q of squared distances ...": eta itself is estimated per run
+        lp.pop("eta", None)
+        lp["eta_quantile"] = float(rule.split()[1])
+    flat = {**lp, "widths": cfg["widths"], "dropout": cfg["dropout"], "init": cfg["init"],
+            "standardize": cfg["standardize"], "batch": cfg["batch_size"], "epochs": cfg["epochs"],
+            "select": cfg["select"], "patience": cfg["patience"], "val_langs": cfg.get("val_langs")}
+    flat.update({k: v for k, v in cfg["optimizer"].items() if k != "name"})
+    return flat
+
+
 def _group_key(cfg: dict) -> tuple:
-    return (cfg["base"], cfg["loss"], ",".join(cfg["train_langs"]), cfg["image_model"])
+    """Models that differ only in their training seed form one configuration (averaged)."""
+    return (cfg["base"], cfg["loss"], ",".join(cfg["train_langs"]), cfg["image_model"],
+            json.dumps(_settings(cfg), sort_keys=True))
+
+
+def _labels(keys: list[tuple]) -> dict[tuple, str]:
+    """``base LOSS``, plus the settings that tell apart configurations sharing that name."""
+    out = {}
+    for gk in keys:
+        same = [k for k in keys if k[:4] == gk[:4]]
+        name = f"{gk[0]} {gk[1].upper()}"
+        if len(same) > 1:
+            mine, others = json.loads(gk[4]), [json.loads(k[4]) for k in same]
+            diff = [k for k in mine if any(o.get(k) != mine[k] for o in others)]
+            if diff:
+                name += " (" + ", ".join(f"{k} {mine[k]}" for k in diff) + ")"
+        out[gk] = name
+    return out
 
 
 def _cell(vals: list[float]) -> str:
@@ -226,8 +258,10 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     def recall(grp, lang, k):
         return [g.per_lang[lang][f"r@{k}"] for g in grp]
 
+    names = _labels(list(groups))
+
     def label(gk):
-        return f"{gk[0]} {gk[1].upper()}"
+        return names[gk]
 
     lines = [
         f"# Text->image retrieval on {dataset} ({split} split, {results[0].n_images} images, ranking: {sim})",
@@ -273,7 +307,8 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
         "langs": lang_list,
         "models": [r.to_json() for r in results],
         "groups": [
-            {"base": gk[0], "loss": gk[1], "train_langs": gk[2], "image_model": gk[3], "n_models": len(grp),
+            {"label": label(gk), "base": gk[0], "loss": gk[1], "train_langs": gk[2], "image_model": gk[3],
+             "settings": json.loads(gk[4]), "n_models": len(grp),
              "per_lang": {x: {f"r@{k}": float(np.mean(recall(grp, x, k))) for k in k_list} for x in lang_list}}
             for gk, grp in groups.items()
         ],
