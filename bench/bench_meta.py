@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=25)
     ap.add_argument("--weak-image-models", default="")
     ap.add_argument("--executor", default="local")
+    ap.add_argument("--note", help="a Markdown file appended to the section: the reading of the result")
     args = ap.parse_args()
     os.environ.setdefault("BACKRETRIEVAL_EMOJI_DIR", str(ROOT.parent / "shared" / "data" / "npm"))
     from backretrieval.analysis import EvalConfig, parse_pairs
@@ -69,6 +70,8 @@ def main() -> None:
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} / "
         f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} | {'met' if total <= 600 else 'MISSED'} (<= 600 s) |",
     ])
+    if args.note:
+        body += "\n\n" + Path(args.note).read_text(encoding="utf-8").strip()
     write_section(f"meta-paper-scale-{args.executor.replace(':', '')}", body)
 
 
