@@ -68,13 +68,19 @@ def _scores(
     q_bias: np.ndarray | None,
     d_bias: np.ndarray | None,
 ) -> np.ndarray:
-    s = Q[rows] @ D.T
+    return _finish(Q[rows] @ D.T, scale, None if q_bias is None else q_bias[rows], d_bias)
+
+
+def _finish(s: np.ndarray, scale: float, q_bias: np.ndarray | None, d_bias: np.ndarray | None) -> np.ndarray:
+    """Scale and biases of a block of products, in place, in the one order every kernel uses
+    (the same bits wherever a score is computed): times scale, minus d_bias per column, minus
+    q_bias per row (both already sliced to the block)."""
     if scale != 1.0:
         s *= np.float32(scale)
     if d_bias is not None:
         s -= d_bias[None, :]
     if q_bias is not None:
-        s -= q_bias[rows, None]
+        s -= q_bias[:, None]
     return s
 
 
@@ -211,13 +217,8 @@ def _diagonal(
     n = Q.shape[0]
     diag = np.empty(n, dtype=np.float32)
     for rows in _blocks(n, step):
-        sub = Q[rows] @ D[rows].T
-        if scale != 1.0:
-            sub *= np.float32(scale)
-        if d_bias is not None:
-            sub -= d_bias[None, rows]
-        if q_bias is not None:
-            sub -= q_bias[rows, None]
+        sub = _finish(Q[rows] @ D[rows].T, scale, None if q_bias is None else q_bias[rows],
+                      None if d_bias is None else d_bias[rows])
         diag[rows] = np.diagonal(sub)
     return diag
 
