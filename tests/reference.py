@@ -1,37 +1,93 @@
 """Naive, obviously-correct reference implementations of every metric.
 
-Plain loops over a full similarity matrix, written straight from the papers' definitions, with
-the project's documented tie rules. The fast, blocked implementations must agree with these.
+Plain Python loops over a full score matrix, written straight from the papers' definitions and
+the project's documented rules, with no BLAS anywhere: every score is the *canonical* score of
+``backretrieval.search.exact`` computed the slow way (a Python loop adding the exact float64
+products in index order, IEEE operations one at a time), so the references themselves give the
+same bits on every machine.
+The fast, blocked implementations must agree with these exactly.
+
+Rules mirrored here (ARCHITECTURE.md, "Ties and reproducibility"):
+* unit rows: a row whose exact squared norm is within 1e-5 of 1 is kept; others are divided by
+  the square root of their exact squared norm (float64), then rounded to float32;
+* canonical score: float32(float64(scale * dot) - float64(q_bias + d_bias)), dot = the float64 sum
+  of the products in index order;
+* CSLS penalty: mean of the k largest canonical cosines, summed in ascending order in float64;
+* ranks are pessimistic (ties never help); ties in top-k are broken by ascending index.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from scipy import stats
 
+UNIT_TOL = 1e-5
 
-def unit(x):
+
+def dot(x, y) -> float:
+    """The canonical dot product of two float32 vectors: float64, products added in index order."""
+    acc = 0.0
+    for a, b in zip(np.asarray(x, np.float32).tolist(), np.asarray(y, np.float32).tolist()):
+        acc += a * b
+    return acc
+
+
+def unit(x, tol=UNIT_TOL):
     x = np.asarray(x, dtype=np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    out = np.empty(x.shape, dtype=np.float32)
+    for i, row in enumerate(x):
+        ssq = dot(row, row)
+        if abs(ssq - 1.0) <= tol:
+            out[i] = row
+        elif ssq == 0.0:
+            out[i] = 0.0
+        else:
+            norm = math.sqrt(ssq)
+            out[i] = [np.float32(float(v) / norm) for v in row]
+    return out
+
+
+def score(x, y, scale=1.0, q_bias=None, d_bias=None) -> np.float32:
+    w = float(scale) * dot(x, y)
+    if q_bias is not None or d_bias is not None:
+        w = w - ((0.0 if q_bias is None else float(q_bias)) + (0.0 if d_bias is None else float(d_bias)))
+    return np.float32(w)
+
+
+def scores(Q, D, scale=1.0, q_bias=None, d_bias=None):
+    """The canonical score matrix of rows as given (no normalisation)."""
+    out = np.empty((len(Q), len(D)), dtype=np.float32)
+    for i in range(len(Q)):
+        for j in range(len(D)):
+            out[i, j] = score(Q[i], D[j], scale, None if q_bias is None else q_bias[i], None if d_bias is None else d_bias[j])
+    return out
 
 
 def knn_mean(a, b, k):
-    """For each row of a: mean of its k largest cosine similarities to rows of b."""
-    s = unit(a) @ unit(b).T
-    return np.array([np.mean(sorted(row, reverse=True)[:k]) for row in s], dtype=np.float32)
+    """For each (unit) row of a: mean of its k largest canonical cosines to the rows of b."""
+    s = scores(a, b)
+    out = []
+    for row in s:
+        acc = 0.0
+        for v in sorted(row.tolist(), reverse=True)[:k][::-1]:  # ascending order of addition
+            acc += float(v)
+        out.append(acc / k)
+    return np.array(out, dtype=np.float64)
 
 
 def sim_matrix(a, b, sim="cosine", k=10):
-    s = unit(a) @ unit(b).T
+    ua, ub = unit(a), unit(b)
     if sim == "cosine":
-        return s
-    r_t = knn_mean(a, b, k)  # each source's neighbourhood among targets
-    r_s = knn_mean(b, a, k)  # each target's neighbourhood among sources
-    return 2.0 * s - r_s[None, :] - r_t[:, None]
+        return scores(ua, ub)
+    r_t = knn_mean(ua, ub, k)  # each source's neighbourhood among targets
+    r_s = knn_mean(ub, ua, k)  # each target's neighbourhood among sources
+    return scores(ua, ub, 2.0, r_t, r_s)
 
 
-def pessimistic_rank(scores, j):
+def pessimistic_rank(scores_row, j):
     """Number of items scoring >= item j (itself included)."""
-    return sum(1 for v in scores if v >= scores[j])
+    return sum(1 for v in scores_row if v >= scores_row[j])
 
 
 def xlr_ranks(src, tgt, sim="cosine", k=10):
@@ -44,7 +100,7 @@ def xlr_ranks(src, tgt, sim="cosine", k=10):
 
 def bkr_ranks(src_text, tgt_text, src_img, tgt_img, sim="cosine", k=10):
     s = sim_matrix(src_text, tgt_text, sim, k)
-    g = unit(tgt_img) @ unit(src_img).T  # g[t, s]: target image t vs source image s
+    g = scores(unit(tgt_img), unit(src_img))  # g[t, s]: target image t vs source image s
     ranks = []
     for q in range(len(src_text)):
         best = max(s[q])
@@ -58,13 +114,11 @@ def recall(ranks, k):
 
 
 def corr(src_text, tgt_text, src_img, tgt_img):
-    st, tt, si, ti = (unit(x).astype(np.float64) for x in (src_text, tgt_text, src_img, tgt_img))
-    text_d, img_d = [], []
-    for i in range(len(st)):
-        for j in range(len(tt)):
-            text_d.append(1.0 - float(st[i] @ tt[j]))
-            img_d.append(1.0 - float(si[i] @ ti[j]))
-    return stats.spearmanr(text_d, img_d).statistic
+    """Spearman correlation of the canonical text and image similarities of all pairs (the same
+    rank correlation as of the distances 1 - similarity)."""
+    text = sim_matrix(src_text, tgt_text).ravel().astype(np.float64)
+    image = sim_matrix(src_img, tgt_img).ravel().astype(np.float64)
+    return stats.spearmanr(text, image).statistic
 
 
 def k_occurrence(src, tgt, k, sim="cosine", csls_k=10):

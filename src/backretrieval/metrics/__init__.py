@@ -17,15 +17,17 @@ from .xlr import xlr, xlr_ranks
 
 
 def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
-    """The full CSLS matrix ``2 cos(x_i, y_j) - r_S(y_j) - r_T(x_i)`` (n_s, n_t).
+    """The full CSLS matrix ``2 cos(x_i, y_j) - r_S(y_j) - r_T(x_i)`` (n_s, n_t), as the canonical
+    float32 scores every metric decides on (``backretrieval.search.exact``).
 
     Holds the whole matrix: meant for inspection and small inputs.
     """
+    from ..search.exact import scores_block
     from ._inputs import check_pair, similarity
 
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"))
     sc = similarity(src, tgt, "csls", k, None)
-    return 2.0 * (sc.Q @ sc.D.T) - sc.d_bias[None, :] - sc.q_bias[:, None]
+    return scores_block(sc.Q, sc.D, **sc.kwargs())
 
 
 __all__ = [

@@ -1,8 +1,9 @@
 """CORR, the baseline of the Backretrieval paper (Section 3.1).
 
 Spearman correlation between the text cosine distances and the image cosine distances of all
-source x target pairs of a (non-matching) sample. Ties get average ranks (as in
-``scipy.stats.spearmanr``). Up to ``max_pairs`` pairs (default 4,000,000, i.e. N=2000 per side)
+source x target pairs of a (non-matching) sample. Similarities are the canonical float32 scores
+of ``search.exact`` (the same bits on every machine); ties -- equal canonical scores -- get
+average ranks (as in ``scipy.stats.spearmanr``). Up to ``max_pairs`` pairs (default 4,000,000, i.e. N=2000 per side)
 every pair is used; above that a uniform random subsample of ``max_pairs`` pairs (seeded) is
 used and the result says so.
 
@@ -17,7 +18,8 @@ import dataclasses
 import numpy as np
 
 from ..core import MetricInputError
-from ..search import average_ranks, l2_normalize, sort_order, weighted_average_ranks
+from ..search import average_ranks, sort_order, unit_rows, weighted_average_ranks
+from ..search.exact import pair_scores, scores_block
 from ._inputs import check_pair
 
 DEFAULT_MAX_PAIRS = 4_000_000
@@ -41,16 +43,17 @@ def _pairs(n_s: int, n_t: int, max_pairs: int, seed: int) -> tuple[np.ndarray, n
     return np.divmod(flat, n_t)
 
 
-def _sims(A: np.ndarray, B: np.ndarray, pairs, chunk: int = 1 << 20) -> np.ndarray:
-    A, B = l2_normalize(A), l2_normalize(B)
+def _sims(A: np.ndarray, B: np.ndarray, pairs, rows: int = 1024) -> np.ndarray:
+    """Canonical float32 cosine similarities of all pairs (row-major) or of the sampled pairs, as
+    float64: the same bits on every machine (``search.exact``), so ranks and ties are too."""
+    A, B = unit_rows(A), unit_rows(B)
     if pairs is None:
-        return (A.astype(np.float64) @ B.T.astype(np.float64)).ravel()
+        out = np.empty((A.shape[0], B.shape[0]), dtype=np.float64)
+        for s in range(0, A.shape[0], rows):
+            out[s : s + rows] = scores_block(A[s : s + rows], B)
+        return out.ravel()
     i, j = pairs
-    out = np.empty(i.size, dtype=np.float64)
-    for s in range(0, i.size, chunk):
-        e = min(i.size, s + chunk)
-        out[s:e] = np.einsum("ij,ij->i", A[i[s:e]], B[j[s:e]], dtype=np.float64)
-    return out
+    return pair_scores(A, B, i, j).astype(np.float64)
 
 
 def _standardized(r: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Blocked exact search on float32 inner products.
+"""Blocked exact search on float32 inner products, with order-independent decisions.
 
 Scores. For queries ``Q`` (n_q, d) and database ``D`` (n_d, d) the score of the pair (i, j) is
 
@@ -9,13 +9,21 @@ Scores. For queries ``Q`` (n_q, d) and database ``D`` (n_d, d) the score of the 
 ``r_X(v)`` is the mean similarity of ``v`` to its k nearest neighbours in ``X``
 (:func:`csls_penalty`).
 
-Ties. Ranks are *pessimistic*: the rank of item j for query i is the number of database items
-whose score is >= s_ij, itself included, so a tie never helps (a model that gives every item
-the same score ranks every true item last). :func:`topk` orders equal scores by ascending
-index. :func:`nearest_with_ties` returns every item that attains a row's maximum. A tie is an
-exact equality of scores as computed in float32; identical vectors get identical scores in
-practice, though BLAS does not promise it for every shape (hypothesis found a 3-dimensional
-matrix-vector case where it rounds one position differently).
+Ties and reproducibility. Every decision (is item j scored at least as high as the true item?
+which items attain the best score? which k are the nearest?) is made on the *canonical* score of
+:mod:`.exact`: the exact dot product rounded once, combined with scale and biases in a fixed
+order, rounded to float32. It does not depend on BLAS's summation order, so ranks, top-k lists
+and every metric built on them are bit-identical whatever the thread count, block size,
+process, executor or machine. Ranks are *pessimistic*: the rank of item j for query i is the
+number of database items whose canonical score is >= c_ij, itself included, so a tie never
+helps. :func:`topk` orders equal canonical scores by ascending index; :func:`nearest_with_ties`
+returns every item that attains a row's canonical maximum.
+
+Speed. The scores are computed blockwise in float32 by BLAS (the fast pass). A bound ``tau`` on
+``|fast - canonical|`` (:func:`.exact.score_error_bound`, about ``d * 2**-24`` for unit rows) says
+which comparisons the fast pass already decides: only scores within ``tau`` of the threshold are
+re-decided on canonical scores (:func:`.exact.pair_scores`), typically a handful per query. The
+counting reads each score block once (:mod:`._fused`).
 
 Memory. Work is done in row blocks of the query matrix; a block holds at most
 ``block_bytes`` of float32 scores (default 64 MiB), so peak extra memory is independent of the
@@ -23,36 +31,57 @@ number of queries and linear in the database size.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
 
+from . import _fused
+from .exact import U32, max_row_norm, pair_scores, score_error_bound, unit_rows_exact
+
 DEFAULT_BLOCK_BYTES = 64 * 2**20
+UNIT_TOL = 1e-5  # rows whose squared norm is within this of 1 count as unit rows
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm, as a new C-contiguous float32 array."""
-    x = np.array(x, dtype=np.float32, order="C", copy=True)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    np.divide(x, norms, out=x, where=norms > 0)
-    return x
+    """Rows scaled to unit L2 norm (canonical: the same bits on every machine, see
+    :func:`.exact.unit_rows_exact`), as a new C-contiguous float32 array; zero rows stay zero."""
+    return unit_rows_exact(x, tol=0.0)
 
 
-def unit_rows(x: np.ndarray, tol: float = 1e-5) -> np.ndarray:
-    """``x`` itself when it already is a C-contiguous float32 matrix of unit rows (as most
-    encoders return), else :func:`l2_normalize` of it: saves a copy of large inputs. Callers must
-    not modify the result in place."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == 2 and x.flags.c_contiguous:
-        sq = np.einsum("ij,ij->i", x, x)
-        if np.all(np.abs(sq - 1.0) <= tol):
-            return x
-    return l2_normalize(x)
+def unit_rows(x: np.ndarray, tol: float = UNIT_TOL) -> np.ndarray:
+    """Canonical unit rows of ``x``: a row whose exact squared norm is within ``tol`` of 1 (as
+    most encoders return) is kept as it is, the others are normalised; ``x`` itself when every
+    row is kept (no copy of large inputs). Callers must not modify the result in place."""
+    return unit_rows_exact(x, tol=tol)
+
+
+def default_block_bytes() -> int:
+    """``$BACKRETRIEVAL_BLOCK_BYTES`` if set (e.g. to bound memory on a small machine), else
+    :data:`DEFAULT_BLOCK_BYTES`. Results never depend on it, only memory and speed do."""
+    env = os.environ.get("BACKRETRIEVAL_BLOCK_BYTES")
+    if not env:
+        return DEFAULT_BLOCK_BYTES
+    try:
+        value = int(env)
+    except ValueError:
+        raise ValueError(f"BACKRETRIEVAL_BLOCK_BYTES={env!r} is not a number of bytes") from None
+    if value < 1:
+        raise ValueError(f"BACKRETRIEVAL_BLOCK_BYTES={env!r} must be positive")
+    return value
 
 
 def block_rows(n_cols: int, block_bytes: int | None = None) -> int:
-    """How many rows of an (rows, n_cols) float32 score block fit in ``block_bytes``."""
-    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    """How many rows of an (rows, n_cols) float32 score block fit in ``block_bytes`` (default:
+    :func:`default_block_bytes`)."""
+    budget = default_block_bytes() if block_bytes is None else int(block_bytes)
     return max(1, budget // (4 * max(1, n_cols)))
+
+
+def _gemm(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """The fast pass's float32 product ``A @ B.T`` (BLAS; its bits may differ between runs, which
+    no decision depends on)."""
+    return A @ B.T
 
 
 def _blocks(n: int, size: int) -> Iterator[slice]:
@@ -60,28 +89,60 @@ def _blocks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(n, start + size))
 
 
-def _scores(
-    Q: np.ndarray,
-    D: np.ndarray,
-    rows: slice,
-    scale: float,
-    q_bias: np.ndarray | None,
-    d_bias: np.ndarray | None,
-) -> np.ndarray:
-    return _finish(Q[rows] @ D.T, scale, None if q_bias is None else q_bias[rows], d_bias)
+def _f32(x: np.ndarray | None) -> np.ndarray | None:
+    return None if x is None else np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _finish(s: np.ndarray, scale: float, q_bias: np.ndarray | None, d_bias: np.ndarray | None) -> np.ndarray:
-    """Scale and biases of a block of products, in place, in the one order every kernel uses
-    (the same bits wherever a score is computed): times scale, minus d_bias per column, minus
-    q_bias per row (both already sliced to the block)."""
-    if scale != 1.0:
-        s *= np.float32(scale)
-    if d_bias is not None:
-        s -= d_bias[None, :]
-    if q_bias is not None:
-        s -= q_bias[:, None]
-    return s
+class _Fast:
+    """The fast float32 pass of one search: float32 copies of the biases, the error bound tau, and
+    blocks of scores in the one order every kernel uses (times scale, minus the item bias per
+    column, minus the query bias per row)."""
+
+    def __init__(self, Q, D, scale, q_bias, d_bias):
+        self.Q, self.D, self.scale = Q, D, float(scale)
+        self.q_bias, self.d_bias = q_bias, d_bias
+        self.qb32, self.db32 = _f32(q_bias), _f32(d_bias)
+        self.tau = score_error_bound(Q.shape[1], max_row_norm(Q), max_row_norm(D), scale, q_bias, d_bias)
+
+    def block(self, rows: slice) -> np.ndarray:
+        s = _gemm(self.Q[rows], self.D)
+        if self.scale != 1.0:
+            s *= np.float32(self.scale)
+        if self.db32 is not None:
+            s -= self.db32[None, :]
+        if self.qb32 is not None:
+            s -= self.qb32[rows, None]
+        return s
+
+    def canonical(self, qi: np.ndarray, dj: np.ndarray) -> np.ndarray:
+        return pair_scores(self.Q, self.D, qi, dj, scale=self.scale, q_bias=self.q_bias, d_bias=self.d_bias)
+
+
+def _window(t: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``[lo, hi]`` containing ``[t - tau, t + tau]`` (rounded outwards)."""
+    t = np.asarray(t, dtype=np.float64)
+    lo = (t - tau).astype(np.float32)
+    hi = (t + tau).astype(np.float32)
+    lo = np.nextafter(lo, np.float32(-np.inf))
+    hi = np.nextafter(hi, np.float32(np.inf))
+    return lo, hi
+
+
+def _as_f32(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _listed(call, cap: int, n_lists: int):
+    """Run a kernel that lists positions into ``n_lists`` pairs of int64 buffers of length ``cap``,
+    enlarging them and calling again while it found more than fit. Returns the buffers trimmed to
+    what was found, and the final capacity (to start the next block with)."""
+    while True:
+        bufs = [np.empty(cap, dtype=np.int64) for _ in range(2 * n_lists)]
+        found = call(*bufs)
+        found = (found,) if np.ndim(found) == 0 else tuple(found)
+        if max(found) <= cap:
+            return [(bufs[2 * k][: found[k]], bufs[2 * k + 1][: found[k]]) for k in range(n_lists)], cap
+        cap = int(max(found) * 1.25) + 16
 
 
 def topk(
@@ -94,50 +155,55 @@ def topk(
     d_bias: np.ndarray | None = None,
     block_bytes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best database items per query: ``(scores, indices)``, both (n_q, k), best first;
-    equal scores in ascending index order."""
+    """The ``k`` best database items per query by canonical score: ``(scores, indices)``, both
+    (n_q, k), best first, equal canonical scores in ascending index order. ``scores`` are the
+    canonical float32 scores."""
+    Q, D = _as_f32(Q), _as_f32(D)
     n_q, n_d = Q.shape[0], D.shape[0]
     if not 1 <= k <= n_d:
         raise ValueError(f"k={k} must be between 1 and the database size {n_d}")
+    fast = _Fast(Q, D, scale, q_bias, d_bias)
     out_s = np.empty((n_q, k), dtype=np.float32)
     out_i = np.empty((n_q, k), dtype=np.int64)
     for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
-        s = _scores(Q, D, rows, scale, q_bias, d_bias)
+        s = fast.block(rows)
+        nb = s.shape[0]
         if k < n_d:
-            # the k-th largest value of each row; take every index scoring above it, then fill
-            # with the lowest-index items equal to it, so ties are resolved by index
-            part = np.ascontiguousarray(np.argpartition(-s, k - 1, axis=1)[:, :k])
+            part = np.argpartition(-s, k - 1, axis=1)[:, :k]
         else:
             part = np.broadcast_to(np.arange(n_d), s.shape).copy()
-        cand_s = np.take_along_axis(s, part, axis=1)
-        kth = cand_s.min(axis=1)
-        n_above = np.count_nonzero(s > kth[:, None], axis=1)
-        n_equal = np.count_nonzero(s == kth[:, None], axis=1)
-        # rows where items equal to the k-th score straddle the cut: argpartition chose an
-        # arbitrary subset of them; re-select the lowest indices (rare, so a loop is fine)
-        for r in np.flatnonzero(n_above + n_equal > k):
-            above = np.flatnonzero(s[r] > kth[r])
-            equal = np.flatnonzero(s[r] == kth[r])[: k - above.size]
-            part[r] = np.concatenate([above, equal])
-            cand_s[r] = s[r, part[r]]
-        order = np.lexsort((part, -cand_s), axis=1)
-        out_i[rows] = np.take_along_axis(part, order, axis=1)
-        out_s[rows] = np.take_along_axis(cand_s, order, axis=1)
+        kth = np.take_along_axis(s, part, axis=1).min(axis=1)
+        # the canonical top k lie among the items whose fast score is within 2 tau of the k-th
+        lo, _ = _window(kth.astype(np.float64) - fast.tau, fast.tau)
+        within = np.count_nonzero(s >= lo[:, None], axis=1)
+        wide = np.flatnonzero(within > k)
+        exact_rows = np.flatnonzero(within <= k)
+        if exact_rows.size:  # the candidates are exactly the fast top k: order them canonically
+            jj = part[exact_rows]
+            c = fast.canonical(np.repeat(exact_rows + rows.start, k), jj.ravel()).reshape(-1, k)
+            order = np.lexsort((jj, -c.astype(np.float64)), axis=1)
+            out_i[rows.start + exact_rows] = np.take_along_axis(jj, order, axis=1)
+            out_s[rows.start + exact_rows] = np.take_along_axis(c, order, axis=1)
+        for i in wide:  # near-ties straddle the cut: rank all candidates canonically
+            j = np.flatnonzero(s[i] >= lo[i])
+            c = fast.canonical(np.full(j.size, rows.start + i), j)
+            order = np.lexsort((j, -c.astype(np.float64)))[:k]
+            out_i[rows.start + i] = j[order]
+            out_s[rows.start + i] = c[order]
     return out_s, out_i
 
 
 def csls_penalty(Q: np.ndarray, D: np.ndarray, k: int = 10, *, block_bytes: int | None = None) -> np.ndarray:
-    """``r_D(Q_i)``: mean inner product of each query with its ``k`` nearest database items."""
+    """``r_D(Q_i)``: mean canonical inner product of each query with its ``k`` nearest database
+    items (float64; the k values are added in ascending order, so the result is reproducible)."""
     n_d = D.shape[0]
     if not 1 <= k <= n_d:
         raise ValueError(f"CSLS k={k} must be between 1 and the database size {n_d}")
-    out = np.empty(Q.shape[0], dtype=np.float32)
-    for rows in _blocks(Q.shape[0], block_rows(n_d, block_bytes)):
-        s = Q[rows] @ D.T
-        if k < n_d:
-            s = np.partition(s, n_d - k, axis=1)[:, n_d - k :]
-        out[rows] = s.mean(axis=1, dtype=np.float64)
-    return out
+    vals, _ = topk(Q, D, k, block_bytes=block_bytes)
+    acc = np.zeros(vals.shape[0], dtype=np.float64)
+    for col in range(k - 1, -1, -1):  # ascending: a fixed order of float64 additions
+        acc += vals[:, col].astype(np.float64)
+    return acc / k
 
 
 def rank_of_true(
@@ -150,14 +216,31 @@ def rank_of_true(
     d_bias: np.ndarray | None = None,
     block_bytes: int | None = None,
 ) -> np.ndarray:
-    """Pessimistic rank (1 = best) of database item ``true_idx[i]`` for query ``i``."""
+    """Pessimistic rank (1 = best) of database item ``true_idx[i]`` for query ``i``: the number
+    of items whose canonical score is >= the true item's."""
+    Q, D = _as_f32(Q), _as_f32(D)
     n_q, n_d = Q.shape[0], D.shape[0]
-    true_idx = np.asarray(true_idx, dtype=np.int64)
+    true_idx = np.ascontiguousarray(true_idx, dtype=np.int64)
+    if true_idx.shape != (n_q,) or (n_q and (true_idx.min() < 0 or true_idx.max() >= n_d)):
+        raise ValueError(f"true_idx must hold {n_q} indices in [0, {n_d})")
+    fast = _Fast(Q, D, scale, q_bias, d_bias)
+    t = fast.canonical(np.arange(n_q), true_idx)
+    lo, hi = _window(t, fast.tau)
     ranks = np.empty(n_q, dtype=np.int64)
+    pend_q, pend_j = [], []
+    cap = 1024
     for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
-        s = _scores(Q, D, rows, scale, q_bias, d_bias)
-        t = s[np.arange(s.shape[0]), true_idx[rows]]
-        ranks[rows] = np.count_nonzero(s >= t[:, None], axis=1)
+        s = fast.block(rows)
+        nb = s.shape[0]
+        cnt = np.empty(nb, np.int64)
+        local = np.arange(nb)
+        ((p, j),), cap = _listed(
+            lambda *b: _fused.rows_against(s, local, true_idx[rows], lo[rows], hi[rows], cnt, *b), cap, 1)
+        ranks[rows] = cnt
+        pend_q.append(p + rows.start)
+        pend_j.append(j)
+    qi, dj = np.concatenate(pend_q), np.concatenate(pend_j)
+    np.add.at(ranks, qi, (fast.canonical(qi, dj) >= t[qi]).astype(np.int64))
     return ranks
 
 
@@ -169,58 +252,41 @@ def ranks_both_ways(
     q_bias: np.ndarray | None = None,
     d_bias: np.ndarray | None = None,
     block_bytes: int | None = None,
-    max_block_rows: int = 128,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pessimistic ranks of the aligned partner (row i of ``Q`` <-> row i of ``D``) in both
-    directions from ONE pass over the score matrix: ``fwd[i]`` = #{j: s_ij >= s_ii},
-    ``bwd[j]`` = #{i: s_ij >= s_jj}. Valid for symmetric similarities (cosine and CSLS, whose
-    score of a pair does not depend on which side is the query).
+    directions from ONE pass over the score matrix: ``fwd[i]`` = #{j: c_ij >= c_ii},
+    ``bwd[j]`` = #{i: c_ij >= c_jj}, on canonical scores. Valid for symmetric similarities
+    (cosine and CSLS: the canonical score of a pair does not depend on which side is the query).
 
-    The column thresholds s_jj are needed before the pass, so the diagonal is computed first from
-    the diagonal blocks of ``max_block_rows`` rows (cost: max_block_rows / N of the product); the
-    pass itself uses row blocks of the memory budget. BLAS usually gives an element the same bits
-    in both products, but not always (its kernels for the edges of a tile may sum in another
-    order), so this is checked: the backward ranks of the few columns whose diagonal value differs
-    from the one seen in the pass are recomputed from their own scores (``rank_of_true`` on those
-    targets only; exact either way, and the cost is that share of one product; 11 of 10,000
-    columns in the benchmark)."""
+    The canonical diagonal is computed first (n pair scores); each block of fast scores is then
+    read once (:func:`._fused.both_ways`), counting per row and per column the scores certainly
+    above the threshold's window; only scores inside a window are re-decided canonically."""
+    Q, D = _as_f32(Q), _as_f32(D)
     n = Q.shape[0]
     if D.shape[0] != n:
         raise ValueError(f"aligned rows needed: {n} queries, {D.shape[0]} database items")
-    step = block_rows(n, block_bytes)
-    diag = _diagonal(Q, D, max(1, min(step, max_block_rows)), scale, q_bias, d_bias)
+    fast = _Fast(Q, D, scale, q_bias, d_bias)
+    diag = np.arange(n)
+    t = fast.canonical(diag, diag)
+    lo, hi = _window(t, fast.tau)
     fwd = np.empty(n, dtype=np.int64)
     bwd = np.zeros(n, dtype=np.int64)
-    seen = np.empty(n, dtype=np.float32)
-    for rows in _blocks(n, step):
-        s = _scores(Q, D, rows, scale, q_bias, d_bias)
-        t = s[np.arange(s.shape[0]), np.arange(rows.start, rows.stop)]
-        seen[rows] = t
-        fwd[rows] = np.count_nonzero(s >= t[:, None], axis=1)
-        bwd += np.count_nonzero(s >= diag[None, :], axis=0)
-    bad = np.flatnonzero(seen != diag)  # BLAS rounded these diagonal elements differently
-    if bad.size:
-        bwd[bad] = rank_of_true(D[bad], Q, bad, scale=scale, q_bias=None if d_bias is None else d_bias[bad],
-                                d_bias=q_bias, block_bytes=block_bytes)
+    cnt_c = np.empty(n, dtype=np.int64)
+    rows_q, rows_j, cols_q, cols_j = [], [], [], []
+    cap = 1024
+    for rows in _blocks(n, block_rows(n, block_bytes)):
+        s = fast.block(rows)
+        cnt_r = np.empty(s.shape[0], np.int64)
+        ((ri, rj), (ci, cj)), cap = _listed(
+            lambda *b: _fused.both_ways(s, rows.start, lo, hi, cnt_r, cnt_c, *b), cap, 2)
+        fwd[rows] = cnt_r
+        bwd += cnt_c
+        rows_q.append(ri), rows_j.append(rj), cols_q.append(ci), cols_j.append(cj)
+    qi, dj = np.concatenate(rows_q), np.concatenate(rows_j)
+    np.add.at(fwd, qi, (fast.canonical(qi, dj) >= t[qi]).astype(np.int64))
+    qi, dj = np.concatenate(cols_q), np.concatenate(cols_j)
+    np.add.at(bwd, dj, (fast.canonical(qi, dj) >= t[dj]).astype(np.int64))
     return fwd, bwd
-
-
-def _diagonal(
-    Q: np.ndarray,
-    D: np.ndarray,
-    step: int,
-    scale: float,
-    q_bias: np.ndarray | None,
-    d_bias: np.ndarray | None,
-) -> np.ndarray:
-    """Scores s_ii of the aligned pairs, from diagonal blocks of ``step`` rows."""
-    n = Q.shape[0]
-    diag = np.empty(n, dtype=np.float32)
-    for rows in _blocks(n, step):
-        sub = _finish(Q[rows] @ D[rows].T, scale, None if q_bias is None else q_bias[rows],
-                      None if d_bias is None else d_bias[rows])
-        diag[rows] = np.diagonal(sub)
-    return diag
 
 
 def nearest_with_ties(
@@ -232,31 +298,45 @@ def nearest_with_ties(
     d_bias: np.ndarray | None = None,
     block_bytes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """All database items attaining each query's best score, as CSR arrays ``(indptr, indices)``:
-    the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]`` (ascending).
+    """All database items attaining each query's best canonical score, as CSR arrays
+    ``(indptr, indices)``: the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]``
+    (ascending).
 
-    Per block: one ``argmax`` pass and one pass counting the items equal to the maximum; only the
-    rows that do have ties are searched for all their maximisers."""
+    Per block one read of the fast scores finds each row's maximum and the items within
+    ``2 tau`` of it; a row with one such item has it as its unique canonical maximiser (any
+    canonical maximiser scores at least ``max - 2 tau`` in the fast pass). Only rows with several
+    candidates compare them canonically."""
+    Q, D = _as_f32(Q), _as_f32(D)
     n_q = Q.shape[0]
+    fast = _Fast(Q, D, scale, q_bias, d_bias)
+    # 2 tau, plus the float32 rounding of ``max - width`` itself
+    mag = abs(fast.scale) * max_row_norm(Q) * max_row_norm(D) + sum(
+        float(np.max(np.abs(b))) for b in (q_bias, d_bias) if b is not None and np.size(b))
+    width = np.float32(2.0 * fast.tau + 4.0 * U32 * (mag + 1.0))
     counts = np.empty(n_q, dtype=np.int64)
     chunks: list[np.ndarray] = []
+    cap = 1024
     for rows in _blocks(n_q, block_rows(D.shape[0], block_bytes)):
-        s = _scores(Q, D, rows, scale, q_bias, d_bias)
-        arg = s.argmax(axis=1)  # the first (lowest-index) maximiser
-        best = s[np.arange(s.shape[0]), arg]
-        ties = np.count_nonzero(s == best[:, None], axis=1)
-        counts[rows] = ties
-        multi = np.flatnonzero(ties > 1)
-        if multi.size == 0:
-            chunks.append(arg.astype(np.int64))
-            continue
-        starts = np.cumsum(ties) - ties
-        out = np.empty(int(ties.sum()), dtype=np.int64)
-        out[starts] = arg  # single maximisers, and the first of each tied row
-        _, c = np.nonzero(s[multi] == best[multi, None])  # grouped by row, ascending columns
-        k = ties[multi]
-        within = np.arange(c.size) - np.repeat(np.cumsum(k) - k, k)
-        out[np.repeat(starts[multi], k) + within] = c
+        s = fast.block(rows)
+        nb = s.shape[0]
+        arg = np.empty(nb, np.int64)
+        within = np.empty(nb, np.int64)
+        ((ci, cj),), cap = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), cap, 1)
+        cb = np.ones(nb, dtype=np.int64)
+        tied = {}
+        if ci.size:
+            c = fast.canonical(ci + rows.start, cj)
+            bounds = np.flatnonzero(np.r_[True, ci[1:] != ci[:-1], True])
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                cc = c[a:b]
+                tied[int(ci[a])] = cj[a:b][cc == cc.max()]
+                cb[ci[a]] = tied[int(ci[a])].size
+        counts[rows] = cb
+        starts = np.cumsum(cb) - cb
+        out = np.empty(int(cb.sum()), dtype=np.int64)
+        out[starts] = arg
+        for i, j in tied.items():
+            out[starts[i] : starts[i] + j.size] = j
         chunks.append(out)
     indptr = np.zeros(n_q + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -274,38 +354,39 @@ def ranks_against_rows(
 ) -> np.ndarray:
     """Backretrieval's step 4 for many (query, retrieved) pairs at once.
 
-    The retrieved items are ``R = T[rows_of_T]`` (gathered and unit-normalised one block at a
-    time, never as a whole). For pair p the retrieved item's vector is ``R[row_of_query[p]]``;
-    all rows of ``X`` (unit rows) are ranked by inner product with it and the pessimistic rank of
-    ``X[query_idx[p]]`` is returned. Only the distinct retrieved rows are multiplied:
-    ``len(rows_of_T)`` x ``len(X)`` scores in all, in blocks of at most ``block_bytes``. Every
-    row of ``R`` must be used by at least one pair.
-
-    Counting is done in layers: layer j holds the j-th pair of every row that has one. Layer 0
-    covers every row of the block in order, so it is counted on the score block in place; only
-    rows retrieved by several queries are gathered for the later (smaller) layers.
+    The retrieved items are ``R = unit_rows(T[rows_of_T])`` (gathered and normalised one block
+    at a time, never as a whole). For pair p the retrieved item's vector is
+    ``R[row_of_query[p]]``; all rows of ``X`` (unit rows) are ranked by canonical inner product
+    with it and the pessimistic rank of ``X[query_idx[p]]`` is returned. Only the distinct
+    retrieved rows are multiplied: ``len(rows_of_T)`` x ``len(X)`` scores in all, in blocks of
+    at most ``block_bytes``, each read once. Every row of ``R`` must be used by at least one pair.
     """
     rows_of_T = np.asarray(rows_of_T, dtype=np.int64)
     row_of_query = np.asarray(row_of_query, dtype=np.int64)
     query_idx = np.asarray(query_idx, dtype=np.int64)
+    X = _as_f32(X)
     n_x = X.shape[0]
+    norm_x = max_row_norm(X)
     ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
+    cap = 1024
     for rows in _blocks(rows_of_T.shape[0], block_rows(n_x, block_bytes)):
-        lo, hi = np.searchsorted(sorted_rows, [rows.start, rows.stop])
-        if lo == hi:
+        lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
+        if lo_p == hi_p:
             continue
-        g = l2_normalize(T[rows_of_T[rows]]) @ X.T  # (block, n_x): each retrieved item vs every X row
-        p = order[lo:hi]
-        local = sorted_rows[lo:hi] - rows.start
-        t = g[local, query_idx[p]]
-        first = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
-        layer = np.arange(p.size) - np.repeat(first, np.diff(np.r_[first, p.size]))
-        for j in range(int(layer.max()) + 1):
-            sel = np.flatnonzero(layer == j)
-            block = g if (j == 0 and sel.size == g.shape[0]) else g[local[sel]]
-            ranks[p[sel]] = np.count_nonzero(block >= t[sel, None], axis=1)
+        R = _as_f32(unit_rows(np.asarray(T[rows_of_T[rows]], dtype=np.float32)))
+        g = _gemm(R, X)  # (block, n_x): each retrieved item vs every X row
+        p = order[lo_p:hi_p]
+        local = np.ascontiguousarray(sorted_rows[lo_p:hi_p] - rows.start)
+        q = np.ascontiguousarray(query_idx[p])
+        t = pair_scores(R, X, local, q)
+        lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
+        cnt = np.empty(p.size, np.int64)
+        ((pp, j),), cap = _listed(lambda *b: _fused.rows_against(g, local, q, lo, hi, cnt, *b), cap, 1)
+        if pp.size:
+            np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j) >= t[pp]).astype(np.int64))
+        ranks[p] = cnt
     return ranks
 
 

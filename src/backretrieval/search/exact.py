@@ -1,0 +1,256 @@
+"""Canonical, order-independent scores: the numbers every decision of the search kernels is
+made on, the same bits on every machine, thread count, block shape and process.
+
+Why. BLAS sums a dot product in an order that depends on the thread count, the block shape,
+the CPU's vector width and the library version, so the float32 score of a pair can differ in its
+last bits between two runs. A rank decides ``score >= score_of_true``; where two scores are
+equal or nearly so (duplicate texts, skin-tone emoji siblings, character n-grams), such a bit
+decides the rank. So ranks are defined on a *canonical* score that does not depend on any
+summation order, and the fast float32 pass is used only where it provably agrees with it.
+
+Definitions (``x``, ``y`` float32 vectors of dimension d; ``u = 2**-24``):
+
+* **Canonical dot product** ``dot64(x, y)``: ``acc = 0.0; for k in 0..d-1: acc += x_k * y_k`` in
+  float64, in this order. Each product of two float32 numbers is exact in float64, so the only
+  roundings are the d additions, in a fixed order: every IEEE-754 machine computes the same bits
+  (with or without fused multiply-add, since the products are exact).
+* **Canonical score** of a (query i, item j) pair:
+  ``c_ij = float32( float64(scale * dot64(Q_i, D_j)) - float64(q_bias_i + d_bias_j) )``
+  (one IEEE rounding per operation; absent biases are 0). The bias sum is formed first, so the
+  score of a pair is the same whichever side is the query (CSLS is symmetric).
+* **Canonical unit rows** (:func:`unit_rows_exact`): ``float32(x_k / sqrt(dot64(x, x)))`` in
+  float64; with a tolerance, a row whose ``dot64(x, x)`` is within it of 1 is kept bit for bit.
+
+Every operation above is exact or a single IEEE-rounded operation (addition, multiplication,
+division, square root, conversion) in a fixed order, which every conforming machine computes
+identically. The loops are compiled with numba without ``fastmath``, so LLVM keeps their order.
+
+Error bound of the fast pass. A float32 BLAS product of rows with norms at most ``n_q`` and
+``n_d`` differs from the exact dot product by at most ``gamma_d * n_q * n_d`` with
+``gamma_d = d*u / (1 - d*u)``, whatever the summation order (Higham, *Accuracy and Stability of
+Numerical Algorithms*, 2nd ed., Sec. 3.1). :func:`score_error_bound` adds the float32 rounding of
+the scale and the biases and of the canonical score itself, so ``|fast - canonical| <= tau`` for
+every pair. A comparison whose fast scores are more than ``tau`` apart from the threshold is
+therefore decided identically by both; only comparisons inside the window are re-decided on
+canonical scores (:func:`pair_scores`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+U32 = 2.0**-24  # unit roundoff of float32
+U64 = 2.0**-53  # unit roundoff of float64
+_CHUNK_ELEMS = 1 << 22  # float64 elements per temporary (32 MiB)
+_jit = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_model="numpy")
+
+
+@njit(**_jit)
+def _dots_seq(A, B, qi, dj, out):  # pragma: no cover - compiled
+    """``out[p] = dot64(A[qi[p]], B[dj[p]])``: float64, index order. Four pairs are interleaved for
+    instruction-level parallelism; each pair's own additions stay in order."""
+    n = qi.shape[0]
+    d = A.shape[1]
+    p = 0
+    while p + 4 <= n:
+        a0, a1, a2, a3 = qi[p], qi[p + 1], qi[p + 2], qi[p + 3]
+        b0, b1, b2, b3 = dj[p], dj[p + 1], dj[p + 2], dj[p + 3]
+        s0 = 0.0
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
+        for k in range(d):
+            s0 += np.float64(A[a0, k]) * np.float64(B[b0, k])
+            s1 += np.float64(A[a1, k]) * np.float64(B[b1, k])
+            s2 += np.float64(A[a2, k]) * np.float64(B[b2, k])
+            s3 += np.float64(A[a3, k]) * np.float64(B[b3, k])
+        out[p] = s0
+        out[p + 1] = s1
+        out[p + 2] = s2
+        out[p + 3] = s3
+        p += 4
+    while p < n:
+        s0 = 0.0
+        for k in range(d):
+            s0 += np.float64(A[qi[p], k]) * np.float64(B[dj[p], k])
+        out[p] = s0
+        p += 1
+
+
+@njit(**_jit)
+def _unit_rows_seq(x, tol, out, keep):  # pragma: no cover - compiled
+    """Canonical unit rows of the float32 matrix ``x`` into ``out``; ``keep[i]`` = row kept as is."""
+    n, d = x.shape
+    for i in range(n):
+        ssq = 0.0
+        for k in range(d):
+            v = np.float64(x[i, k])
+            ssq += v * v
+        if tol > 0.0 and abs(ssq - 1.0) <= tol:
+            keep[i] = True
+            for k in range(d):
+                out[i, k] = x[i, k]
+        elif ssq == 0.0:
+            keep[i] = False
+            for k in range(d):
+                out[i, k] = 0.0
+        else:
+            keep[i] = False
+            norm = np.sqrt(ssq)
+            for k in range(d):
+                out[i, k] = np.float32(np.float64(x[i, k]) / norm)
+
+
+@njit(**_jit)
+def _kept_rows_seq(x, tol):  # pragma: no cover - compiled
+    """Whether every row's ``dot64(x, x)`` is within ``tol`` of 1."""
+    n, d = x.shape
+    for i in range(n):
+        ssq = 0.0
+        for k in range(d):
+            v = np.float64(x[i, k])
+            ssq += v * v
+        if not abs(ssq - 1.0) <= tol:
+            return False
+    return True
+
+
+def _f32c(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def dots(A: np.ndarray, B: np.ndarray, qi: np.ndarray, dj: np.ndarray) -> np.ndarray:
+    """``dot64(A[qi[p]], B[dj[p]])`` for listed pairs (float64, the canonical dot product)."""
+    A, B = _f32c(A), _f32c(B)
+    qi = np.ascontiguousarray(qi, dtype=np.int64)
+    dj = np.ascontiguousarray(dj, dtype=np.int64)
+    out = np.empty(qi.shape[0], dtype=np.float64)
+    if qi.size:
+        _dots_seq(A, B, qi, dj, out)
+    return out
+
+
+def _combine(d64: np.ndarray, scale: float, bias: np.ndarray | None) -> np.ndarray:
+    """``float64(scale * dot64) - bias`` in float64: the canonical score before its float32 rounding."""
+    w = d64 * np.float64(scale) if scale != 1.0 else d64
+    return w - bias if bias is not None else w
+
+
+def _bias_sum(q_bias, d_bias, qi, dj, shape) -> np.ndarray | None:
+    """``float64(q_bias_i + d_bias_j)`` per pair (the canonical order), or None without biases."""
+    if q_bias is None and d_bias is None:
+        return None
+    b = np.zeros(shape, dtype=np.float64)
+    if q_bias is not None:
+        b = b + np.asarray(q_bias, dtype=np.float64)[qi]
+    if d_bias is not None:
+        b = b + np.asarray(d_bias, dtype=np.float64)[dj]
+    return b
+
+
+def pair_scores(
+    Q: np.ndarray,
+    D: np.ndarray,
+    qi: np.ndarray,
+    dj: np.ndarray,
+    *,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+) -> np.ndarray:
+    """Canonical float32 scores ``c(Q[qi[p]], D[dj[p]])`` of listed pairs (see the module doc)."""
+    qi = np.asarray(qi, dtype=np.int64)
+    dj = np.asarray(dj, dtype=np.int64)
+    bias = _bias_sum(q_bias, d_bias, qi, dj, qi.shape)
+    return _combine(dots(Q, D, qi, dj), scale, bias).astype(np.float32)
+
+
+def scores_block(
+    Q: np.ndarray,
+    D: np.ndarray,
+    *,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+) -> np.ndarray:
+    """The canonical float32 score matrix (n_q, n_d). One float64 GEMM (any summation order) is
+    within ``2 (d+2) 2**-53 |Q_i| |D_j|`` of ``dot64``; where both ends of that interval round to
+    the same float32 the canonical score is known, and the few other elements (about one in a
+    million) are computed canonically. Holds the whole matrix (and a float64 copy): callers pass
+    row blocks."""
+    Q, D = _f32c(Q), _f32c(D)
+    A = Q.astype(np.float64)
+    B = D.astype(np.float64)
+    nq = np.sqrt(np.einsum("ij,ij->i", A, A))
+    nd = np.sqrt(np.einsum("ij,ij->i", B, B))
+    qi = np.arange(A.shape[0])[:, None]
+    dj = np.arange(B.shape[0])[None, :]
+    bias = _bias_sum(q_bias, d_bias, qi, dj, (A.shape[0], B.shape[0]))
+    w = _combine(A @ B.T, scale, bias)
+    nn = nq[:, None] * nd[None, :]
+    mag = abs(scale) * nn + (0.0 if bias is None else np.abs(bias))
+    err = 1.25 * (abs(scale) * 2.0 * (A.shape[1] + 2) * U64 * nn + 8.0 * U64 * mag) + 1e-300
+    out = (w - err).astype(np.float32)
+    bi, bj = np.nonzero(out != (w + err).astype(np.float32))
+    if bi.size:
+        out[bi, bj] = pair_scores(Q, D, bi, bj, scale=scale, q_bias=q_bias, d_bias=d_bias)
+    return out
+
+
+def max_row_norm(x: np.ndarray) -> float:
+    """An upper bound of the largest row norm of ``x`` (float64, inflated by 1e-9)."""
+    best = 0.0
+    step = max(1, _CHUNK_ELEMS // max(1, x.shape[1]))
+    for s in range(0, x.shape[0], step):
+        blk = np.asarray(x[s : s + step], dtype=np.float64)
+        if blk.size:
+            best = max(best, float(np.sqrt(np.max(np.einsum("ij,ij->i", blk, blk)))))
+    return best * (1.0 + 1e-9)
+
+
+def score_error_bound(
+    d: int,
+    norm_q: float,
+    norm_d: float,
+    scale: float = 1.0,
+    q_bias: np.ndarray | None = None,
+    d_bias: np.ndarray | None = None,
+) -> float:
+    """``tau``, a bound of ``|fast - canonical|`` for every pair, where the fast score is
+    ``fl32(fl32(fl32(scale * blas32(Q_i . D_j)) - d_bias_j) - q_bias_i)`` with float32 biases.
+
+    Args:
+        d: dimension of the vectors.
+        norm_q, norm_d: upper bounds of the row norms of the two sides (:func:`max_row_norm`).
+        scale, q_bias, d_bias: the score's parameters.
+
+    Returns:
+        The bound (with a 25% margin): BLAS's float32 summation error ``gamma_d |Q_i| |D_j|`` in any
+        order, the float32 roundings of the scale, of the two biases, of the two subtractions and
+        of the canonical score itself, and the float64 error of ``dot64``.
+
+    Raises:
+        ValueError: for dimensions where the float32 bound is meaningless (d >= 2**23).
+    """
+    if d * U32 >= 0.5:
+        raise ValueError(f"dimension {d} too large for a float32 error bound")
+    gamma = d * U32 / (1.0 - d * U32)
+    bias = sum(float(np.max(np.abs(b))) for b in (q_bias, d_bias) if b is not None and np.size(b))
+    m = abs(scale) * norm_q * norm_d + bias  # bounds the magnitude of every intermediate value
+    return 1.25 * (abs(scale) * gamma * norm_q * norm_d + 6.0 * U32 * m + 4.0 * (d + 16) * U64 * (m + 1.0))
+
+
+def unit_rows_exact(x: np.ndarray, tol: float = 0.0) -> np.ndarray:
+    """Canonical unit rows of ``x`` as float32 (see the module doc). With ``tol > 0`` a row whose
+    ``dot64(x, x)`` is within ``tol`` of 1 is kept as it is, and when every row is kept a float32
+    C-contiguous ``x`` is returned itself (no copy; callers must not modify it). All-zero rows
+    stay zero."""
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"expected a 2-D array, got shape {x.shape}")
+    if tol > 0 and x.dtype == np.float32 and x.flags.c_contiguous and _kept_rows_seq(x, float(tol)):
+        return x
+    x = _f32c(x)
+    out = np.empty(x.shape, dtype=np.float32)
+    _unit_rows_seq(x, float(tol), out, np.empty(x.shape[0], dtype=np.bool_))
+    return out

@@ -1,0 +1,216 @@
+"""Same numbers everywhere: no decision depends on the bits BLAS produced.
+
+1. The canonical arithmetic (``search.exact``) equals the slow reference of tests/reference.py.
+2. Every kernel and metric gives the same result when the fast float32 pass is perturbed
+   anywhere inside its documented error bound -- what another BLAS, thread count or block shape
+   could do -- on data full of exact and sub-ulp near ties.
+3. The evaluation grid on real data with many ties (emoji-cldr keywords, character n-grams,
+   colour-histogram images) gives identical records with 1 and 2 BLAS threads, tiny and default
+   blocks, and the local and process executors (the Ray executor: tests/test_ray.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference as ref
+from backretrieval.metrics import bkr_ranks, csls, hubness, xlr_ranks
+from backretrieval.search import exact, kernels, nearest_with_ties, rank_of_true, ranks_both_ways, topk
+from backretrieval.search.exact import pair_scores, scores_block, unit_rows_exact
+
+
+def near_tied(rng, n, d, distinct):
+    """Rows copied from ``distinct`` base vectors, a third of them nudged by one ulp in a few
+    components: exact ties and ties closer than BLAS's rounding error."""
+    base = rng.standard_normal((distinct, d)).astype(np.float32)
+    x = base[rng.integers(0, distinct, n)].copy()
+    for i in rng.choice(n, size=max(1, n // 3), replace=False):
+        cols = rng.choice(d, size=min(d, 3), replace=False)
+        x[i, cols] = np.nextafter(x[i, cols], np.where(rng.random(cols.size) < 0.5, np.inf, -np.inf).astype(np.float32))
+    return x
+
+
+def data(rng, kind, n, d):
+    if kind == "random":
+        return rng.standard_normal((n, d)).astype(np.float32)
+    return near_tied(rng, n, d, max(1, n // 4))
+
+
+# --------------------------------------------------------------------------- canonical arithmetic
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), d=st.sampled_from([1, 3, 8, 33]), kind=st.sampled_from(["random", "tied"]),
+       biased=st.booleans())
+def test_canonical_scores_equal_the_slow_reference(seed, d, kind, biased):
+    rng = np.random.default_rng(seed)
+    Q, D = data(rng, kind, 9, d), data(rng, kind, 7, d)
+    Q[0] *= 1000.0  # rows far from unit norm are fine too
+    kw = {}
+    if biased:
+        kw = {"scale": 2.0, "q_bias": rng.uniform(0, 0.5, 9), "d_bias": rng.uniform(0, 0.5, 7).astype(np.float32)}
+    want = ref.scores(Q, D, **kw)
+    np.testing.assert_array_equal(scores_block(Q, D, **kw), want)
+    qi, dj = np.repeat(np.arange(9), 7), np.tile(np.arange(7), 9)
+    np.testing.assert_array_equal(pair_scores(Q, D, qi, dj, **kw), want.ravel())
+    np.testing.assert_array_equal(unit_rows_exact(Q), ref.unit(Q, tol=0.0))
+    np.testing.assert_array_equal(unit_rows_exact(Q, tol=1e-5), ref.unit(Q))
+
+
+def test_scores_block_falls_back_to_the_canonical_route_when_float64_cannot_decide(monkeypatch):
+    rng = np.random.default_rng(0)
+    Q, D = near_tied(rng, 20, 16, 5), near_tied(rng, 15, 16, 5)
+    monkeypatch.setattr(exact, "U64", 1e-3)  # pretend float64 were coarse: every element undecided
+    np.testing.assert_array_equal(scores_block(Q, D), ref.scores(Q, D))
+
+
+def test_unit_rows_keeps_unit_rows_without_copying():
+    x = unit_rows_exact(np.random.default_rng(1).standard_normal((50, 16)).astype(np.float32))
+    assert unit_rows_exact(x, tol=1e-5) is x
+    y = x.copy()
+    y[3] *= 2
+    out = unit_rows_exact(y, tol=1e-5)
+    assert out is not y and np.array_equal(out[:3], x[:3]) and np.array_equal(out[3], ref.unit(y[3:4])[0])
+
+
+def test_fast_pass_error_stays_within_the_bound():
+    rng = np.random.default_rng(2)
+    for d in (8, 512, 1280):
+        Q = unit_rows_exact(rng.standard_normal((300, d)).astype(np.float32))
+        D = unit_rows_exact(rng.standard_normal((200, d)).astype(np.float32))
+        tau = exact.score_error_bound(d, exact.max_row_norm(Q), exact.max_row_norm(D))
+        diff = np.abs(Q @ D.T - scores_block(Q, D)).max()
+        assert diff <= tau
+        assert tau < 1e-4  # and the window stays narrow: ~ d * 2^-24
+
+
+# --------------------------------------------------------------------------- perturbed fast pass
+
+@pytest.fixture
+def noisy_blas(monkeypatch):
+    """The fast float32 product perturbed by up to 20% of gamma_d |A_i| |B_j| (within the error
+    bound, which allows 1.25 gamma_d plus roundings): what a different BLAS could return."""
+    rng = np.random.default_rng(12345)
+    real = kernels._gemm
+
+    def gemm(A, B):
+        out = real(A, B)
+        d = A.shape[1]
+        scale = 0.2 * d * 2.0**-24 * np.linalg.norm(A, axis=1)[:, None] * np.linalg.norm(B, axis=1)[None, :]
+        out += (scale * rng.uniform(-1, 1, out.shape)).astype(np.float32)
+        return out
+
+    monkeypatch.setattr(kernels, "_gemm", gemm)
+
+
+def _all_results(src, tgt, si, ti, block):
+    out = {}
+    for sim in ("cosine", "csls"):
+        out[f"xlr-{sim}"] = xlr_ranks(src, tgt, sim=sim, csls_k=3, block_bytes=block)
+        out[f"bkr-{sim}"] = bkr_ranks(src, tgt, si, ti, sim=sim, csls_k=3, block_bytes=block)[0]
+        out[f"hub-{sim}"] = hubness(src, tgt, 4, sim=sim, csls_k=3, block_bytes=block)
+    out["csls"] = csls(src, tgt, 3)
+    Q, D = ref.unit(src), ref.unit(tgt)
+    out["topk"] = topk(Q, D, 5, block_bytes=block)
+    out["nearest"] = nearest_with_ties(Q, D, block_bytes=block)
+    eu = np.einsum("ij,ij->i", tgt, tgt).astype(np.float32)  # a Euclidean ranking, as M3L evaluates
+    out["euclid"] = rank_of_true(src, tgt, np.arange(len(src)), scale=2.0, d_bias=eu, block_bytes=block)
+    out["both"] = ranks_both_ways(Q, D, block_bytes=block)
+    return out
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, dict):
+            assert x == y, key
+        elif isinstance(x, tuple):
+            for u, v in zip(x, y):
+                np.testing.assert_array_equal(u, v, err_msg=key)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=key)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(["random", "tied"]), d=st.sampled_from([6, 64]),
+       block=st.sampled_from([200, 10**9]))
+def test_every_decision_survives_a_perturbed_fast_pass(seed, kind, d, block):
+    rng = np.random.default_rng(seed)
+    n = 30
+    src, tgt = data(rng, kind, n, d), data(rng, kind, n, d)
+    si, ti = data(rng, kind, n, 5), data(rng, kind, n, 5)
+    clean = _all_results(src, tgt, si, ti, block)
+    with pytest.MonkeyPatch.context() as mp:
+        noise = np.random.default_rng(seed + 1)
+        real = kernels._gemm
+
+        def gemm(A, B):
+            out = real(A, B)
+            amp = 0.2 * A.shape[1] * 2.0**-24 * np.linalg.norm(A, axis=1)[:, None] * np.linalg.norm(B, axis=1)[None, :]
+            return out + (amp * noise.uniform(-1, 1, out.shape)).astype(np.float32)
+
+        mp.setattr(kernels, "_gemm", gemm)
+        noisy = _all_results(src, tgt, si, ti, 10**9 if block == 200 else 200)  # other blocks too
+    _assert_same(clean, noisy)
+    # and both equal the slow reference
+    fwd, bwd = ref.xlr_ranks(src, tgt)
+    assert clean["xlr-cosine"][0].tolist() == fwd.tolist() and clean["xlr-cosine"][1].tolist() == bwd.tolist()
+    assert clean["bkr-cosine"].tolist() == ref.bkr_ranks(src, tgt, si, ti).tolist()
+    assert clean["bkr-csls"].tolist() == ref.bkr_ranks(src, tgt, si, ti, sim="csls", k=3).tolist()
+
+
+def test_near_ties_really_are_inside_the_window(noisy_blas):
+    """The data above must exercise the re-decision: many comparisons within tau."""
+    rng = np.random.default_rng(7)
+    Q = ref.unit(near_tied(rng, 60, 64, 10))
+    s = scores_block(Q, Q)
+    tau = exact.score_error_bound(64, exact.max_row_norm(Q), exact.max_row_norm(Q))
+    diag = np.diagonal(s)[:, None]
+    close = (np.abs(s - diag) <= tau) & ~np.eye(60, dtype=bool)
+    assert close.sum() > 200  # (near) ties that a fast pass alone would decide at random
+    fwd, bwd = ranks_both_ways(Q, Q)
+    assert fwd.tolist() == [ref.pessimistic_rank(s[i], i) for i in range(60)]
+
+
+# --------------------------------------------------------------------------- the grid, real data
+
+_GRID = textwrap.dedent(
+    """
+    import json, sys
+    from backretrieval.analysis import EvalConfig, evaluate
+    cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de"), ("de", "ja")],
+                     models=["tfidf-char", "use-m", "use-m@noise=0.5"], image_model="color-hist",
+                     n=200, seeds=[0, 1], dataset_options={"text": "keywords"})
+    res = evaluate(cfg, sys.argv[1], progress=False, executor=sys.argv[2])
+    drop = {"seconds", "encode_seconds"}
+    json.dump([{k: v for k, v in r.items() if k not in drop} for r in res.records], sys.stdout)
+    """
+)
+
+
+def _grid(tmp_path, name, threads, block, executor):
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+           "MKL_NUM_THREADS": str(threads)}
+    if block:
+        env["BACKRETRIEVAL_BLOCK_BYTES"] = str(block)
+    out = subprocess.run([sys.executable, "-c", _GRID, str(tmp_path / name), executor], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def test_grid_records_identical_across_threads_blocks_and_executors(tmp_path, shared_data):
+    base = _grid(tmp_path, "t1", 1, None, "local")
+    assert len(base) == 3 * 2 * 2
+    assert any(r["bkr@1"] > 0 for r in base)  # a real grid, not empty numbers
+    for name, threads, block, executor in (("t2-tiny", 2, 40_000, "local"), ("t2-proc", 2, None, "processes:2")):
+        other = _grid(tmp_path, name, threads, block, executor)
+        assert other == base, name
