@@ -214,3 +214,16 @@ def test_grid_records_identical_across_threads_blocks_and_executors(tmp_path, sh
     for name, threads, block, executor in (("t2-tiny", 2, 40_000, "local"), ("t2-proc", 2, None, "processes:2")):
         other = _grid(tmp_path, name, threads, block, executor)
         assert other == base, name
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_blocks_in_threads_equal_blocks_in_sequence(monkeypatch, threads):
+    rng = np.random.default_rng(11)
+    src, tgt = near_tied(rng, 120, 16, 30), near_tied(rng, 120, 16, 30)
+    si, ti = near_tied(rng, 120, 5, 20), near_tied(rng, 120, 5, 20)
+    monkeypatch.setattr(kernels, "blas_threads", lambda: 1)
+    serial = _all_results(src, tgt, si, ti, 3000)
+    monkeypatch.setattr(kernels, "blas_threads", lambda: threads)
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(kernels, "PARALLEL_BLOCK_BYTES", 2000)  # many small blocks per thread
+    _assert_same(serial, _all_results(src, tgt, si, ti, 3000))

@@ -145,6 +145,41 @@ def _listed(call, cap: int, n_lists: int):
         cap = int(max(found) * 1.25) + 16
 
 
+PARALLEL_MIN_WORK = 2e7  # multiply-adds below which a search runs in the calling thread only
+PARALLEL_BLOCK_BYTES = 8 * 2**20  # score block per thread when blocks run in threads (stays in cache)
+
+
+def blas_threads() -> int:
+    """How many threads BLAS may use now (threadpoolctl; 1 inside single-threaded workers)."""
+    from threadpoolctl import threadpool_info
+
+    return max((int(i.get("num_threads") or 1) for i in threadpool_info() if i.get("user_api") == "blas"), default=1)
+
+
+def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None) -> list:
+    """``[fn(rows) for rows in blocks]`` over row blocks of an (n_rows, n_cols) score matrix.
+
+    With several BLAS threads and enough work, the blocks run in that many Python threads, each
+    with single-threaded BLAS: one thread's counting overlaps the other's product, and a block is
+    counted while it is still in cache. The memory budget ``block_bytes`` is shared by the
+    threads. Results come back in block order; the kernels add integers, so which thread ran a
+    block never changes a number."""
+    budget = default_block_bytes() if block_bytes is None else int(block_bytes)
+    threads = 1
+    if float(n_rows) * n_cols * d >= PARALLEL_MIN_WORK:
+        threads = min(blas_threads(), max(1, n_rows // 2))
+    if threads <= 1:
+        return [fn(rows) for rows in _blocks(n_rows, block_rows(n_cols, budget))]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
+    per_thread = max(1, min(budget // threads, PARALLEL_BLOCK_BYTES))
+    step = block_rows(n_cols, per_thread)
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, _blocks(n_rows, step)))
+
+
 def topk(
     Q: np.ndarray,
     D: np.ndarray,
@@ -227,17 +262,19 @@ def rank_of_true(
     t = fast.canonical(np.arange(n_q), true_idx)
     lo, hi = _window(t, fast.tau)
     ranks = np.empty(n_q, dtype=np.int64)
-    pend_q, pend_j = [], []
-    cap = 1024
-    for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
+
+    def block(rows):
         s = fast.block(rows)
-        nb = s.shape[0]
-        cnt = np.empty(nb, np.int64)
-        local = np.arange(nb)
-        ((p, j),), cap = _listed(
-            lambda *b: _fused.rows_against(s, local, true_idx[rows], lo[rows], hi[rows], cnt, *b), cap, 1)
+        cnt = np.empty(s.shape[0], np.int64)
+        ((p, j),), _ = _listed(
+            lambda *b: _fused.rows_against(s, np.arange(s.shape[0]), true_idx[rows], lo[rows], hi[rows], cnt, *b),
+            4 * s.shape[0] + 256, 1)
+        return rows, cnt, p + rows.start, j
+
+    pend_q, pend_j = [], []
+    for rows, cnt, p, j in _map_blocks(block, n_q, n_d, Q.shape[1], block_bytes):
         ranks[rows] = cnt
-        pend_q.append(p + rows.start)
+        pend_q.append(p)
         pend_j.append(j)
     qi, dj = np.concatenate(pend_q), np.concatenate(pend_j)
     np.add.at(ranks, qi, (fast.canonical(qi, dj) >= t[qi]).astype(np.int64))
@@ -271,14 +308,16 @@ def ranks_both_ways(
     lo, hi = _window(t, fast.tau)
     fwd = np.empty(n, dtype=np.int64)
     bwd = np.zeros(n, dtype=np.int64)
-    cnt_c = np.empty(n, dtype=np.int64)
-    rows_q, rows_j, cols_q, cols_j = [], [], [], []
-    cap = 1024
-    for rows in _blocks(n, block_rows(n, block_bytes)):
+
+    def block(rows):
         s = fast.block(rows)
         cnt_r = np.empty(s.shape[0], np.int64)
-        ((ri, rj), (ci, cj)), cap = _listed(
-            lambda *b: _fused.both_ways(s, rows.start, lo, hi, cnt_r, cnt_c, *b), cap, 2)
+        cnt_c = np.empty(n, np.int64)
+        lists, _ = _listed(lambda *b: _fused.both_ways(s, rows.start, lo, hi, cnt_r, cnt_c, *b), 4 * s.shape[0] + 256, 2)
+        return rows, cnt_r, cnt_c, lists
+
+    rows_q, rows_j, cols_q, cols_j = [], [], [], []
+    for rows, cnt_r, cnt_c, ((ri, rj), (ci, cj)) in _map_blocks(block, n, n, Q.shape[1], block_bytes):
         fwd[rows] = cnt_r
         bwd += cnt_c
         rows_q.append(ri), rows_j.append(rj), cols_q.append(ci), cols_j.append(cj)
@@ -314,17 +353,21 @@ def nearest_with_ties(
         float(np.max(np.abs(b))) for b in (q_bias, d_bias) if b is not None and np.size(b))
     width = np.float32(2.0 * fast.tau + 4.0 * U32 * (mag + 1.0))
     counts = np.empty(n_q, dtype=np.int64)
-    chunks: list[np.ndarray] = []
-    cap = 1024
-    for rows in _blocks(n_q, block_rows(D.shape[0], block_bytes)):
+
+    def block(rows):
         s = fast.block(rows)
         nb = s.shape[0]
         arg = np.empty(nb, np.int64)
         within = np.empty(nb, np.int64)
-        ((ci, cj),), cap = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), cap, 1)
+        ((ci, cj),), _ = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), 2 * nb + 256, 1)
+        return rows, arg, ci, cj
+
+    chunks: list[np.ndarray] = []
+    for rows, arg, ci, cj in _map_blocks(block, n_q, D.shape[0], Q.shape[1], block_bytes):
+        nb = arg.size
         cb = np.ones(nb, dtype=np.int64)
         tied = {}
-        if ci.size:
+        if ci.size:  # rows with several candidates: compare them canonically
             c = fast.canonical(ci + rows.start, cj)
             bounds = np.flatnonzero(np.r_[True, ci[1:] != ci[:-1], True])
             for a, b in zip(bounds[:-1], bounds[1:]):
@@ -370,11 +413,10 @@ def ranks_against_rows(
     ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
-    cap = 1024
-    for rows in _blocks(rows_of_T.shape[0], block_rows(n_x, block_bytes)):
+    def block(rows):
         lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
         if lo_p == hi_p:
-            continue
+            return None
         R = _as_f32(unit_rows(np.asarray(T[rows_of_T[rows]], dtype=np.float32)))
         g = _gemm(R, X)  # (block, n_x): each retrieved item vs every X row
         p = order[lo_p:hi_p]
@@ -383,10 +425,14 @@ def ranks_against_rows(
         t = pair_scores(R, X, local, q)
         lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
         cnt = np.empty(p.size, np.int64)
-        ((pp, j),), cap = _listed(lambda *b: _fused.rows_against(g, local, q, lo, hi, cnt, *b), cap, 1)
-        if pp.size:
+        ((pp, j),), _ = _listed(lambda *b: _fused.rows_against(g, local, q, lo, hi, cnt, *b), 4 * p.size + 256, 1)
+        if pp.size:  # in-window: decide on canonical scores
             np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j) >= t[pp]).astype(np.int64))
-        ranks[p] = cnt
+        return p, cnt
+
+    for res in _map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes):
+        if res is not None:
+            ranks[res[0]] = res[1]
     return ranks
 
 
