@@ -20,8 +20,18 @@ def study() -> None:
     """
 
 
-def _link(host: str, port: int, token: str) -> str:
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}/r/{token}"
+def _wildcard_note(host: str, shown: str | None) -> None:
+    """Say which host the links use when ``host`` (0.0.0.0, ::) cannot be opened by a browser."""
+    from ..study.server import WILDCARD_HOSTS
+
+    if host not in WILDCARD_HOSTS:
+        return
+    if shown is None:
+        _warn(f"{host!r} is not an address a browser can open, and no address of this machine was found: "
+              "replace HOST in the links with this machine's name or address")
+    else:
+        _warn(f"{host!r} is not an address a browser can open: the links use {shown}, this machine's address; "
+              f"if raters cannot reach it, replace {shown} with an address of this machine they can reach")
 
 
 @study.command()
@@ -64,8 +74,10 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
         f"wrote {out}: {summary['queries']} queries, {summary['suggestions']} suggestions "
         f"({summary['shared_suggestions']} retrieved by more than one model), {len(summary['raters'])} rater(s)"
     )
+    from ..study.server import link
+
     for r in summary["raters"]:
-        click.echo(f"  {r['name']}: {_link('127.0.0.1', 8765, r['token'])}")
+        click.echo(f"  {r['name']}: {link('127.0.0.1', 8765, r['token'])}")
     click.echo(f"start the server with: backretrieval study serve {out}")
 
 
@@ -77,13 +89,16 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
 def add_rater(db, name, host, port) -> None:
     """Register a rater and print the rater's private link."""
     from ..study import store
+    from ..study.server import link, link_host
 
     con = store.connect(db)
     try:
         r = store.add_rater(con, name)
     finally:
         con.close()
-    click.echo(f"{r['name']}: {_link(host, port, r['token'])}")
+    shown = link_host(host)
+    click.echo(f"{r['name']}: {link(shown, port, r['token'])}")
+    _wildcard_note(host, shown)
 
 
 @study.command()
@@ -93,14 +108,17 @@ def add_rater(db, name, host, port) -> None:
 def raters(db, host, port) -> None:
     """List raters, their progress and links."""
     from ..study import store
+    from ..study.server import link, link_host
 
     con = store.connect(db)
     try:
         rows = store.list_raters(con)
     finally:
         con.close()
+    shown = link_host(host)
     for r in rows:
-        click.echo(f"{r['name']}\t{r['rated']}/{r['total']}\t{_link(host, port, r['token'])}")
+        click.echo(f"{r['name']}\t{r['rated']}/{r['total']}\t{link(shown, port, r['token'])}")
+    _wildcard_note(host, shown)
 
 
 @study.command()
@@ -109,30 +127,33 @@ def raters(db, host, port) -> None:
               help="Interface to bind; 127.0.0.1 keeps the study on this machine.")
 @click.option("--port", default=8765, show_default=True, help="Port (0 = any free port).")
 def serve(db, host, port) -> None:
-    """Serve the rating pages until interrupted (Ctrl-C). Prints each rater's link."""
+    """Serve the rating pages until interrupted (Ctrl-C). Prints each rater's link.
+
+    The access log names raters, never their link tokens."""
     from ..study import store
-    from ..study.server import StudyServer
+    from ..study.server import StudyServer, base_url
 
     srv = StudyServer(db, host, port)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        _warn(f"listening on {host}: anyone who can reach this machine and has a link can rate")
-    con = store.connect(db)
     try:
-        rows = store.list_raters(con)
-    finally:
-        con.close()
-    click.echo(f"serving {db} on http://{host}:{srv.port}/ (Ctrl-C to stop)")
-    if not rows:
-        _warn("no raters yet: add one with `backretrieval study add-rater`")
-    for r in rows:
-        click.echo(f"  {r['name']} ({r['rated']}/{r['total']} rated): {srv.url(r['token'])}")
-    sys.stdout.flush()
-    try:
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            _warn(f"listening on {host}: anyone who can reach this machine and has a link can rate")
+        con = store.connect(db)
+        try:
+            rows = store.list_raters(con)
+        finally:
+            con.close()
+        click.echo(f"serving {db} on {base_url(srv.link_host, srv.port)} (Ctrl-C to stop)")
+        _wildcard_note(host, srv.link_host)
+        if not rows:
+            _warn("no raters yet: add one with `backretrieval study add-rater`")
+        for r in rows:
+            click.echo(f"  {r['name']} ({r['rated']}/{r['total']} rated): {srv.url(r['token'])}")
+        sys.stdout.flush()
         srv.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        srv.server.server_close()
+        srv.close()
 
 
 @study.command("proxy-rate")

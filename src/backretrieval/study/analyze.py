@@ -48,6 +48,7 @@ from scipy import stats as sps
 
 from ..analysis.stats import holm
 from ..core import BackretrievalError, atomic_write_text
+from . import files as study_files
 from . import store
 from .agreement import krippendorff_alpha
 
@@ -275,6 +276,7 @@ def analyze(
     """The full analysis as a JSON-ready dict (see :func:`format_markdown`)."""
     con = store.connect(path)
     try:
+        store.check_integrity(con, path)
         tables = store.load_tables(con)
         raters = store.list_raters(con)
     finally:
@@ -463,12 +465,54 @@ def ratings_frame(path: str | Path) -> pd.DataFrame:
     )
 
 
+# a cell starting with one of these is a formula (or may start one) in Excel, LibreOffice and
+# Google Sheets (OWASP, "CSV Injection"); "'" itself is included so the prefix can be undone
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def csv_safe(value: Any) -> Any:
+    """A text cell as a spreadsheet shows it as text: ``'`` is prepended when it starts with
+    ``= + - @``, a tab, a carriage return or ``'``. Undo with :func:`csv_unsafe`. Other values
+    pass unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_unsafe(value: Any) -> Any:
+    """The original of a :func:`csv_safe` cell: one leading ``'`` removed (every text that
+    started with ``'`` was given one)."""
+    if isinstance(value, str) and value.startswith("'"):
+        return value[1:]
+    return value
+
+
 def write_outputs(res: dict[str, Any], path: str | Path, out_dir: str | Path) -> list[Path]:
+    """Write ``analysis.md``, ``analysis.json`` and ``ratings.csv`` to ``out_dir`` atomically,
+    with the mode of the user's umask (they hold no tokens).
+
+    Text cells of ``ratings.csv`` go through :func:`csv_safe` (spreadsheet formula injection);
+    its lines end in CRLF (RFC 4180), so a text with a carriage return stays in its cell.
+
+    Args:
+        res: the result of :func:`analyze`.
+        path: the study file (for the ratings).
+        out_dir: the output folder (created).
+
+    Returns:
+        The three paths.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = format_markdown(res)
     files = [out_dir / "analysis.md", out_dir / "analysis.json", out_dir / "ratings.csv"]
-    atomic_write_text(files[0], md)
-    atomic_write_text(files[1], json.dumps(_finite(res), indent=1, ensure_ascii=False))
-    atomic_write_text(files[2], ratings_frame(path).to_csv(index=False))
+    frame = ratings_frame(path)
+    for col in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[col]):  # text (object or pandas' str dtype)
+            frame[col] = frame[col].map(csv_safe)
+    # CRLF line ends (RFC 4180): then a carriage return inside a text is quoted, not a row break
+    texts = [md, json.dumps(_finite(res), indent=1, ensure_ascii=False), frame.to_csv(index=False, lineterminator="\r\n")]
+    for f, text in zip(files, texts):
+        atomic_write_text(f, text)
+        study_files.public_mode(f)
     return files

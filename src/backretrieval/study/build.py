@@ -24,7 +24,6 @@ import io
 import json
 import os
 import sqlite3
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,7 +34,7 @@ from ..data import Corpus, load_dataset
 from ..encoders.base import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
 from ..search import l2_normalize, topk
-from . import store
+from . import files, store
 
 POOLS = ("disjoint", "all")
 IMAGE_MODES = ("all", "query", "none")
@@ -118,13 +117,27 @@ def retrieve(spec: str, queries: Corpus, pool: Corpus, k: int, progress: bool = 
     return Retrieved(idx, scores)
 
 
-def _image_blob(path: str) -> tuple[str, str, bytes]:
-    """``(image_id, mime, bytes)``; images over :data:`MAX_IMAGE_BYTES` become a JPEG thumbnail."""
+def _image_blob(path: str, item: str) -> tuple[str, str, bytes]:
+    """``(image_id, mime, bytes)`` of the image of ``item`` (named in errors, e.g. ``emoji-cldr/en
+    item '1F600'``); images over :data:`MAX_IMAGE_BYTES` become a JPEG thumbnail.
+
+    The whole image is decoded now (and a PNG's chunk checksums verified), so a truncated or
+    damaged file is refused when the study is built, not shown broken on the rating page.
+
+    Raises:
+        DataError: the file is missing, unreadable, truncated or not an image.
+    """
     from PIL import Image
 
     try:
         data = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"{item}: image not found or unreadable: {path} ({e.strerror or e})") from None
+    try:
         with Image.open(io.BytesIO(data)) as im:
+            im.verify()  # structure and checksums (PNG); verify() leaves the image unusable
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()  # every pixel: a truncated file fails here
             fmt = (im.format or "").upper()
             if len(data) > MAX_IMAGE_BYTES or fmt not in ("PNG", "JPEG", "GIF", "WEBP"):
                 im = im.convert("RGB")
@@ -132,9 +145,18 @@ def _image_blob(path: str) -> tuple[str, str, bytes]:
                 buf = io.BytesIO()
                 im.save(buf, "JPEG", quality=88)
                 data, fmt = buf.getvalue(), "JPEG"
-    except OSError as e:
-        raise DataError(f"image not found or unreadable: {path} ({e})") from None
+    except Exception as e:  # PIL raises OSError, SyntaxError, ValueError, struct.error, ... on bad data
+        raise DataError(f"{item}: image {path} is truncated, damaged or not an image ({e})") from None
     return content_hash(data), f"image/{fmt.lower()}", data
+
+
+def _read_images(corpus: Corpus, rows: list[int], blobs: dict[str, tuple[str, str, bytes]]) -> None:
+    """Read (and check) the images of ``rows`` of ``corpus`` into ``blobs`` (path -> blob)."""
+    assert corpus.image_paths is not None
+    for row in rows:
+        path = corpus.image_paths[row]
+        if path not in blobs:
+            blobs[path] = _image_blob(path, f"{corpus.dataset}/{corpus.lang} item {corpus.ids[row]!r}")
 
 
 def create_study(
@@ -146,8 +168,27 @@ def create_study(
     progress: bool = True,
     log: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
-    """Sample, retrieve with every model and write the study to ``out`` (SQLite), atomically:
-    the file appears complete or not at all. Returns :func:`store.study_summary` of it."""
+    """Sample, retrieve with every model and write the study to ``out`` (SQLite, mode 0600),
+    atomically: the file appears complete or not at all (:func:`files.install`).
+
+    Args:
+        cfg: the study's configuration (validated here).
+        out: the study file to write.
+        raters: raters to register now.
+        force: replace an existing study at ``out`` (and its ratings, including those still in
+            its ``-wal`` log) -- never one that a server or another command has open.
+        progress: show encoding progress bars.
+        log: receives one-line progress messages.
+
+    Returns:
+        :func:`store.study_summary` of the new file.
+
+    Raises:
+        BackretrievalError: bad configuration; DataError: ``out`` exists (without ``force``),
+        bad data or an unreadable, truncated or damaged image (naming the file and the item;
+        query images are checked before any model runs); files.InUse: the study at ``out`` is
+        being served.
+    """
     cfg.models = [m.strip() for m in cfg.models]
     cfg.validate()
     out = Path(out)
@@ -157,26 +198,28 @@ def create_study(
     q_rows, pool_rows = sample(cfg, src, tgt)
     qc, pc = src.subset(q_rows), tgt.subset(pool_rows)
     log(f"{len(qc)} {cfg.src} queries, pool of {len(pc)} {cfg.tgt} items ({cfg.pool})")
-    found = {spec: retrieve(spec, qc, pc, cfg.per_model, progress) for spec in cfg.models}
-
     show_q = cfg.images in ("all", "query") and qc.image_paths is not None
     show_s = cfg.images == "all" and pc.image_paths is not None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.tmp-")
-    os.close(fd)
+    blobs: dict[str, tuple[str, str, bytes]] = {}
+    if show_q:
+        _read_images(qc, list(range(len(qc))), blobs)
+    found = {spec: retrieve(spec, qc, pc, cfg.per_model, progress) for spec in cfg.models}
+    if show_s:
+        shown = sorted({int(row) for r in found.values() for row in r.rows.ravel()})
+        _read_images(pc, shown, blobs)
+
+    tmp = files.private_tempfile(out)
     try:
         con = sqlite3.connect(tmp, isolation_level=None)
         try:
-            _write(con, cfg, qc, pc, found, show_q, show_s, raters)
+            _write(con, cfg, qc, pc, found, show_q, show_s, raters, blobs)
         finally:
             con.close()
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, out)
+        files.install(tmp, out)
     except BaseException:
-        for p in (tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal"):
-            if os.path.exists(p):
-                os.unlink(p)
+        files.remove_tempfile(tmp)
         raise
     return store.study_summary(out)
 
@@ -190,6 +233,7 @@ def _write(
     show_q: bool,
     show_s: bool,
     n_raters: int,
+    blobs: dict[str, tuple[str, str, bytes]],
 ) -> None:
     from .. import __version__
 
@@ -222,7 +266,7 @@ def _write(
         if path is None:
             return None
         if path not in images:
-            iid, mime, data = _image_blob(path)
+            iid, mime, data = blobs[path]
             con.execute("INSERT OR IGNORE INTO images (image_id, mime, data) VALUES (?, ?, ?)", (iid, mime, data))
             images[path] = iid
         return images[path]

@@ -13,20 +13,20 @@ corpus' ``extra["title"]`` / ``extra["body"]`` where the loader provides them, e
 
 This is a proxy, not a person: it only sees lexical overlap of CLDR annotations. Its purpose is
 to exercise the study end to end and give a rough expectation; it is never a substitute for the
-human ratings the study exists for. Proxy ratings are written to a *copy* of the study file.
+human ratings the study exists for. Proxy ratings are written to a *copy* of the study file,
+whose raters get new link tokens (the study's links never reach the copy).
 """
 from __future__ import annotations
 
-import os
 import re
+import secrets
 import sqlite3
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..core import DataError
 from ..data import Corpus, load_dataset
-from . import store
+from . import files, store
 
 TERMS = ("words", "keywords")
 THRESHOLDS = ((0.5, 1), (0.25, 2), (1e-12, 3))
@@ -66,21 +66,24 @@ def proxy_rate(db: str | Path, out: str | Path, terms: list[str], *, force: bool
     store.require_new(out, force)
     src_con = store.connect(db)
     try:
+        store.check_integrity(src_con, db)
         meta = store.read_meta(src_con)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.tmp-")
-        os.close(fd)
+        tmp = files.private_tempfile(out)
         try:
-            dst = sqlite3.connect(tmp)
+            dst = sqlite3.connect(tmp, isolation_level=None)
             try:
                 src_con.backup(dst)  # a consistent copy even while the study is being served
+                # new link tokens: a rater's link to the study must never reach this copy (a page
+                # left open while the copy is served would rate the pilot instead of the study)
+                dst.execute("BEGIN")
+                for (rater_id,) in dst.execute("SELECT rater_id FROM raters").fetchall():
+                    dst.execute("UPDATE raters SET token = ? WHERE rater_id = ?", (secrets.token_urlsafe(32), rater_id))
+                dst.execute("COMMIT")
             finally:
                 dst.close()
-            for side in ("-wal", "-shm"):
-                Path(str(out) + side).unlink(missing_ok=True)
-            os.replace(tmp, out)
+            files.install(tmp, out)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            files.remove_tempfile(tmp)
             raise
     finally:
         src_con.close()

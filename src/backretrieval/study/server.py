@@ -15,16 +15,29 @@ unknown token):
   file system path is ever taken from a request.
 
 The server binds 127.0.0.1 unless told otherwise. Each request opens its own SQLite
-connection; writes are serialised by SQLite (``BEGIN IMMEDIATE``, 30 s busy timeout).
+connection; writes are serialised by SQLite (``BEGIN IMMEDIATE``, 30 s busy timeout). For its
+whole life the server also keeps one idle connection, which holds a shared lock on the study
+(:mod:`.files`), so the study cannot be replaced (``study create --force``) while it is
+served. A missing study file is answered with 503, which the rating page retries.
+
+The access log never shows a link token: ``/r/TOKEN`` is logged as ``/r/[rater name]`` when the
+token belongs to a rater, else as ``/r/[4 characters...]``; query strings as ``?[...]``.
 """
 from __future__ import annotations
 
+import re
+import socket
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
 from . import page, store
+
+RATER_ENV = "backretrieval.study.rater"  # (token, rater name), set by the app for the access log
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "::0", "0:0:0:0:0:0:0:0")
+_TOKEN_IN_PATH = re.compile(r"(/r/)([^/?#\s\"'()<>]+)")
+_QUERY = re.compile(r"\?[^\s\"']*")  # the app reads no query string: never log one
 
 MAX_BODY = 4096
 _SECURITY_HEADERS = {
@@ -46,7 +59,14 @@ def create_app(db_path: str | Path):
 
     db_path = Path(db_path)
     store.connect(db_path).close()
-    app = Flask("backretrieval.study", static_folder=None)
+    class StudyFlask(Flask):
+        def log_exception(self, exc_info) -> None:  # Flask's names the path, with the token
+            self.logger.error(
+                f"Exception on {redact(request.path, request.environ.get(RATER_ENV))} [{request.method}]",
+                exc_info=exc_info,
+            )
+
+    app = StudyFlask("backretrieval.study", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -63,6 +83,12 @@ def create_app(db_path: str | Path):
             return fn(con)
         finally:
             con.close()
+
+    def rater(token: str) -> str:
+        """The rater's name (404 for an unknown token), noted for the access log."""
+        name = with_db(lambda con: store.rater_by_token(con, token))[1]
+        request.environ[RATER_ENV] = (token, name)
+        return name
 
     def error(status: int, msg: str):
         resp = jsonify(error=msg)
@@ -103,16 +129,18 @@ def create_app(db_path: str | Path):
     @app.get("/r/<token>")
     @app.get("/r/<token>/")
     def rating_page(token: str):
-        with_db(lambda con: store.rater_by_token(con, token))
+        rater(token)
         return Response(page.HTML, mimetype="text/html")
 
     @app.get("/r/<token>/state")
     def state(token: str):
-        return jsonify(with_db(lambda con: store.rater_state(con, token)))
+        st = with_db(lambda con: store.rater_state(con, token))
+        request.environ[RATER_ENV] = (token, st["rater"])
+        return jsonify(st)
 
     @app.post("/r/<token>/rate")
     def rate(token: str):
-        with_db(lambda con: store.rater_by_token(con, token))  # wrong token: 404 before anything else
+        rater(token)  # wrong token: 404 before anything else
         if not request.is_json:
             return error(415, "send JSON (Content-Type: application/json)")
         body = request.get_json(silent=True)
@@ -131,6 +159,7 @@ def create_app(db_path: str | Path):
 
     @app.get("/r/<token>/img/<image_id>")
     def image(token: str, image_id: str):
+        rater(token)
         mime, data = with_db(lambda con: store.image_for(con, token, image_id))
         resp = Response(data, mimetype=mime)
         resp.headers["Cache-Control"] = "private, max-age=86400, immutable"
@@ -139,23 +168,108 @@ def create_app(db_path: str | Path):
     return app
 
 
+def redact(text: str, known: tuple[str, str] | None = None) -> str:
+    """``text`` with every link token after ``/r/`` replaced: by ``[NAME]`` when ``known`` is
+    ``(token, NAME)`` for it, else by ``[first 4 characters...]``; query strings become
+    ``?[...]``."""
+
+    def sub(m: re.Match) -> str:
+        tok = m.group(2)
+        if known is not None and tok == known[0]:
+            return f"{m.group(1)}[{known[1]}]"
+        return f"{m.group(1)}[{tok[:4]}...]"
+
+    return _TOKEN_IN_PATH.sub(sub, _QUERY.sub("?[...]", text))
+
+
+def _request_handler():
+    from werkzeug.serving import WSGIRequestHandler
+
+    class Handler(WSGIRequestHandler):
+        """Werkzeug's handler; every log line goes through :func:`redact`."""
+
+        def log(self, type: str, message: str, *args: Any) -> None:
+            text = message % args if args else message
+            env = getattr(self, "environ", None) or {}
+            super().log(type, "%s", redact(text, env.get(RATER_ENV)))
+
+    return Handler
+
+
+def link_host(host: str) -> str | None:
+    """The host to put in rater links for a server bound to ``host``: ``host`` itself, except
+    for a wildcard (``0.0.0.0``, ``::``), which no browser can open; then this machine's
+    address on its default route, else a non-loopback address of its host name, else ``None``
+    (no address found: the caller must say to replace the host)."""
+    if host not in WILDCARD_HOSTS:
+        return host
+    candidates: list[str] = []
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        try:  # connecting a UDP socket only picks the route and source address: nothing is sent
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect((probe, 9))
+                candidates.append(s.getsockname()[0])
+        except OSError:
+            pass
+    try:
+        candidates += [a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)]
+    except OSError:
+        pass
+    for addr in candidates:
+        if not _local_only(addr):
+            return addr
+    return None
+
+
+def _local_only(addr: str) -> bool:
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(addr.split("%")[0])
+    except ValueError:
+        return True
+    return ip.is_loopback or ip.is_unspecified or ip.is_link_local
+
+
+def base_url(host: str | None, port: int) -> str:
+    """``http://HOST:PORT/`` (IPv6 hosts in brackets; ``None`` -> the placeholder ``HOST``)."""
+    h = "HOST" if host is None else host
+    if ":" in h and not h.startswith("["):
+        h = f"[{h}]"
+    return f"http://{h}:{port}/"
+
+
+def link(host: str | None, port: int, token: str) -> str:
+    """A rater's link ``http://HOST:PORT/r/TOKEN`` (see :func:`base_url`)."""
+    return f"{base_url(host, port)}r/{token}"
+
+
 class StudyServer:
-    """A threaded Werkzeug server for the study app; ``port=0`` picks a free port."""
+    """A threaded Werkzeug server for the study app; ``port=0`` picks a free port. Keeps a
+    connection to the study (and so its shared lock) until :meth:`close` / :meth:`stop` or the
+    end of the process."""
 
     def __init__(self, db_path: str | Path, host: str = "127.0.0.1", port: int = 8765):
         from werkzeug.serving import make_server
 
-        self.app = create_app(db_path)
         self.db_path = Path(db_path)
-        self.server = make_server(host, port, self.app, threaded=True)
+        self.app = create_app(db_path)  # checks the study file first (no lock file for a typo)
+        # one connection for the server's whole life: it holds the study's shared lock (no
+        # `create --force` can replace a served study) and keeps SQLite's WAL in place between
+        # requests (no checkpoint-and-delete each time the last request connection closes)
+        self._keeper: sqlite3.Connection | None = store.connect(self.db_path)
+        try:
+            self.server = make_server(host, port, self.app, threaded=True, request_handler=_request_handler())
+        except BaseException:
+            self._keeper.close()
+            raise
         self.host, self.port = host, self.server.server_port
+        self.link_host = link_host(host)
         self._thread: threading.Thread | None = None
 
     def url(self, token: str, host: str | None = None) -> str:
-        h = host or self.host
-        if ":" in h:
-            h = f"[{h}]"
-        return f"http://{h}:{self.port}/r/{token}"
+        """The rater's link; for a wildcard bind, with :attr:`link_host` (``HOST`` if none)."""
+        return link(host or self.link_host, self.port, token)
 
     def serve_forever(self) -> None:
         self.server.serve_forever()
@@ -167,7 +281,15 @@ class StudyServer:
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        if self._thread is not None:
+            self.server.shutdown()
+        self.close()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    def close(self) -> None:
+        """Close the socket and the lifetime connection (releasing the study's lock)."""
+        self.server.server_close()
+        if self._keeper is not None:
+            self._keeper.close()
+            self._keeper = None

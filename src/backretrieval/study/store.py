@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..core import BackretrievalError, DataError
+from . import files
 
 SCHEMA_VERSION = 1
 SCALE = (
@@ -131,15 +132,45 @@ def public_id() -> str:
     return secrets.token_hex(6)
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), WAL, ``synchronous=FULL``.
+class Unavailable(StudyError):
+    """The study file is missing or damaged. The web app answers 503, so the rating page keeps
+    a click and retries it instead of dropping it."""
 
-    Raises :class:`StudyError` when ``path`` is not a study file.
+    status = 503
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that holds a shared lock on its study (:func:`files.acquire`) until closed."""
+
+    study_lock: files.Lock | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.study_lock is not None:
+                self.study_lock.release()
+                self.study_lock = None
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, ``synchronous=FULL``,
+    holding a shared lock on the study (``STUDY.db.lock``) until closed, so the study cannot be
+    replaced under it (:mod:`.files`).
+
+    Raises :class:`Unavailable` when ``path`` does not exist, :class:`StudyError` when it is not
+    a study file.
     """
     path = Path(path)
-    if not path.is_file():
-        raise StudyError(f"study file not found: {path}")
-    con = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
+    if not path.is_file():  # before the lock: no lock file beside a mistyped path
+        raise Unavailable(f"study file not found: {path}")
+    # (never open the database file itself with another descriptor here: closing it would drop
+    # this process's POSIX locks on it, which SQLite's other connections rely on)
+    lock = files.acquire(path, exclusive=False, wait=True)
+    con = sqlite3.connect(
+        str(path), timeout=30.0, isolation_level=None, check_same_thread=False, factory=_Connection
+    )
+    con.study_lock = lock
     try:
         con.execute("PRAGMA busy_timeout = 30000")
         con.execute("PRAGMA foreign_keys = ON")
@@ -152,6 +183,26 @@ def connect(path: str | Path) -> sqlite3.Connection:
         con.close()
         raise StudyError(f"{path}: unsupported study schema version {row and row[0]!r} (expected {SCHEMA_VERSION})")
     return con
+
+
+def check_integrity(con: sqlite3.Connection, path: str | Path) -> None:
+    """Refuse a damaged study file: SQLite's ``quick_check`` and ``foreign_key_check`` must
+    both be clean (a rating of an unknown rater or suggestion, pages of another database).
+
+    Raises:
+        Unavailable: naming the file and the first problems found.
+    """
+    try:
+        bad = [r[0] for r in con.execute("PRAGMA quick_check(5)") if r[0] != "ok"]
+        if not bad:
+            bad = [
+                f"{table} row {rowid} refers to a row missing from {parent}"
+                for table, rowid, parent, _ in con.execute("PRAGMA foreign_key_check").fetchmany(5)
+            ]
+    except sqlite3.DatabaseError as e:
+        bad = [str(e)]
+    if bad:
+        raise Unavailable(f"{path} is damaged: {'; '.join(b.replace(chr(10), '; ') for b in bad)[:500]}")
 
 
 def read_meta(con: sqlite3.Connection) -> dict[str, Any]:
@@ -385,6 +436,29 @@ def study_summary(path: str | Path) -> dict[str, Any]:
         con.close()
 
 
-def require_new(path: Path, force: bool) -> None:
-    if path.exists() and not force:
+def require_new(path: str | Path, force: bool) -> None:
+    """Check, before any work, that a new study may be written to ``path``.
+
+    Args:
+        path: where the new study will go.
+        force: replace an existing study (and all its ratings) there.
+
+    Raises:
+        files.InUse: a server or another command has the study at ``path`` open (even with
+            ``force``).
+        DataError: without ``force``, when ``path`` or one of its SQLite companions
+            (``-wal``, ``-shm``, ``-journal``: they may hold ratings) exists.
+    """
+    path = Path(path)
+    if files.in_use(path):
+        files.acquire(path, exclusive=True, wait=False).release()  # raises InUse, naming the holders
+    if force:
+        return
+    if path.exists():
         raise DataError(f"{path} exists; it may hold ratings: choose another --out or pass --force to replace it")
+    for p in files.companions(path):
+        if p.exists():
+            raise DataError(
+                f"{p} exists (SQLite's log of a study that was at {path}: it may hold ratings that would "
+                f"appear in the new study); move it away or pass --force to delete it"
+            )
