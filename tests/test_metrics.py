@@ -299,3 +299,13 @@ def test_corr_bootstrap_equals_spearman_of_resampled_rows():
         assert boot[b] == pytest.approx(expected, abs=1e-9)
     # the same seed gives the same resamples (paired across models)
     np.testing.assert_array_equal(weights, bootstrap_row_weights(n_s, 5, seed=1))
+
+
+@given(values=st.lists(st.one_of(st.floats(allow_nan=False, width=32), st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, np.inf, -np.inf])),
+                       min_size=0, max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_float32_sort_order_is_exact_and_stable(values):
+    x = np.array(values, dtype=np.float32)
+    order, starts = sort_order(x)
+    assert order.tolist() == np.argsort(x.astype(np.float64), kind="stable").tolist()
+    np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x) if x.size else np.empty(0))

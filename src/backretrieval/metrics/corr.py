@@ -44,16 +44,16 @@ def _pairs(n_s: int, n_t: int, max_pairs: int, seed: int) -> tuple[np.ndarray, n
 
 
 def _sims(A: np.ndarray, B: np.ndarray, pairs, rows: int = 1024) -> np.ndarray:
-    """Canonical float32 cosine similarities of all pairs (row-major) or of the sampled pairs, as
-    float64: the same bits on every machine (``search.exact``), so ranks and ties are too."""
+    """Canonical float32 cosine similarities of all pairs (row-major) or of the sampled pairs:
+    the same bits on every machine (``search.exact``), so their ranks and ties are too."""
     A, B = unit_rows(A), unit_rows(B)
     if pairs is None:
-        out = np.empty((A.shape[0], B.shape[0]), dtype=np.float64)
+        out = np.empty((A.shape[0], B.shape[0]), dtype=np.float32)
         for s in range(0, A.shape[0], rows):
             out[s : s + rows] = scores_block(A[s : s + rows], B)
         return out.ravel()
     i, j = pairs
-    return pair_scores(A, B, i, j).astype(np.float64)
+    return pair_scores(A, B, i, j)
 
 
 def _standardized(r: np.ndarray) -> np.ndarray:

@@ -115,6 +115,35 @@ def _kept_rows_seq(x, tol):  # pragma: no cover - compiled
     return True
 
 
+@njit(**_jit)
+def _round_checked(v, nq, nd, qb, db, has_bias, scale, d, out, bi, bj):  # pragma: no cover - compiled
+    """Element (i, j) of a float64 product ``v`` (any summation order): the canonical formula
+    applied to it, rounded to float32 where both ends of its error interval round alike. Lists
+    the undecided elements in ``bi``/``bj`` (up to their length); returns how many there are."""
+    n, m = v.shape
+    u64 = 2.0**-53
+    c = abs(scale) * 2.0 * (d + 2) * u64
+    k = 0
+    for i in range(n):
+        for j in range(m):
+            nn = nq[i] * nd[j]
+            w = v[i, j] * scale if scale != 1.0 else v[i, j]
+            mag = abs(scale) * nn
+            if has_bias:
+                b = qb[i] + db[j]
+                w = w - b
+                mag += abs(b)
+            err = 1.25 * (c * nn + 8.0 * u64 * mag) + 1e-300
+            lo = np.float32(w - err)
+            out[i, j] = lo
+            if lo != np.float32(w + err):
+                if k < bi.shape[0]:
+                    bi[k] = i
+                    bj[k] = j
+                k += 1
+    return k
+
+
 def _f32c(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
@@ -183,17 +212,21 @@ def scores_block(
     B = D.astype(np.float64)
     nq = np.sqrt(np.einsum("ij,ij->i", A, A))
     nd = np.sqrt(np.einsum("ij,ij->i", B, B))
-    qi = np.arange(A.shape[0])[:, None]
-    dj = np.arange(B.shape[0])[None, :]
-    bias = _bias_sum(q_bias, d_bias, qi, dj, (A.shape[0], B.shape[0]))
-    w = _combine(A @ B.T, scale, bias)
-    nn = nq[:, None] * nd[None, :]
-    mag = abs(scale) * nn + (0.0 if bias is None else np.abs(bias))
-    err = 1.25 * (abs(scale) * 2.0 * (A.shape[1] + 2) * U64 * nn + 8.0 * U64 * mag) + 1e-300
-    out = (w - err).astype(np.float32)
-    bi, bj = np.nonzero(out != (w + err).astype(np.float32))
-    if bi.size:
-        out[bi, bj] = pair_scores(Q, D, bi, bj, scale=scale, q_bias=q_bias, d_bias=d_bias)
+    has_bias = q_bias is not None or d_bias is not None
+    qb = np.zeros(A.shape[0]) if q_bias is None else np.ascontiguousarray(q_bias, dtype=np.float64)
+    db = np.zeros(B.shape[0]) if d_bias is None else np.ascontiguousarray(d_bias, dtype=np.float64)
+    v = A @ B.T
+    out = np.empty(v.shape, dtype=np.float32)
+    cap = 64
+    while True:
+        bi = np.empty(cap, dtype=np.int64)
+        bj = np.empty(cap, dtype=np.int64)
+        k = _round_checked(v, nq, nd, qb, db, has_bias, float(scale), A.shape[1], out, bi, bj)
+        if k <= cap:
+            break
+        cap = k
+    if k:
+        out[bi[:k], bj[:k]] = pair_scores(Q, D, bi[:k], bj[:k], scale=scale, q_bias=q_bias, d_bias=d_bias)
     return out
 
 

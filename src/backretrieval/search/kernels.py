@@ -446,6 +446,8 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     remaining top bits agree (values within ~1e-9 relative) are then put in exact order by a small
     ``lexsort``, so the order is exact. Inputs must not contain NaN.
     """
+    if isinstance(values, np.ndarray) and values.dtype == np.float32:
+        return _sort_order_f32(values.ravel())
     x = np.ascontiguousarray(values, dtype=np.float64).ravel()
     n = x.size
     if n == 0:
@@ -472,6 +474,30 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             order[pos] = sub[np.lexsort((x[sub], top[pos]))]
     sv = x[order]
     starts = np.flatnonzero(np.concatenate(([True], sv[1:] != sv[:-1])))
+    return order, starts
+
+
+def _sort_order_f32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sort_order` of float32 values: each value's order-preserving 32-bit key goes into the
+    top half of a 64-bit key whose bottom half is the element's index, so one ``np.sort`` of
+    integers sorts exactly (no bits dropped) and stably (ties by index). -0.0 and 0.0 are one
+    value."""
+    x = np.ascontiguousarray(x, dtype=np.float32) + np.float32(0.0)  # -0.0 -> 0.0
+    n = x.size
+    if n >= 2**32:
+        order = np.argsort(x, kind="stable")
+        sv = x[order]
+        return order, np.flatnonzero(np.concatenate(([True], sv[1:] != sv[:-1])))
+    if np.isnan(x).any():
+        raise ValueError("sort_order: NaN among the values")
+    u = x.view(np.uint32)
+    key = np.where(u >> np.uint32(31) == 1, ~u, u | np.uint32(1 << 31)).astype(np.uint64)
+    key <<= np.uint64(32)
+    key |= np.arange(n, dtype=np.uint64)
+    key.sort()
+    order = (key & np.uint64(0xFFFFFFFF)).astype(np.intp)
+    top = key >> np.uint64(32)
+    starts = np.flatnonzero(np.concatenate(([True], top[1:] != top[:-1]))) if n else np.empty(0, np.intp)
     return order, starts
 
 
