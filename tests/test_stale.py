@@ -352,4 +352,6 @@ def test_compare_and_meta_json_record_the_run(tmp_path, emoji):
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "meta" / "meta.json").read_text())
     assert doc["run"] == json.loads((tmp_path / "meta" / "run.json").read_text())
-    assert set(doc["run"]["inputs"]["models"]) == {"random", "tfidf-char", "random@mix=0.5"}
+    models = doc["run"]["inputs"]["models"]
+    assert set(models) == {"random", "tfidf-char", "random@mix=0.5"}
+    assert "+fit:" in models["tfidf-char"] and "+fit:" not in models["random@mix=0.5"]  # mix learns nothing

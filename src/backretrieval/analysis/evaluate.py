@@ -339,7 +339,8 @@ def _fingerprint_inputs(
     models = {}
     for spec, enc in encoders.items():
         fp = str(enc.version)
-        if callable(getattr(enc, "fit", None)):  # fitted on the evaluated texts: they are part of the model
+        if callable(getattr(enc, "fit", None)) and getattr(enc, "fitted_on_texts", True):
+            # fitted on the evaluated texts (tfidf-char, PCA variants): they are part of the model
             fit_fp = fit_fp or feats.fit_fingerprint()
             fp += f"+fit:{fit_fp}"
         models[spec] = fp

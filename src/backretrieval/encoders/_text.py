@@ -9,7 +9,8 @@
   texts by length so each batch holds texts of similar length (less padding), encodes batch by
   batch behind an optional tqdm bar, restores the caller's order and validates the result with
   :func:`~backretrieval.encoders.base.check_embeddings`. The model is loaded once per encoder
-  object, lazily, on first use: building an encoder (and reading its ``version``) is instant.
+  object, lazily, on first use: building an encoder is instant (reading the ``version`` of a
+  model kept in files, ``st:DIR`` or ``cr5:DIR``, hashes the files once per process).
 
 Maximum length. Every model embeds at most a documented length of text (``max_length``, e.g.
 ``"512 tokens"``): :meth:`BatchedTextEncoder.truncate` first cuts each text to ``max_chars``

@@ -72,6 +72,11 @@ class VariantEncoder:
         self._fitted = not any(k == "pca" for k, _ in ops)
 
     @property
+    def fitted_on_texts(self) -> bool:
+        """Whether ``fit`` learns from the texts (a PCA operation, or a base model that is fitted)."""
+        return any(k == "pca" for k, _ in self.ops) or callable(getattr(self.base, "fit", None))
+
+    @property
     def version(self) -> str:
         """The base model's version and the operations."""
         return f"{self.base.version}|" + ",".join(f"{k}={v:g}" for k, v in self.ops)
