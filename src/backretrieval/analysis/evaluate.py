@@ -12,7 +12,7 @@ which hashes its files, plus for models fitted on the evaluated texts a fingerpr
 texts), the image model's version and the fingerprints of exactly the rows the sample uses
 (ids, texts, concepts, extra columns, image bytes or feature vectors). A rerun skips the records
 whose key is unchanged, so an interrupted run resumes, and recomputes those whose inputs
-changed; ``OUT/.partial/manifest.json`` keeps the inputs of the last run, so the log says which
+changed; ``OUT/.partial/manifest/inputs.json`` keeps the inputs of the last run, so the log says which
 input changed ("data for de changed since the records in OUT were computed: recomputing 12
 records"). A damaged record file is recomputed with a warning naming it.
 
@@ -302,7 +302,7 @@ def run_sample_task(task: SampleTask) -> TaskResult:
 
 
 RecordSlot = tuple[str, str | None, str, str, int]  # (model, image model, src, tgt, seed)
-MANIFEST = "manifest.json"
+MANIFEST = "manifest/inputs.json"  # in a folder of its own: .partial/*.json are the records
 _DAMAGED = (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile, zlib.error)
 
 

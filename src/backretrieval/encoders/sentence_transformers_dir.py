@@ -125,15 +125,17 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         if limit is None or tok is None or not texts:
             return texts
         room = limit - tok.num_special_tokens_to_add(pair=False)
-        enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
         out = list(texts)
-        for i, offsets in enumerate(enc["offset_mapping"]):
-            keep = room
-            while len(offsets) > room and keep > 0:  # cut after token keep-1; re-check the result
-                cut = texts[i][: offsets[keep - 1][1]]
-                offsets = tok(cut, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
-                out[i] = cut
-                keep -= 1
+        for start in range(0, len(texts), 1024):  # a chunk at a time: bounded memory
+            chunk = texts[start : start + 1024]
+            enc = tok(chunk, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+            for i, offsets in enumerate(enc["offset_mapping"], start):
+                keep = room
+                while len(offsets) > room and keep > 0:  # cut after token keep-1; re-check the result
+                    cut = texts[i][: offsets[keep - 1][1]]
+                    offsets = tok(cut, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+                    out[i] = cut
+                    keep -= 1
         return out
 
     def _load_model(self) -> Any:
