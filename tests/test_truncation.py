@@ -4,6 +4,7 @@ and a 5 MB text costs bounded memory."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -61,7 +62,7 @@ def run_5mb(spec: str) -> dict:
     src = str(Path(__file__).resolve().parents[1] / "src")
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, spec], capture_output=True, text=True, timeout=900,
-        env={**__import__("os").environ, "PYTHONPATH": src},
+        env={**os.environ, "PYTHONPATH": src},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -125,7 +126,7 @@ def test_character_limits(spec, limit):
     enc = get_text_encoder(spec)
     assert enc.max_length == limit
     cap = int(limit.split()[0].replace(",", ""))
-    huge = (SENTENCE * (cap // len(SENTENCE) + 2))
+    huge = SENTENCE * (cap // len(SENTENCE) + 2)
     if spec == "tfidf-char":
         enc.fit({"en": [huge, "a dog", "a cat"]})
     (cut,), n = enc.truncate([huge])

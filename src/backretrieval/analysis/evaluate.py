@@ -346,13 +346,12 @@ def _fingerprint_inputs(
         models[spec] = fp
     per_sample = {}
     for (s, t, seed), sm in samples.items():
-        fps = {
-            f"data:{s}": feats.sample_fingerprint(s, (None if sm.xlr is None else sm.xlr[0], None if sm.bkr is None else sm.bkr[0]), False),
-            f"data:{t}": feats.sample_fingerprint(t, (None if sm.xlr is None else sm.xlr[1], None if sm.bkr is None else sm.bkr[1]), False),
-        }
-        if sm.bkr is not None:
-            fps[f"images:{s}"] = feats.sample_fingerprint(s, (None, sm.bkr[0]), True)
-            fps[f"images:{t}"] = feats.sample_fingerprint(t, (None, sm.bkr[1]), True)
+        fps = {}
+        for side, lang in enumerate((s, t)):  # the sample's rows of each language: XLR part, BkR part
+            parts = (None if sm.xlr is None else sm.xlr[side], None if sm.bkr is None else sm.bkr[side])
+            fps[f"data:{lang}"] = feats.sample_fingerprint(lang, parts, False)
+            if sm.bkr is not None:
+                fps[f"images:{lang}"] = feats.sample_fingerprint(lang, (None, sm.bkr[side]), True)
         per_sample[(s, t, seed)] = fps
     versions: dict[str | None, str | None] = {g: (feats.image_versions[g] if g else None) for g in image_models}
     return _Inputs(cfg.key(), models, versions, per_sample)
