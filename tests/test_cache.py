@@ -100,3 +100,27 @@ def test_cache_keys_and_slices_extra_columns(tmp_path):
     again = CachedTextEncoder(TitleBodyEncoder(), root=tmp_path, chunk=2)
     np.testing.assert_array_equal(again.encode(texts, "en", extra=extra), out)
     assert again.encoder.seen == 0
+
+
+def test_replaced_image_bytes_are_re_encoded(tmp_path, shared_data):
+    """The image cache is keyed by the file's bytes, not its path: new bytes under the same name
+    are encoded again (a real encoder on real emoji images)."""
+    import shutil
+
+    from backretrieval.data import load_dataset
+    from backretrieval.encoders.base import get_image_encoder
+
+    paths = load_dataset("emoji-cldr", langs=["en"])["en"].image_paths
+    img = tmp_path / "item.png"
+    shutil.copyfile(paths[0], img)
+    cached = CachedImageEncoder(get_image_encoder("color-hist"), tmp_path / "cache")
+    first = cached.encode_images([str(img)])
+    assert cached.n_encoded == 1
+    cached.encode_images([str(img)])
+    assert cached.n_encoded == 1  # same bytes: from the cache
+    shutil.copyfile(paths[1], img)  # the file is replaced under the same name
+    second = CachedImageEncoder(get_image_encoder("color-hist"), tmp_path / "cache")
+    out = second.encode_images([str(img)])
+    assert second.n_encoded == 1
+    np.testing.assert_array_equal(out, get_image_encoder("color-hist").encode_images([paths[1]]))
+    assert not np.array_equal(out, first)

@@ -43,14 +43,18 @@ class Comparison:
     alpha: float
     per_pair: pd.DataFrame  # pair, rank, model, estimate, ci_low, ci_high, p_vs_next, p_adj, significant
     across_pairs: pd.DataFrame  # model, mean, sd, min, max, pairs, mean_rank, wins
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)  # the evaluation's run.json (config, inputs, environment)
 
     def to_json(self) -> dict[str, Any]:
+        """The comparison as JSON-serialisable data, with ``run``: what produced it (configuration,
+        input fingerprints, software environment; see :func:`backretrieval.analysis.evaluate.run_info`)."""
         return {
             "metric": self.metric,
             "level": self.level,
             "alpha": self.alpha,
             "per_pair": self.per_pair.to_dict(orient="records"),
             "across_pairs": self.across_pairs.to_dict(orient="records"),
+            "run": self.run,
         }
 
 
@@ -65,7 +69,7 @@ def compare(
     seed: int = 0,
 ) -> Comparison:
     if metric == "corr":
-        return _compare_corr(result, level=level, alpha=alpha)
+        return dataclasses.replace(_compare_corr(result, level=level, alpha=alpha), run=result.run)
     key, fn = outcome_fn(metric)
     models = list(dict.fromkeys(r["model"] for r in result.records))
     pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
@@ -101,7 +105,7 @@ def compare(
                     "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
                 }
             )
-    return _finish(metric, level, alpha, rows)
+    return dataclasses.replace(_finish(metric, level, alpha, rows), run=result.run)
 
 
 def _finish(metric: str, level: float, alpha: float, rows: list[dict[str, Any]]) -> Comparison:

@@ -6,9 +6,19 @@ languages by concept), and a *non-matching* sample of N source and N target item
 disjoint concepts for BkR, CORR and hubness (only where items have images). Texts and images
 are encoded once per language through the cache, only for the rows some sample uses.
 
-Each finished (model, pair, seed) record is written at once to ``OUT/.partial/`` (atomically);
-a rerun with the same configuration skips finished records, so an interrupted run resumes.
-``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically.
+Each finished (model, image model, pair, seed) record is written at once to ``OUT/.partial/``
+(atomically), under a key made of the configuration, the model's fingerprint (its ``version``,
+which hashes its files, plus for models fitted on the evaluated texts a fingerprint of those
+texts), the image model's version and the fingerprints of exactly the rows the sample uses
+(ids, texts, concepts, extra columns, image bytes or feature vectors). A rerun skips the records
+whose key is unchanged, so an interrupted run resumes, and recomputes those whose inputs
+changed; ``OUT/.partial/manifest/inputs.json`` keeps the inputs of the last run, so the log says which
+input changed ("data for de changed since the records in OUT were computed: recomputing 12
+records"). A damaged record file is recomputed with a warning naming it.
+
+``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
+``OUT/run.json``: the configuration, the input fingerprints and the software environment
+(:func:`backretrieval.core.env.environment`).
 """
 from __future__ import annotations
 
@@ -16,6 +26,10 @@ import dataclasses
 import json
 import re
 import time
+import warnings
+import zipfile
+import zlib
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -24,7 +38,10 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..core import BackretrievalError, DataError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, content_hash
+from ..core.env import environment
 from ..data import Dataset, load_dataset, matching, non_matching
+from ..data.corpus import fingerprint
+from ..encoders._text import TruncationWarning
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows
@@ -101,6 +118,7 @@ class EvalResult:
     records: list[dict[str, Any]]
     ranks: dict[RunKey, dict[str, np.ndarray]]
     others: dict[str, "EvalResult"] = dataclasses.field(default_factory=dict)
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)  # what OUT/run.json holds
 
 
 @dataclasses.dataclass
@@ -126,15 +144,23 @@ def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
 class _Features:
     """Embeddings of the needed rows of each language, computed once through the cache."""
 
-    def __init__(self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool):
-        self.ds, self.needed, self.progress = ds, needed, progress
+    def __init__(
+        self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool,
+        log: Callable[[str], None] = lambda msg: None,
+    ):
+        self.ds, self.needed, self.progress, self.log = ds, needed, progress, log
         self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
         self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
+        self.image_versions: dict[str, str] = {}  # image model -> its version (cache namespace)
         self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
         self.unsupported: dict[str, dict[str, str]] = {}  # model -> language -> why it cannot embed it
+        # per needed row: digests of its content and of its image (for the records' keys)
+        self.row_digests = {lang: c.row_digests() for lang, c in self.corpora.items()}
+        self.image_digests = {lang: c.image_digests() for lang, c in self.corpora.items()}
 
     def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
         enc = None if spec == "precomputed" else CachedImageEncoder(get_image_encoder(spec), progress=self.progress)
+        self.image_versions[spec] = "precomputed" if enc is None else str(enc.version)
         out = {}
         for lang, c in self.corpora.items():
             if not c.has_images:
@@ -167,10 +193,32 @@ class _Features:
                     )
                 kw["extra"] = {w: c.extra[w] for w in wanted}
             try:
-                out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", TruncationWarning)
+                    out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
             except UnsupportedLanguageError as e:  # the grid skips the model's pairs with this language
                 self.unsupported.setdefault(getattr(model, "name", str(model)), {})[lang] = str(e)
+            for w in caught:  # truncation notes go to the log; other warnings stay warnings
+                if issubclass(w.category, TruncationWarning):
+                    self.log(str(w.message))
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return out
+
+    def fit_fingerprint(self) -> str:
+        """Fingerprint of what a model with a ``fit`` hook is fitted on: every needed row."""
+        return fingerprint(d for lang in self.corpora for d in (lang.encode(), *self.row_digests[lang]))
+
+    def sample_fingerprint(self, lang: str, parts: Sequence[np.ndarray | None], images: bool) -> str:
+        """Fingerprint of the rows of ``lang`` a sample uses (its XLR part, then its BkR part): of
+        their content, or (``images=True``) of their images."""
+        table = self.image_digests[lang] if images else self.row_digests[lang]
+        out: list[bytes] = []
+        for tag, part in zip((b"xlr", b"bkr"), parts):
+            if part is not None:
+                out.append(tag)
+                out.extend(table[i] for i in self.rows(lang, part))
+        return fingerprint(out)
 
     def rows(self, lang: str, idx: np.ndarray) -> np.ndarray:
         p = self.pos[lang]
@@ -253,8 +301,141 @@ def run_sample_task(task: SampleTask) -> TaskResult:
     return (task.src, task.tgt, task.seed), out
 
 
-def _record_path(partial: Path, cfg_key: str, model: str, g: str | None, src: str, tgt: str, seed: int) -> Path:
-    return partial / f"{content_hash(json.dumps([cfg_key, model, g, src, tgt, seed]), 10)}.json"
+RecordSlot = tuple[str, str | None, str, str, int]  # (model, image model, src, tgt, seed)
+MANIFEST = "manifest/inputs.json"  # in a folder of its own: .partial/*.json are the records
+_DAMAGED = (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile, zlib.error)
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """The fingerprints every stored record is keyed by (see the module docstring)."""
+
+    cfg_key: str
+    models: dict[str, str]  # model spec -> fingerprint (version, + fitted-on texts)
+    image_models: dict[str | None, str | None]  # image model -> version
+    samples: dict[tuple[str, str, int], dict[str, str]]  # (src, tgt, seed) -> "data:LANG"/"images:LANG" -> fp
+
+    def parts(self, slot: RecordSlot) -> dict[str, str | None]:
+        spec, g, s, t, seed = slot
+        sample = self.samples[(s, t, seed)]
+        parts: dict[str, str | None] = {"model": self.models[spec], "image model": self.image_models[g]}
+        parts.update({k: v for k, v in sample.items() if g is not None or not k.startswith("images:")})
+        return parts
+
+    def key(self, slot: RecordSlot) -> str:
+        """The file name (without suffix) of the record of ``slot`` computed from these inputs."""
+        spec, g, s, t, seed = slot
+        return content_hash(json.dumps([self.cfg_key, spec, g, s, t, seed, self.parts(slot)], sort_keys=True), 16)
+
+    def slot_id(self, slot: RecordSlot) -> str:
+        return content_hash(json.dumps([self.cfg_key, *slot]), 16)
+
+
+def _fingerprint_inputs(
+    cfg: EvalConfig, samples: dict[tuple[str, str, int], _Samples], feats: _Features, encoders: dict[str, Any],
+    image_models: Sequence[str | None],
+) -> _Inputs:
+    fit_fp = None
+    models = {}
+    for spec, enc in encoders.items():
+        fp = str(enc.version)
+        if callable(getattr(enc, "fit", None)) and getattr(enc, "fitted_on_texts", True):
+            # fitted on the evaluated texts (tfidf-char, PCA variants): they are part of the model
+            fit_fp = fit_fp or feats.fit_fingerprint()
+            fp += f"+fit:{fit_fp}"
+        models[spec] = fp
+    per_sample = {}
+    for (s, t, seed), sm in samples.items():
+        fps = {}
+        for side, lang in enumerate((s, t)):  # the sample's rows of each language: XLR part, BkR part
+            parts = (None if sm.xlr is None else sm.xlr[side], None if sm.bkr is None else sm.bkr[side])
+            fps[f"data:{lang}"] = feats.sample_fingerprint(lang, parts, False)
+            if sm.bkr is not None:
+                fps[f"images:{lang}"] = feats.sample_fingerprint(lang, (None, sm.bkr[side]), True)
+        per_sample[(s, t, seed)] = fps
+    versions: dict[str | None, str | None] = {g: (feats.image_versions[g] if g else None) for g in image_models}
+    return _Inputs(cfg.key(), models, versions, per_sample)
+
+
+def _read_manifest(partial: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    path = partial / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        slots = json.loads(path.read_text(encoding="utf-8"))["slots"]
+        if not isinstance(slots, dict):
+            raise ValueError("'slots' is not an object")
+        return slots
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log(f"damaged manifest {path} ({type(e).__name__}: {e}): cannot say which inputs changed; rewriting it")
+        return {}
+
+
+def _label(part: str, slot: RecordSlot) -> str:
+    kind, _, lang = part.partition(":")
+    if kind == "data":
+        return f"data for {lang}"
+    if kind == "images":
+        return f"images for {lang}"
+    if kind == "model":
+        return f"model {slot[0]}"
+    return f"image model {slot[1]}"
+
+
+class _DamagedRecord(Exception):
+    def __init__(self, path: Path, error: BaseException):
+        super().__init__(f"{path} ({type(error).__name__}: {error})")
+        self.path = path
+
+
+def _load_record(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A stored record (``path``, .json) and its ranks (.npz beside it); :class:`_DamagedRecord`
+    naming the file if either cannot be read whole."""
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(rec, dict) or "model" not in rec:
+            raise ValueError("not a record")
+    except _DAMAGED as e:
+        raise _DamagedRecord(path, e) from None
+    npz = path.with_suffix(".npz")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            ranks = {k: z[k] for k in z.files}
+    except _DAMAGED as e:
+        raise _DamagedRecord(npz, e) from None
+    return rec, ranks
+
+
+def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
+    """What produced a set of results: the configuration, fingerprints of every input (the rows the
+    run used per language, their images, each model and image model) and the software environment.
+
+    Args:
+        cfg: the configuration.
+        ds: the dataset.
+        feats: the rows the run used and their digests.
+        inputs: the fingerprints of the models and image models.
+        executor: the executor's name.
+
+    Returns:
+        A JSON-serialisable dict (``OUT/run.json``).
+    """
+    return {
+        "format": 1,
+        "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+        "config_key": inputs.cfg_key,
+        "executor": executor,
+        "inputs": {
+            "dataset": ds.name,
+            "rows": {lang: len(rows) for lang, rows in feats.needed.items()},
+            "data": {lang: fingerprint(d) for lang, d in feats.row_digests.items()},
+            "images": {lang: fingerprint(d) for lang, d in feats.image_digests.items() if d},
+            "models": dict(inputs.models),
+            "image_models": {g: v for g, v in inputs.image_models.items() if g is not None},
+        },
+        "environment": environment(),
+    }
 
 
 def evaluate(
@@ -267,7 +448,9 @@ def evaluate(
 ) -> EvalResult:
     """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``.
 
-    ``executor`` (see :mod:`.executors`; default: in this process) runs the per-sample tasks."""
+    ``executor`` (see :mod:`.executors`; default: in this process) runs the per-sample tasks.
+    ``log`` receives one line per notable event: resumed records, inputs that changed since the
+    records in ``out_dir`` were computed, damaged record files, truncated texts, skipped models."""
     from .executors import get_executor
 
     if cfg.n < 1:
@@ -291,27 +474,51 @@ def evaluate(
     needed_rows = {lang: np.array(sorted(rows), dtype=np.int64) for lang, rows in needed.items()}
     image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
     # check every model spec before encoding anything
-    for spec in cfg.models:
-        get_text_encoder(spec)
-    feats = _Features(ds, needed_rows, [g for g in image_models if g], progress)
+    encoders = {spec: get_text_encoder(spec) for spec in cfg.models}
+    feats = _Features(ds, needed_rows, [g for g in image_models if g], progress, log)
+    inputs = _fingerprint_inputs(cfg, samples, feats, encoders, image_models)
 
     partial = Path(out_dir) / ".partial" if out_dir is not None else None
-    cfg_key = cfg.key()
-    found: dict[tuple[str, str | None, str, str, int], tuple[dict, dict]] = {}
+    manifest = _read_manifest(partial, log) if partial is not None else {}
+    found: dict[RecordSlot, tuple[dict, dict]] = {}
     todo: dict[tuple[str, str, int], list[str]] = {}
+    changed: dict[str, int] = {}
     for spec in cfg.models:
         for s, t, seed in samples:
             done = 0
             for g in image_models:
-                path = _record_path(partial, cfg_key, spec, g, s, t, seed) if partial else None
-                if path is not None and path.exists():  # finished in an earlier run
-                    with np.load(path.with_suffix(".npz")) as z:
-                        found[(spec, g, s, t, seed)] = (json.loads(path.read_text(encoding="utf-8")), {k: z[k] for k in z.files})
-                    done += 1
+                slot = (spec, g, s, t, seed)
+                if partial is None:
+                    continue
+                path = partial / f"{inputs.key(slot)}.json"
+                if path.exists():  # finished in an earlier run
+                    try:
+                        found[slot] = _load_record(path)
+                        done += 1
+                        continue
+                    except _DamagedRecord as e:
+                        log(f"damaged record file {e}: recomputing the record")
+                old = manifest.get(inputs.slot_id(slot))
+                if isinstance(old, dict) and old.get("record") != inputs.key(slot):
+                    before = old.get("inputs") if isinstance(old.get("inputs"), dict) else {}
+                    for part, value in inputs.parts(slot).items():
+                        if before.get(part) != value:
+                            label = _label(part, slot)
+                            changed[label] = changed.get(label, 0) + 1
             if done < len(image_models):
                 todo.setdefault((s, t, seed), []).append(spec)
     if found:
         log(f"resuming: {len(found)} finished records found in {partial}")
+    for label, count in changed.items():
+        log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
+    if partial is not None:  # the inputs of this run, for the next one to compare with
+        slots = dict(manifest)
+        for spec in cfg.models:
+            for s, t, seed in samples:
+                for g in image_models:
+                    slot = (spec, g, s, t, seed)
+                    slots[inputs.slot_id(slot)] = {"record": inputs.key(slot), "inputs": inputs.parts(slot)}
+        atomic_write_text(partial / MANIFEST, json.dumps({"format": 1, "slots": slots}))
     # encode every model that has work left (through the cache), then run one task per sample
     ex = get_executor(executor)
     text: dict[str, dict[str, np.ndarray]] = {}
@@ -350,19 +557,21 @@ def evaluate(
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
     for (s, t, seed), runs in ex.imap(run_sample_task, tasks()):
         for spec, g, values, ranks in runs:
-            if (spec, g, s, t, seed) in found:
+            slot = (spec, g, s, t, seed)
+            if slot in found:
                 continue
             rec: dict[str, Any] = {
                 "model": spec, "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
                 "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[spec],
             }
             if partial is not None:  # ranks first: the .json marks a finished record
-                path = _record_path(partial, cfg_key, spec, g, s, t, seed)
+                path = partial / f"{inputs.key(slot)}.json"
                 atomic_save_npz(path.with_suffix(".npz"), **ranks)
                 atomic_write_text(path, json.dumps(rec))
-            found[(spec, g, s, t, seed)] = (rec, ranks)
+            found[slot] = (rec, ranks)
             bar.update(1)
     bar.close()
+    info = run_info(cfg, ds, feats, inputs, ex.name)
     order = {m: i for i, m in enumerate(cfg.models)}
     results = {}
     for g in image_models:
@@ -371,14 +580,15 @@ def evaluate(
             cfg,
             [found[k][0] for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
+            run=info,
         )
     main, *rest = image_models
     result = results[main]
     result.others = {g: results[g] for g in rest}
     if out_dir is not None:
-        write_results(result.records, Path(out_dir))
+        write_results(result.records, Path(out_dir), info)
         for g, res in result.others.items():
-            write_results(res.records, Path(out_dir) / "image-models" / slug(g))
+            write_results(res.records, Path(out_dir) / "image-models" / slug(g), info)
     return result
 
 
@@ -387,8 +597,18 @@ def slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", s)
 
 
-def write_results(records: Sequence[dict[str, Any]], out_dir: Path) -> None:
+def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[str, Any] | None = None) -> None:
+    """Write ``results.jsonl``, ``results.csv`` and (given ``run``) ``run.json`` into ``out_dir``, each atomically.
+
+    Args:
+        records: one dict per record.
+        out_dir: the folder (created).
+        run: what produced the records (:func:`run_info`); ``run.json`` is written first, so
+            a ``results.jsonl`` never lacks it.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    if run is not None:
+        atomic_write_text(out_dir / "run.json", json.dumps(run, indent=1, default=str) + "\n")
     atomic_write_text(out_dir / "results.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_text(out_dir / "results.csv", pd.DataFrame(records).to_csv(index=False))
 

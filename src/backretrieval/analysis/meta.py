@@ -176,6 +176,11 @@ class MetaResult:
     def main(self):
         return next(iter(self.results.values()))
 
+    @property
+    def run(self) -> dict[str, Any]:
+        """What produced the results: configuration, input fingerprints, software environment."""
+        return self.main.run
+
 
 def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
     """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) together with each

@@ -9,7 +9,19 @@
   texts by length so each batch holds texts of similar length (less padding), encodes batch by
   batch behind an optional tqdm bar, restores the caller's order and validates the result with
   :func:`~backretrieval.encoders.base.check_embeddings`. The model is loaded once per encoder
-  object, lazily, on first use: building an encoder (and reading its ``version``) is instant.
+  object, lazily, on first use: building an encoder is instant (reading the ``version`` of a
+  model kept in files, ``st:DIR`` or ``cr5:DIR``, hashes the files once per process).
+
+Maximum length. Every model embeds at most a documented length of text (``max_length``, e.g.
+``"512 tokens"``): :meth:`BatchedTextEncoder.truncate` first cuts each text to ``max_chars``
+characters -- for a token limit T that is ``T * CHARS_PER_TOKEN``, more characters than T tokens
+span in any real text, so tokenisation never sees a multi-megabyte string -- and then, for
+models with a token limit, to the longest prefix that fits it. The truncated text is what is
+embedded, and what the embedding cache is keyed by: a text and its truncation have the same
+vector and share one cache entry. Each ``encode`` call that cuts texts says so with one
+:class:`TruncationWarning` ("use-m: 3 of 1,942 de texts longer than 8,192 characters were
+truncated"). Batches hold at most ``batch_size`` texts and ``batch_chars`` characters (at least
+one text), so the memory a batch needs is bounded whatever the input.
 """
 from __future__ import annotations
 
@@ -25,6 +37,12 @@ from ..core import DataError, EncoderError
 from .base import check_embeddings
 
 _SIMPLIFIED = ("zh-cn", "zh-sg", "zh-my")
+# Characters per token in the character cap that precedes tokenisation. The longest pieces of the
+# bundled vocabularies have 16-18 characters (MiniLM's WordPiece: "telecommunications"); real
+# text averages 1-6 characters per token, so T tokens never need more than 16 * T characters
+# except for runs of whitespace or single "words" of dozens of characters (URLs, hashes).
+CHARS_PER_TOKEN = 16
+DEFAULT_BATCH_CHARS = 1 << 20  # characters per batch (at least one text)
 _TRADITIONAL = ("zh-tw", "zh-hk", "zh-mo")
 _NOT_LOADED = object()
 
@@ -90,6 +108,28 @@ def as_texts(texts: Sequence[str], ids: Sequence[str] | None, what: str) -> list
     return texts
 
 
+class TruncationWarning(UserWarning):
+    """Texts longer than a model's maximum length were cut to it before embedding."""
+
+
+def truncation_message(model: str, lang: str, n_cut: int, n: int, limit: str) -> str:
+    """The one line that says how many texts of an encode call were truncated."""
+    return f"{model}: {n_cut:,} of {n:,} {lang} texts longer than {limit} were truncated"
+
+
+def warn_truncated(model: str, lang: str, n_cut: int, n: int, limit: str) -> None:
+    """Issue the :class:`TruncationWarning` of one encode call (nothing when ``n_cut`` is 0)."""
+    if n_cut:
+        warnings.warn(truncation_message(model, lang, n_cut, n, limit), TruncationWarning, stacklevel=3)
+
+
+def cut_chars(texts: Sequence[str], max_chars: int | None) -> list[str]:
+    """Each text cut to its first ``max_chars`` characters (``None``: unchanged)."""
+    if max_chars is None:
+        return list(texts)
+    return [t[:max_chars] if len(t) > max_chars else t for t in texts]
+
+
 def default_threads() -> int:
     """CPU cores this process may run on (the affinity mask, else ``os.cpu_count()``)."""
     try:
@@ -108,6 +148,8 @@ class BatchedTextEncoder:
     languages: frozenset[str] | None = None
     cacheable: bool = True
     default_batch_size: int = 64
+    max_chars: int | None = None  # character cap applied before anything else (None: none)
+    batch_chars: int = DEFAULT_BATCH_CHARS
 
     def __init__(self, *, batch_size: int | None = None, progress: bool = False) -> None:
         bs = self.default_batch_size if batch_size is None else batch_size
@@ -122,6 +164,31 @@ class BatchedTextEncoder:
 
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         raise NotImplementedError
+
+    def _cut_tokens(self, texts: list[str]) -> list[str]:
+        """Hook for models with a token limit: each (character-capped) text cut to the longest
+        prefix the model takes whole. Must be idempotent. Default: unchanged."""
+        return texts
+
+    @property
+    def max_length(self) -> str:
+        """The documented maximum length, for messages: ``"8,192 characters"``, ``"512 tokens"``."""
+        return "no limit" if self.max_chars is None else f"{self.max_chars:,} characters"
+
+    def truncate(self, texts: Sequence[str]) -> tuple[list[str], int]:
+        """The texts as the model embeds them: each cut to ``max_chars`` characters, then (for
+        models with a token limit) to the longest prefix within it.
+
+        Args:
+            texts: the texts (strings).
+
+        Returns:
+            ``(truncated texts, number of texts that were cut)``; ``truncate`` of the result
+            returns it unchanged.
+        """
+        texts = list(texts)
+        out = self._cut_tokens(cut_chars(texts, self.max_chars))
+        return out, sum(len(a) != len(b) for a, b in zip(texts, out))
 
     # -- shared behaviour
     def _get_model(self) -> Any:
@@ -160,6 +227,8 @@ class BatchedTextEncoder:
         what = f"{self.name}/{lang}"
         texts = as_texts(texts, ids, what)
         self._check_language(lang)
+        texts, n_cut = self.truncate(texts)
+        warn_truncated(self.name, lang, n_cut, len(texts), self.max_length)
         bs = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size", self.name)
         show = self.progress if progress is None else bool(progress)
         model = self._get_model()
@@ -169,13 +238,13 @@ class BatchedTextEncoder:
                 self.dim = int(np.asarray(self._encode_batch(model, [""])).shape[1])
             return check_embeddings(np.zeros((0, self.dim), np.float32), 0, what, ids)
         # stable sort by length: batches of similar length (less padding), deterministic
-        order = np.argsort(np.fromiter(map(len, texts), dtype=np.int64, count=n), kind="stable")
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+        order = np.argsort(lengths, kind="stable")
         out: np.ndarray | None = None
         from tqdm.auto import tqdm
 
         with tqdm(total=n, desc=f"encode {what}", unit="text", disable=not show) as bar:
-            for start in range(0, n, bs):
-                rows = order[start : start + bs]
+            for rows in _batches(order, lengths, bs, self.batch_chars):
                 vec = np.asarray(self._encode_batch(model, [texts[i] for i in rows]), dtype=np.float32)
                 if vec.ndim != 2 or vec.shape[0] != len(rows):
                     raise EncoderError(f"{what}: model returned shape {vec.shape} for a batch of {len(rows)} texts")
@@ -191,3 +260,16 @@ class BatchedTextEncoder:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.version}>"
+
+
+def _batches(order: np.ndarray, lengths: np.ndarray, size: int, max_chars: int):
+    """Consecutive slices of ``order`` with at most ``size`` rows and ``max_chars`` characters
+    (a row longer than ``max_chars`` is a batch of its own)."""
+    start, n = 0, len(order)
+    while start < n:
+        stop, chars = start + 1, int(lengths[order[start]])
+        while stop < n and stop - start < size and chars + int(lengths[order[stop]]) <= max_chars:
+            chars += int(lengths[order[stop]])
+            stop += 1
+        yield order[start:stop]
+        start = stop

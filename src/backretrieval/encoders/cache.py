@@ -6,6 +6,12 @@ Vectors are looked up by content, so a text shared by two datasets is encoded on
 items are encoded in chunks and each chunk is written as its own shard atomically, so an
 interrupted run keeps every finished chunk and resumes from there; a second identical run
 encodes nothing. Encoders with ``cacheable = False`` (fitted or seeded per run) pass through.
+
+The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
+length (``truncate(texts) -> (texts, n_cut)``, see :mod:`._text`) truncates first, so a text and
+its truncation share one entry, and the truncation warning is given here, once per call. The
+namespace ``<version>`` changes whenever the model's files do (encoders hash their files into
+``version``), and image vectors are keyed by the bytes of the image file.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..core import DataError, atomic_save_npz, cache_dir, content_hash
+from ._text import as_texts, warn_truncated
 from .base import check_embeddings
 
 DEFAULT_CHUNK = 2048  # texts per shard
@@ -123,7 +130,11 @@ class CachedTextEncoder(_Cached):
         if not getattr(enc, "cacheable", True):
             self.n_encoded += len(texts)
             return enc.encode(texts, lang, ids=ids, **kw)
-        texts = list(texts)
+        texts = as_texts(texts, ids, f"{enc.name}/{lang}")
+        cut = getattr(enc, "truncate", None)
+        if callable(cut):
+            texts, n_cut = cut(texts)
+            warn_truncated(enc.name, lang, n_cut, len(texts), enc.max_length)
         if extra is None:
             keys = [content_hash(t) for t in texts]
         else:

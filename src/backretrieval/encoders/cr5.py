@@ -23,7 +23,14 @@ As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_
 vector is ``[Phi_l x / |Phi_l x|, BIAS]`` re-normalised (``dim = rank + 1``, ``BIAS = 1e-3``):
 such texts all become the same unit vector, and for every other pair the cosine becomes
 ``(c + 1e-6) / (1 + 1e-6)``, a monotone map of the plain Cr5 cosine ``c`` (rankings unchanged).
-``version`` is a hash of the directory, so the embedding cache never mixes two trainings.
+``version`` is a hash of the directory's content (every file's bytes), so the embedding cache
+and the evaluation's records never mix two trainings; it is computed on first use.
+
+Maximum length: :data:`MAX_CHARS` = 100,000 characters. A bag of words has no length limit of
+its own; its cost is linear in the text (tokenising and counting keep ~25 bytes per character
+of a batch), so a cap only bounds memory: 100,000 characters (~15,000 words) is longer than
+every DDTP description (the longest English one has 81,416) and cutting there changes at
+most the term frequencies of a few very long documents.
 Options: ``batch_size`` (2048), ``progress``.
 """
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text
+from ..core.fingerprint import dir_digest
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
 from .base import EncoderInfo, register_text
@@ -47,6 +55,7 @@ META_FILE = "cr5.json"
 ARRAYS_FILE = "cr5.npz"
 VOCAB_DIR = "vocab"
 BIAS = 1e-3
+MAX_CHARS = 100_000
 
 
 class Cr5Model:
@@ -203,10 +212,9 @@ class Cr5Encoder(BatchedTextEncoder):
 
     cacheable = True
     default_batch_size = 2048
+    max_chars = MAX_CHARS
 
     def __init__(self, path: str | os.PathLike, *, name: str | None = None, batch_size: int | None = None, progress: bool = False) -> None:
-        from .sentence_transformers_dir import dir_fingerprint
-
         self.name = name or f"cr5:{path}"
         p = Path(path).expanduser()
         if not (p / META_FILE).is_file():
@@ -219,8 +227,15 @@ class Cr5Encoder(BatchedTextEncoder):
             self.dim = int(meta["rank"]) + 1
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise EncoderError(f"{self.name}: cannot read {self.path / META_FILE}: {e}") from None
-        self.version = f"cr5-dir-{dir_fingerprint(self.path)}/bias{BIAS:g}"
+        self._version: str | None = None
         self._lang: str | None = None
+
+    @property
+    def version(self) -> str:  # type: ignore[override]
+        """``cr5-dir-<content hash of the directory>/bias.../max...ch`` (hashed on first use)."""
+        if self._version is None:
+            self._version = f"cr5-dir-{dir_digest(self.path)[:16]}/bias{BIAS:g}/max{MAX_CHARS}ch"
+        return self._version
 
     def _load_model(self) -> Cr5Model:
         return Cr5Model.load(self.path)

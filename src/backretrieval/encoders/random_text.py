@@ -6,7 +6,7 @@ then unit-normalised. So the same text gets the same vector in every language, r
 process, and different ``seed`` values give independent draws. The recipe is the one
 :func:`backretrieval.encoders.variants.text_rng` uses for ``mix=A``, so ``BASE@mix=1`` equals
 this baseline (when its dimension matches). ``cacheable`` is False: drawing is cheaper than
-a cache look-up.
+a cache look-up. There is no maximum length: a text of any length is one hash and one draw.
 
 Options: ``seed`` (0), ``dim`` (512), ``batch_size``, ``progress``.
 """

@@ -4,14 +4,22 @@
 local_files_only=True)`` after setting ``HF_HUB_OFFLINE=1`` / ``TRANSFORMERS_OFFLINE=1`` (unless
 already set), so nothing is downloaded; ``trust_remote_code`` stays off. Vectors are
 L2-normalised (option ``normalize=False`` keeps the raw output). The ``version`` is a hash of
-the directory: the content of every file up to 4 MiB (configs, tokenizer, vocab) and the
-name, size and mtime of larger ones (weights), so re-training into the same directory changes
-it. Options: ``batch_size`` (64), ``progress``, ``normalize``. :mod:`.minilm` reuses
+the directory: the relative path and the bytes of every file (weights included; see
+:func:`backretrieval.core.fingerprint.dir_digest`), so re-training into the same directory, or
+editing any file, changes it. It is computed on first use of ``version`` (about 1 s per GB).
+
+Maximum length: the model's ``max_seq_length`` in tokens (special tokens included; 256 for
+all-MiniLM-L6-v2). A text is cut to ``16 x max_seq_length`` characters, tokenised with the
+model's own tokenizer, and if it has more tokens than fit, cut after the last token that does
+(by the tokenizer's character offsets), so the model sees the whole truncated text. A model
+whose tokenizer gives no offsets (a "slow" tokenizer) is cut to the characters only and
+truncated by sentence-transformers itself.
+
+Options: ``batch_size`` (64), ``progress``, ``normalize``. :mod:`.minilm` reuses
 :class:`SentenceTransformerEncoder`.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,13 +28,13 @@ from typing import Any
 import numpy as np
 
 from ..core import EncoderError
-from ._text import BatchedTextEncoder, check_options, require
+from ..core.fingerprint import dir_digest
+from ._text import CHARS_PER_TOKEN, BatchedTextEncoder, check_options, require
 from .base import EncoderInfo, register_text
 
 
 # --------------------------------------------------------------------------- st:PATH
 _CONFIG_FILES = ("modules.json", "config.json", "config_sentence_transformers.json")
-_HASH_CONTENT_UP_TO = 4 << 20
 
 
 def check_model_dir(path: str | os.PathLike[str], spec: str) -> Path:
@@ -44,20 +52,8 @@ def check_model_dir(path: str | os.PathLike[str], spec: str) -> Path:
 
 
 def dir_fingerprint(path: Path) -> str:
-    """Hash of a model directory: content of small files, name+size+mtime of large ones."""
-    h = hashlib.blake2b(digest_size=8)
-    for f in sorted(path.rglob("*")):
-        rel = f.relative_to(path)
-        if any(part.startswith(".") for part in rel.parts) or not f.is_file():
-            continue
-        st = f.stat()
-        h.update(rel.as_posix().encode("utf-8") + b"\0" + str(st.st_size).encode() + b"\0")
-        if st.st_size <= _HASH_CONTENT_UP_TO:
-            h.update(f.read_bytes())
-        else:
-            h.update(str(st.st_mtime_ns).encode())
-        h.update(b"\n")
-    return h.hexdigest()
+    """Content hash of a model directory (every file's relative path and bytes), 16 hex digits."""
+    return dir_digest(path)[:16]
 
 
 def offline_hub() -> None:
@@ -88,8 +84,59 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         self.normalize = bool(normalize)
         self.languages = frozenset(languages) if languages is not None else None
         self.dim = dim
-        base = version or f"st-dir-{dir_fingerprint(self.path)}"
-        self.version = f"{base}/{'l2' if self.normalize else 'raw'}"
+        self._given_version = version
+        self._version: str | None = None
+        self._limit: tuple[int | None, Any] | None = None  # (max tokens, tokenizer with offsets or None)
+
+    @property
+    def version(self) -> str:  # type: ignore[override]
+        """``st-dir-<content hash>/l2`` (hashed on first use), or the version given."""
+        if self._version is None:
+            base = self._given_version or f"st-dir-{dir_fingerprint(self.path)}"
+            self._version = f"{base}/{'l2' if self.normalize else 'raw'}"
+        return self._version
+
+    # -- maximum length
+    def _token_limit(self) -> tuple[int | None, Any]:
+        """(max_seq_length, a fast tokenizer giving character offsets, or None)."""
+        if self._limit is None:
+            model = self._get_model()
+            limit = getattr(model, "max_seq_length", None)
+            limit = int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+            tok = getattr(model, "tokenizer", None)
+            if not getattr(tok, "is_fast", False):
+                tok = None
+            self._limit = (limit, tok)
+        return self._limit
+
+    @property
+    def max_chars(self) -> int | None:  # type: ignore[override]
+        limit, _ = self._token_limit()
+        return None if limit is None else limit * CHARS_PER_TOKEN
+
+    @property
+    def max_length(self) -> str:  # type: ignore[override]
+        limit, _ = self._token_limit()
+        return "no limit" if limit is None else f"{limit} tokens"
+
+    def _cut_tokens(self, texts: list[str]) -> list[str]:
+        """Cut each text after the last token that fits ``max_seq_length`` (specials included)."""
+        limit, tok = self._token_limit()
+        if limit is None or tok is None or not texts:
+            return texts
+        room = limit - tok.num_special_tokens_to_add(pair=False)
+        out = list(texts)
+        for start in range(0, len(texts), 1024):  # a chunk at a time: bounded memory
+            chunk = texts[start : start + 1024]
+            enc = tok(chunk, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+            for i, offsets in enumerate(enc["offset_mapping"], start):
+                keep = room
+                while len(offsets) > room and keep > 0:  # cut after token keep-1; re-check the result
+                    cut = texts[i][: offsets[keep - 1][1]]
+                    offsets = tok(cut, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+                    out[i] = cut
+                    keep -= 1
+        return out
 
     def _load_model(self) -> Any:
         offline_hub()

@@ -14,6 +14,11 @@ such out-of-vocabulary texts become the same unit vector (exact ties among them,
 ~1e-3 to every other text); for all other pairs cosine becomes ``(c + 1e-6) / (1 + 1e-6)``,
 a monotone map of the plain TF-IDF cosine ``c``, so rankings are unchanged.
 
+Maximum length: :data:`MAX_CHARS` = 100,000 characters, for fitting and encoding alike. Character
+n-grams have no length limit of their own, but extracting them holds ~3 Python strings per
+character of a text (~150 bytes per character), so a 5 MB text would take ~750 MB; 100,000
+characters bound that to ~15 MB per text and leave every text of the bundled datasets whole.
+
 Options: ``max_features`` (4096), ``batch_size`` (1024), ``progress``.
 """
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ._text import (
 
 BIAS = 1e-3
 NGRAM_RANGE = (2, 4)
+MAX_CHARS = 100_000
 
 
 class TfidfCharEncoder(BatchedTextEncoder):
@@ -43,6 +49,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
     languages = None
     cacheable = False
     default_batch_size = 1024
+    max_chars = MAX_CHARS
 
     def __init__(self, *, max_features: int = 4096, batch_size: int | None = None, progress: bool = False) -> None:
         self.name = "tfidf-char"
@@ -51,7 +58,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
         self.max_features = positive_int(max_features, "max_features", self.name)
         self._base_version = (
             f"sklearn-{package_version('scikit-learn')}/char_wb{NGRAM_RANGE[0]}-{NGRAM_RANGE[1]}"
-            f"/sublinear/lower/max{self.max_features}/bias{BIAS:g}"
+            f"/sublinear/lower/max{self.max_features}/bias{BIAS:g}/max{MAX_CHARS}ch"
         )
         self.version = f"{self._base_version}/unfitted"
         self.dim = None
@@ -62,7 +69,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
 
         docs: list[str] = []
         for lang in sorted(texts_by_lang):
-            docs.extend(as_texts(texts_by_lang[lang], None, f"{self.name}/{lang}"))
+            docs.extend(self.truncate(as_texts(texts_by_lang[lang], None, f"{self.name}/{lang}"))[0])
         if not docs:
             raise DataError(f"{self.name}: fit needs at least one text")
         vec = TfidfVectorizer(

