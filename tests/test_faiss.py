@@ -91,3 +91,52 @@ def test_shared_text_index_gives_the_same_values_and_is_checked():
     assert {k: v for k, v in reused.items() if k != "retrieved"} == {k: v for k, v in own.items() if k != "retrieved"}
     with pytest.raises(MetricInputError, match=r"retrieved\[5\] = 400 is not a target row"):
         bkr_approx(src, tgt, si, ti, method="flat", retrieved=np.where(np.arange(400) == 5, 400, 0))
+
+
+def _isotropic(n, d, seed, noise=1.0):
+    rng = np.random.default_rng(seed)
+    src = rng.standard_normal((n, d)).astype(np.float32)
+    return src, src + noise * rng.standard_normal((n, d)).astype(np.float32)
+
+
+@pytest.mark.parametrize("method, weak", [("hnsw", FaissOptions(m=16, ef_construction=40, ef_search=1)),
+                                          ("ivf", FaissOptions(nlist=64, nprobe=1))])
+def test_self_check_raises_effort_until_the_target_is_met(method, weak):
+    from backretrieval.search.faiss_backend import build_index, calibrate
+
+    src, tgt = _isotropic(4000, 48, 1)
+    unchecked = xlr_approx(src, tgt, ks=(1, 10), method=method, options=weak, target_agreement=None,
+                           both_directions=False)
+    index = build_index(tgt, method, weak)
+    before = calibrate(index, tgt, src, method, k=10, target=1.0, sample=400, max_value=1)
+    assert before.agreement < 0.9  # the weak settings really are weak on this data
+    checked = xlr_approx(src, tgt, ks=(1, 10), method=method, options=weak, target_agreement=0.99,
+                         check_sample=400, both_directions=False)
+    assert checked["text_agreement"] >= 0.99 and checked["text_recall@10"] >= 0.99
+    param = "ef_search" if method == "hnsw" else "nprobe"
+    assert checked[f"text_{param}"] > (weak.ef_search if method == "hnsw" else weak.nprobe)
+    tried = checked["text_calibration_tried"]
+    assert [v for v, _, _ in tried] == sorted(v for v, _, _ in tried) and tried[-1][1] >= 0.99
+    exact = xlr(src, tgt, ks=(1, 10))
+    assert abs(checked["xlr@10"] - exact["xlr@10"]) <= abs(unchecked["xlr@10"] - exact["xlr@10"]) + 1e-12
+    assert abs(checked["xlr@10"] - exact["xlr@10"]) < 0.01
+
+
+def test_self_check_falls_back_to_exact_search(monkeypatch):
+    from backretrieval.search import faiss_backend
+
+    src, tgt = _isotropic(2000, 32, 2)
+    si, ti = _isotropic(2000, 16, 3, noise=0.5)
+    real = faiss_backend.calibrate
+    monkeypatch.setattr("backretrieval.metrics.approx.calibrate", lambda *a, **k: real(*a, **{**k, "max_value": 1}))
+    weak = FaissOptions(m=4, ef_construction=8, ef_search=1)
+    x = xlr_approx(src, tgt, ks=(1, 5), method="hnsw", options=weak, check_sample=300)
+    assert x["text_exact_fallback"] and x["t2s_exact_fallback"] and x["approximate"] is False
+    ex = xlr(src, tgt, ks=(1, 5))
+    for key in ("xlr@1", "xlr@5", "xlr_t2s@1", "xlr_t2s@5"):
+        assert x[key] == pytest.approx(ex[key])
+    b = bkr_approx(src, tgt, si, ti, ks=(1, 5), method="hnsw", options=weak, check_sample=300)
+    assert b["image_exact_fallback"] and b["text_exact_fallback"]
+    exb = bkr(src, tgt, si, ti, ks=(1, 5))
+    for key in ("bkr@1", "bkr@5"):
+        assert b[key] == pytest.approx(exb[key])

@@ -12,7 +12,17 @@ approximate; see :mod:`backretrieval.search.faiss_backend`):
   own image is among them.
 
 Only Recall@K for K <= max(ks) is defined, and ``*_mrr@K`` is the MRR truncated at K (1/rank
-when the rank is within K, else 0). With ``method="flat"`` the values equal the exact metrics
+when the rank is within K, else 0).
+
+Self-check. An approximate index is only as good as its agreement with exact search, which
+depends on the data (its intrinsic dimension more than N). With ``target_agreement`` (default
+0.99) every approximate search is first calibrated on a seeded sample of ``check_sample``
+queries (:func:`~backretrieval.search.faiss_backend.calibrate`): the effort (HNSW ``efSearch``,
+IVF ``nprobe``) is doubled until the sample's top-1 agreement and top-K recall with exact search
+both reach the target; if no effort does, the search falls back to an exact flat index. The
+result reports, per search (``text_``, ``t2s_``, ``image_``), the agreement and recall reached,
+their 95% lower bound, the chosen effort, whether it fell back, and the calibration's cost in
+seconds. ``target_agreement=None`` searches with the given options unchecked. With ``method="flat"`` the values equal the exact metrics
 up to the order of exactly tied scores (the exact metrics rank ties pessimistically; FAISS
 does not define their order). Inputs may be memory-mapped: they are read in chunks.
 """
@@ -23,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..core import MetricInputError
-from ..search.faiss_backend import FaissOptions, build_index, search
+from ..search.faiss_backend import FaissOptions, build_index, calibrate, exact_index, search
 from ._inputs import check_ks
 
 CHECK_CHUNK = 65536
@@ -74,6 +84,28 @@ def _index_over(x: np.ndarray, index: Any, method: str, options: FaissOptions | 
     return index
 
 
+def _approximate(method: str, check: dict[str, Any]) -> bool:
+    """Whether any search of the result was approximate (not flat, not fallen back to exact)."""
+    fell_back = [v for key, v in check.items() if key.endswith("exact_fallback")]
+    return method != "flat" and not (fell_back and all(fell_back))
+
+
+def _checked_index(x: np.ndarray, queries: np.ndarray, index: Any, method: str, options: FaissOptions | None, name: str,
+                   k: int, target: float | None, sample: int, seed: int, out: dict[str, Any], prefix: str) -> Any:
+    """The index over ``x`` (given or built), calibrated against exact search when ``target`` is
+    set; an exact index if calibration falls back. Records the calibration in ``out``."""
+    index = _index_over(x, index, method, options, name)
+    if target is None or method == "flat":
+        return index
+    cal = calibrate(index, x, queries, method, k=k, target=target, sample=sample, seed=seed)
+    out.update({
+        f"{prefix}agreement": cal.agreement, f"{prefix}agreement_low95": cal.low, f"{prefix}recall@{k}": cal.recall,
+        f"{prefix}{cal.param}": cal.value, f"{prefix}exact_fallback": cal.fallback,
+        f"{prefix}calibration_seconds": round(cal.seconds, 3), f"{prefix}calibration_tried": cal.tried,
+    })
+    return exact_index(x) if cal.fallback else index
+
+
 def xlr_approx(
     src: np.ndarray,
     tgt: np.ndarray,
@@ -83,11 +115,16 @@ def xlr_approx(
     options: FaissOptions | None = None,
     both_directions: bool = True,
     tgt_index: Any = None,
+    target_agreement: float | None = 0.99,
+    check_sample: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """XLR@K (and ``xlr_t2s@K``) on aligned rows from K-nearest-neighbour lists.
 
     ``tgt_index``: a FAISS index already built over ``tgt`` (by :func:`build_index` with the
-    same method), to share it with :func:`bkr_approx` instead of building it twice."""
+    same method), to share it with :func:`bkr_approx` instead of building it twice (it is
+    calibrated here, so pass ``retrieved`` to :func:`bkr_approx` rather than the index).
+    ``target_agreement``, ``check_sample``, ``seed``: the self-check (module doc)."""
     _check(src, "source embeddings")
     _check(tgt, "target embeddings")
     _dims(src, tgt, ("source embeddings", "target embeddings"))
@@ -95,13 +132,20 @@ def xlr_approx(
         raise MetricInputError(f"source has {src.shape[0]} rows but target has {tgt.shape[0]}; rows must be aligned")
     ks = check_ks(ks, src.shape[0])
     truth = np.arange(src.shape[0])
-    _, idx = search(_index_over(tgt, tgt_index, method, options, "target embeddings"), src, max(ks))
+    check: dict[str, Any] = {}
+    k = max(ks)
+    index = _checked_index(tgt, src, tgt_index, method, options, "target embeddings", k, target_agreement,
+                           check_sample, seed, check, "text_")
+    _, idx = search(index, src, k)
     out: dict[str, Any] = _summary(_position(idx, truth), ks, "xlr")
     retrieved = idx[:, 0].copy()
     if both_directions:
-        _, idx = search(build_index(src, method, options), tgt, max(ks))
+        index = _checked_index(src, tgt, None, method, options, "source embeddings", k, target_agreement,
+                               check_sample, seed, check, "t2s_")
+        _, idx = search(index, tgt, k)
         out.update(_summary(_position(idx, truth), ks, "xlr_t2s"))
-    out["approximate"] = method != "flat"
+    out.update(check)
+    out["approximate"] = _approximate(method, check)
     out["retrieved"] = retrieved
     return out
 
@@ -117,6 +161,9 @@ def bkr_approx(
     options: FaissOptions | None = None,
     tgt_text_index: Any = None,
     retrieved: np.ndarray | None = None,
+    target_agreement: float | None = 0.99,
+    check_sample: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """BkR@K from a text index over the targets and an image index over the source images.
 
@@ -124,7 +171,9 @@ def bkr_approx(
     ``tgt_text_index``: an index already built over ``tgt_text`` (see :func:`xlr_approx`).
     ``retrieved``: the target already retrieved for each source (step 2), e.g. ``xlr_approx``'s
     ``retrieved`` (the first of its K found, the same as a top-1 search of the same index); then
-    no text search is done here."""
+    no text search is done here. ``target_agreement``, ``check_sample``, ``seed``: the self-check
+    (module doc): the text index on top-1 agreement, the source-image index on top-1 agreement and
+    recall of the K nearest."""
     for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
                     (src_img, "source image features"), (tgt_img, "target image features")):
         _check(x, name)
@@ -134,8 +183,11 @@ def bkr_approx(
         if a.shape[0] != b.shape[0]:
             raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")
     ks = check_ks(ks, src_img.shape[0])
+    check: dict[str, Any] = {}
     if retrieved is None:
-        _, nn = search(_index_over(tgt_text, tgt_text_index, method, options, "target text embeddings"), src_text, 1)
+        index = _checked_index(tgt_text, src_text, tgt_text_index, method, options, "target text embeddings", 1,
+                               target_agreement, check_sample, seed, check, "text_")
+        _, nn = search(index, src_text, 1)
         retrieved = nn[:, 0]
     else:
         retrieved = np.asarray(retrieved)
@@ -146,9 +198,12 @@ def bkr_approx(
             i = int(np.argmax(bad))
             raise MetricInputError(f"retrieved[{i}] = {int(retrieved[i])} is not a target row (0..{tgt_text.shape[0] - 1})")
     distinct, row = np.unique(retrieved, return_inverse=True)
-    _, lists = search(build_index(src_img, method, options), tgt_img, max(ks), rows=distinct)
+    index = _checked_index(src_img, tgt_img, None, method, options, "source image features", max(ks), target_agreement,
+                           check_sample, seed, check, "image_")
+    _, lists = search(index, tgt_img, max(ks), rows=distinct)
     pos = _position(lists[row], np.arange(src_text.shape[0]))
     out: dict[str, Any] = _summary(pos, ks, "bkr")
-    out["approximate"] = method != "flat"
+    out.update(check)
+    out["approximate"] = _approximate(method, check)
     out["retrieved"] = retrieved
     return out
