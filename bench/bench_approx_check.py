@@ -1,0 +1,166 @@
+"""Approximate search that checks itself: the agreement reached and what it costs.
+
+For each data set, XLR@K (one direction) and BkR@K with FAISS HNSW (or IVF), first with the
+default effort and no check, then with the self-check of ``metrics.approx`` (target top-1
+agreement and top-K recall 0.99 on 1,000 seeded queries; effort doubled until reached, else
+exact search). Reported: the agreement the unchecked search had, the agreement and recall the
+check reached, the effort it chose (or the fall-back), the check's cost and the total time, and
+an out-of-sample agreement on 1,000 *other* seeded queries (does the sample generalise?).
+
+Data: the synthetic ``isotropic`` and ``latent-64`` sets of bench_faiss.py (N per side), and real
+embeddings: use-m on every emoji-cldr name and every DDTP description of one language pair (text
+only: XLR), plus emoji-cldr with EfficientNet-Lite0 images (BkR).
+
+    python bench/bench_approx_check.py --n 100000 --data isotropic latent real
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+K = 10
+
+
+def _real(pair: tuple[str, str]) -> dict[str, np.ndarray]:
+    """use-m on all emoji-cldr names + all DDTP documents of ``pair`` (aligned by concept), and the
+    emoji rows' image features (EfficientNet-Lite0) for BkR."""
+    from backretrieval.data import load_dataset, matching
+    from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+    from backretrieval.encoders.cache import CachedImageEncoder, CachedTextEncoder
+
+    enc = CachedTextEncoder(get_text_encoder("use-m"))
+    out: dict[str, list[np.ndarray]] = {"src_text": [], "tgt_text": []}
+    for name in ("emoji-cldr", "ddtp"):
+        ds = load_dataset(name, langs=list(pair))
+        s, t = ds[pair[0]], ds[pair[1]]
+        n = len(set(s.concepts) & set(t.concepts))
+        si, ti = matching(s, t, n, 0)
+        out["src_text"].append(enc.encode([s.texts[i] for i in si], pair[0]))
+        out["tgt_text"].append(enc.encode([t.texts[i] for i in ti], pair[1]))
+        if name == "emoji-cldr":
+            img = CachedImageEncoder(get_image_encoder("efficientnet-lite0"))
+            emoji = {"src_img": img.encode_images([s.image_paths[i] for i in si]),
+                     "tgt_img": img.encode_images([t.image_paths[i] for i in ti]),
+                     "n_img": len(si)}
+    d = {k: np.concatenate(v).astype(np.float32) for k, v in out.items()}
+    d.update(emoji)
+    return d
+
+
+def one(data: str, n: int, method: str, seed_data: int = 0) -> dict:
+    from backretrieval.metrics import bkr, xlr
+    from backretrieval.metrics.approx import bkr_approx, xlr_approx
+    from backretrieval.search.faiss_backend import FaissOptions, top1_agreement
+    from _md import machine
+
+    opts = FaissOptions()
+    with tempfile.TemporaryDirectory(prefix="bench-approx-", dir="/var/tmp") as tmp:
+        if data == "real":
+            d = _real(("en", "de"))
+            label = f"real: use-m, emoji-cldr + ddtp en-de (BkR: emoji {d['n_img']:,})"
+        else:
+            from bench_faiss import make_data
+
+            d = make_data(n, Path(tmp), 1.0, 1.5, "latent" if data.startswith("latent") else "isotropic", 64)
+            label = data
+        st, tt = d["src_text"], d["tgt_text"]
+        row = {"data": label, "n": int(st.shape[0]), "method": method}
+        t0 = time.perf_counter()
+        raw = xlr_approx(st, tt, ks=(1, K), method=method, options=opts, both_directions=False, target_agreement=None)
+        row["unchecked_s"] = round(time.perf_counter() - t0, 1)
+        row["unchecked_agreement"] = top1_agreement(st, tt, raw["retrieved"], sample=1000, seed=0)
+        t0 = time.perf_counter()
+        x = xlr_approx(st, tt, ks=(1, K), method=method, options=opts, both_directions=False)
+        row["checked_s"] = round(time.perf_counter() - t0, 1)
+        for key in ("text_agreement", "text_recall@10", "text_ef_search", "text_nprobe", "text_exact_fallback",
+                    "text_calibration_seconds"):
+            if key in x:
+                row[key] = x[key]
+        row["out_of_sample_agreement"] = top1_agreement(st, tt, x["retrieved"], sample=1000, seed=1)
+        row["xlr@10"] = round(x["xlr@10"], 4)
+        if "src_img" in d:
+            ns = d["src_img"].shape[0]
+            si, ti = d["src_img"], d["tgt_img"]
+            t0 = time.perf_counter()
+            b = bkr_approx(st[:ns], tt[:ns], si, ti, ks=(1, K), method=method, options=opts)
+            row["bkr_checked_s"] = round(time.perf_counter() - t0, 1)
+            row["image_agreement"] = b.get("image_agreement")
+            row["image_recall@10"] = b.get("image_recall@10")
+            row["image_exact_fallback"] = b.get("image_exact_fallback")
+            row["bkr@10"] = round(b["bkr@10"], 4)
+            if ns <= 100_000:
+                row["exact_bkr@10"] = round(bkr(np.asarray(st[:ns]), np.asarray(tt[:ns]), np.asarray(si), np.asarray(ti), ks=(K,))["bkr@10"], 4)
+        if row["n"] <= 100_000:
+            row["exact_xlr@10"] = round(xlr(np.asarray(st), np.asarray(tt), ks=(K,))["xlr@10"], 4)
+        row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        row["machine"] = machine()
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000, help="items per side of the synthetic sets")
+    ap.add_argument("--data", nargs="+", default=["isotropic", "latent", "real"], choices=["isotropic", "latent", "real"])
+    ap.add_argument("--method", default="hnsw", choices=["hnsw", "ivf"])
+    ap.add_argument("--child", help="measure one data set and print its JSON row")
+    ap.add_argument("--note", help="a Markdown file appended to the section: the reading of these rows")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one(args.child, args.n, args.method)))
+        return
+    rows = []
+    for data in args.data:
+        p = subprocess.run([sys.executable, __file__, "--child", data, "--n", str(args.n), "--method", args.method],
+                           capture_output=True, text=True, env={**os.environ})
+        if p.returncode != 0:
+            raise SystemExit(f"{data} failed: {p.stderr[-3000:]}")
+        rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        print(rows[-1], file=sys.stderr)
+    from _md import write_section
+
+    lines = [
+        "## Approximate search that checks itself (issue 15)",
+        "",
+        f"Command: `python bench/bench_approx_check.py --n {args.n} --data {' '.join(args.data)} --method {args.method}`. "
+        "FAISS defaults (HNSW m 32, efConstruction 80, efSearch 128; IVF nlist 4 sqrt(N), nprobe 32). *Unchecked*: "
+        "the default effort, agreement measured afterwards on 1,000 seeded queries. *Checked*: `xlr_approx` / "
+        "`bkr_approx` with `target_agreement=0.99` (top-1 agreement and top-10 recall on 1,000 seeded queries; the "
+        "effort doubles until both reach 0.99, else exact search). *Out of sample*: top-1 agreement of the checked "
+        "search on 1,000 other queries. Times in seconds, wall clock, index build included.",
+        "",
+        "| data | N | unchecked agreement | unchecked s | checked: agreement / recall@10 | effort chosen | fallback "
+        "| check s | checked total s | out-of-sample agreement | xlr@10 (exact) | BkR image agreement / recall@10 "
+        "| bkr@10 (exact) | BkR s | target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        effort = r.get("text_ef_search", r.get("text_nprobe", "-"))
+        met = min(r["text_agreement"], r["text_recall@10"], r.get("image_agreement") or 1, r.get("image_recall@10") or 1) >= 0.99
+        lines.append(
+            f"| {r['data']} | {r['n']:,} | {r['unchecked_agreement']:.3f} | {r['unchecked_s']} "
+            f"| {r['text_agreement']:.3f} / {r['text_recall@10']:.3f} | {effort} | {r['text_exact_fallback']} "
+            f"| {r['text_calibration_seconds']} | {r['checked_s']} | {r['out_of_sample_agreement']:.3f} "
+            f"| {r['xlr@10']} ({r.get('exact_xlr@10', '-')}) "
+            f"| {('%.3f / %.3f' % (r['image_agreement'], r['image_recall@10'])) if r.get('image_agreement') is not None else '-'} "
+            f"| {r.get('bkr@10', '-')} ({r.get('exact_bkr@10', '-')}) | {r.get('bkr_checked_s', '-')} "
+            f"| {'met' if met else 'MISSED'} (>= 0.99) |"
+        )
+    lines.append("")
+    lines.append(f"Machine: {rows[0]['machine']}.")
+    if args.note:
+        lines += ["", Path(args.note).read_text(encoding="utf-8").strip()]
+    write_section("approx-check", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
