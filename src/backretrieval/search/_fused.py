@@ -138,6 +138,45 @@ def row_max_candidates(S, width, arg, within, ci, cj):  # pragma: no cover - com
     return m
 
 
+@njit(**_opts)
+def pack_f32_keys(x, keys):  # pragma: no cover - compiled
+    """``keys[i]`` = (order-preserving 32-bit key of float32 ``x[i]``) << 32 | i; -0.0 as 0.0."""
+    u = x.view(np.uint32)
+    for i in range(x.shape[0]):
+        b = u[i]
+        if b == np.uint32(0x80000000):  # -0.0
+            b = np.uint32(0)
+        k = (~b) if (b >> 31) == 1 else (b | np.uint32(0x80000000))
+        keys[i] = (np.uint64(k) << np.uint64(32)) | np.uint64(i)
+
+
+@njit(**_opts)
+def unpack_sorted_keys(keys, order, first):  # pragma: no cover - compiled
+    """From sorted packed keys: ``order`` (the indices) and ``first[i]`` = position i starts a
+    group of equal values. Returns the number of groups."""
+    n = keys.shape[0]
+    g = 0
+    for i in range(n):
+        order[i] = np.int64(keys[i] & np.uint64(0xFFFFFFFF))
+        f = i == 0 or (keys[i] >> np.uint64(32)) != (keys[i - 1] >> np.uint64(32))
+        first[i] = f
+        g += 1 if f else 0
+    return g
+
+
+@njit(**_opts)
+def average_ranks_sorted(order, starts, out):  # pragma: no cover - compiled
+    """``out[order[p]]`` = the average 1-based position of p's group of equal values."""
+    n = order.shape[0]
+    m = starts.shape[0]
+    for g in range(m):
+        a = starts[g]
+        b = starts[g + 1] if g + 1 < m else n
+        r = (a + 1 + b) / 2.0
+        for p in range(a, b):
+            out[order[p]] = r
+
+
 def warm_up() -> None:
     """Compile (or load from numba's on-disk cache) every kernel on a tiny input."""
     S = np.zeros((2, 3), dtype=np.float32)
@@ -147,3 +186,7 @@ def warm_up() -> None:
     both_ways(S, 0, lo, hi, i64(2), i64(3), i64(4), i64(4), i64(4), i64(4))
     rows_against(S, i64(1), i64(1), lo[:1], hi[:1], i64(1), i64(4), i64(4))
     row_max_candidates(S, np.float32(0), i64(2), i64(2), i64(4), i64(4))
+    keys = np.empty(3, dtype=np.uint64)
+    pack_f32_keys(lo, keys)
+    unpack_sorted_keys(keys, i64(3), np.empty(3, dtype=np.bool_))
+    average_ranks_sorted(i64(3), i64(1), np.empty(3))

@@ -482,23 +482,21 @@ def _sort_order_f32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     top half of a 64-bit key whose bottom half is the element's index, so one ``np.sort`` of
     integers sorts exactly (no bits dropped) and stably (ties by index). -0.0 and 0.0 are one
     value."""
-    x = np.ascontiguousarray(x, dtype=np.float32) + np.float32(0.0)  # -0.0 -> 0.0
+    x = np.ascontiguousarray(x, dtype=np.float32)
     n = x.size
     if n >= 2**32:
-        order = np.argsort(x, kind="stable")
+        order = np.argsort(x + np.float32(0.0), kind="stable")
         sv = x[order]
         return order, np.flatnonzero(np.concatenate(([True], sv[1:] != sv[:-1])))
     if np.isnan(x).any():
         raise ValueError("sort_order: NaN among the values")
-    u = x.view(np.uint32)
-    key = np.where(u >> np.uint32(31) == 1, ~u, u | np.uint32(1 << 31)).astype(np.uint64)
-    key <<= np.uint64(32)
-    key |= np.arange(n, dtype=np.uint64)
-    key.sort()
-    order = (key & np.uint64(0xFFFFFFFF)).astype(np.intp)
-    top = key >> np.uint64(32)
-    starts = np.flatnonzero(np.concatenate(([True], top[1:] != top[:-1]))) if n else np.empty(0, np.intp)
-    return order, starts
+    keys = np.empty(n, dtype=np.uint64)
+    _fused.pack_f32_keys(x, keys)
+    keys.sort()
+    order = np.empty(n, dtype=np.intp)
+    first = np.empty(n, dtype=np.bool_)
+    _fused.unpack_sorted_keys(keys, order, first)
+    return order, np.flatnonzero(first)
 
 
 def average_ranks(values: np.ndarray, structure: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
@@ -506,13 +504,8 @@ def average_ranks(values: np.ndarray, structure: tuple[np.ndarray, np.ndarray] |
     ``scipy.stats.rankdata(values)`` (method "average"), about twice as fast on millions of values
     (see :func:`sort_order`, whose result may be passed as ``structure``)."""
     order, starts = sort_order(values) if structure is None else structure
-    n = order.size
-    ranks = np.empty(n, dtype=np.float64)
-    if starts.size == n:  # no ties
-        ranks[order] = np.arange(1, n + 1, dtype=np.float64)
-        return ranks
-    counts = np.diff(np.append(starts, n))
-    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
+    ranks = np.empty(order.size, dtype=np.float64)
+    _fused.average_ranks_sorted(np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(starts, dtype=np.int64), ranks)
     return ranks
 
 
