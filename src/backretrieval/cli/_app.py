@@ -150,9 +150,11 @@ def _parse_numbers(spec: str, option: str, *, count: int | None = None, integer:
     return out
 
 
-def _parse_options(items: tuple[str, ...], dataset: str, option: str = "--dataset-option") -> dict[str, Any]:
+def _parse_options(items: tuple[str, ...], dataset: str | None = None, option: str = "--dataset-option") -> dict[str, Any]:
     """``KEY=VALUE`` loader options, checked against the loader of ``dataset`` (unknown keys and
-    values of the wrong type are refused, naming the loader's options) and converted to its types."""
+    values of the wrong type are refused, naming the loader's options) and converted to its types.
+    Without ``dataset`` only the syntax is checked and digit strings become integers (the loader
+    then refuses unknown keys when the data are loaded)."""
     from ..data import parse_dataset_options
 
     raw: dict[str, str] = {}
@@ -164,6 +166,8 @@ def _parse_options(items: tuple[str, ...], dataset: str, option: str = "--datase
         if key in raw:
             _bad(option, f"{key!r} is given twice")
         raw[key] = value
+    if dataset is None:
+        return {k: int(v) if v.isdigit() else v for k, v in raw.items()}
     try:
         return parse_dataset_options(dataset, raw)
     except BackretrievalError as e:
