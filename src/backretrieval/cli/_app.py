@@ -3,46 +3,59 @@
 Commands live in the other modules of this package, one topic per file, and attach themselves
 to :data:`main` (or :data:`train`) when imported. Modules here import the layers they call
 inside the command functions, so ``backretrieval --help`` stays instant.
+
+Bad input is refused before any computation, as one line ``error: ...`` that names the option,
+file, line, id or value, with exit code 2 (see docs/bad-input.md): the option parsers below
+check values, and :func:`_check_outputs` checks that the output and cache folders can be
+written. Errors raised later by the layers (:class:`~backretrieval.core.BackretrievalError`)
+are shown the same way.
 """
 from __future__ import annotations
 
+import math
+import os
+import re
 import sys
 from pathlib import Path
+from typing import Any, NoReturn, Sequence
 
 import click
 
 from ..core import BackretrievalError
 
-
-def _parse_seeds(spec: str) -> list[int]:
-    try:
-        if "," in spec:
-            return [int(s) for s in spec.split(",") if s.strip()]
-        count = int(spec)
-    except ValueError:
-        raise click.BadParameter(f"{spec!r}: give a count (5 -> seeds 0..4) or a list (0,3,7)") from None
-    if count < 1:
-        raise click.BadParameter("at least one seed")
-    return list(range(count))
+EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
+EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)
 
 
-def _parse_options(items: tuple[str, ...]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE")
-        out[key] = int(value) if value.isdigit() else value
-    return out
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    click.secho(f"error: {message}", fg="red", err=True)
+    sys.exit(code)
+
+
+def _os_message(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}"
 
 
 class _Group(click.Group):
+    """Turns every user-facing error into one ``error:`` line (no usage block, no traceback)."""
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except BackretrievalError as e:
-            click.secho(f"error: {e}", fg="red", err=True)
-            sys.exit(2)
+            _fail(str(e))
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # `backretrieval train` alone shows the group's help
+        except click.BadParameter as e:  # the message names the option and the value
+            _fail(e.format_message())
+        except click.UsageError as e:  # a missing option, an unknown option or command
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            _fail(e.format_message() + hint)
+        except click.ClickException as e:
+            _fail(e.format_message())
+        except OSError as e:  # the system failed mid-run (disk full, permissions changed)
+            _fail(_os_message(e), EXIT_SYSTEM)
 
 
 @click.group(cls=_Group)
@@ -52,6 +65,170 @@ def main() -> None:
     ground-truth XLR where parallel data exists, and the CORR baseline."""
 
 
+# ------------------------------------------------------------------------------ option types
+class _Number(click.FloatRange):
+    """A finite float, optionally within bounds (``nan`` and ``inf`` are refused)."""
+
+    def convert(self, value, param, ctx):
+        rv = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(rv, param, ctx)
+
+
+POSITIVE = click.IntRange(min=1)
+NON_NEGATIVE = click.IntRange(min=0)
+SEED = click.IntRange(min=0)
+POSITIVE_NUMBER = _Number(min=0, min_open=True)
+NON_NEGATIVE_NUMBER = _Number(min=0)
+OPEN_UNIT = _Number(0, 1, min_open=True, max_open=True)  # a probability or share strictly between 0 and 1
+UNIT_FROM_0 = _Number(0, 1, max_open=True)  # [0, 1)
+
+
+def _bad(option: str, message: str) -> NoReturn:
+    """Refuse the value of ``option``: ``error: Invalid value for '--x': message``."""
+    raise click.BadParameter(message, param_hint=f"'{option}'")
+
+
+# ------------------------------------------------------------------------------ option parsers
+def _parse_list(spec: str | None, option: str, what: str = "value") -> list[str]:
+    """A comma list without empty items and duplicates; at least one item."""
+    out = list(dict.fromkeys(x.strip() for x in (spec or "").split(",") if x.strip()))
+    if not out:
+        _bad(option, f"{spec!r} names no {what}; give a comma-separated list")
+    return out
+
+
+def _parse_seeds(spec: str, option: str = "--seeds") -> list[int]:
+    """``"5"`` -> seeds 0..4; ``"0,3,7"`` -> those seeds (non-negative, each once)."""
+    text = spec.strip()
+    if "," not in text:
+        if not re.fullmatch(r"[+-]?\d+", text):
+            _bad(option, f"{spec!r}: give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
+        count = int(text)
+        if count < 1:
+            _bad(option, f"{spec!r}: the number of seeds must be at least 1 (for one given seed write e.g. '{abs(count)},')")
+        return list(range(count))
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if not items:
+        _bad(option, f"{spec!r} names no seed; give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
+    seeds: list[int] = []
+    for item in items:
+        if not re.fullmatch(r"[+-]?\d+", item):
+            _bad(option, f"{item!r} is not an integer seed")
+        seed = int(item)
+        if seed < 0:
+            _bad(option, f"seed {seed} is negative; seeds are integers >= 0")
+        if seed in seeds:
+            _bad(option, f"seed {seed} is given twice")
+        seeds.append(seed)
+    return seeds
+
+
+def _parse_numbers(spec: str, option: str, *, count: int | None = None, integer: bool = False,
+                   low: float | None = None, high: float | None = None, high_open: bool = False) -> list[Any]:
+    """A comma list of finite numbers (integers with ``integer``), ``count`` of them if given,
+    each in ``[low, high]`` (``[low, high)`` with ``high_open``)."""
+    out: list[Any] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        try:
+            v = int(item) if integer else float(item)
+        except ValueError:
+            _bad(option, f"{item!r} is not {'an integer' if integer else 'a number'} (in {spec!r})")
+        if not math.isfinite(v):
+            _bad(option, f"{item!r} is not a finite number")
+        if (low is not None and v < low) or (high is not None and (v >= high if high_open else v > high)):
+            rng = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{')' if high_open else ']'}"
+            _bad(option, f"{item} is not in {rng}")
+        out.append(v)
+    if not out:
+        _bad(option, f"{spec!r} names no number")
+    if count is not None and len(out) != count:
+        _bad(option, f"expected {count} comma-separated values, got {len(out)} in {spec!r}")
+    return out
+
+
+def _parse_options(items: tuple[str, ...], dataset: str | None = None, option: str = "--dataset-option") -> dict[str, Any]:
+    """``KEY=VALUE`` loader options, checked against the loader of ``dataset`` (unknown keys and
+    values of the wrong type are refused, naming the loader's options) and converted to its types.
+    Without ``dataset`` only the syntax is checked and digit strings become integers (the loader
+    then refuses unknown keys when the data are loaded)."""
+    from ..data import parse_dataset_options
+
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            _bad(option, f"{item!r}: expected KEY=VALUE")
+        if key in raw:
+            _bad(option, f"{key!r} is given twice")
+        raw[key] = value
+    if dataset is None:
+        return {k: int(v) if v.isdigit() else v for k, v in raw.items()}
+    try:
+        return parse_dataset_options(dataset, raw)
+    except BackretrievalError as e:
+        if str(e).startswith("unknown dataset"):
+            raise
+        _bad(option, str(e))
+
+
+# ------------------------------------------------------------------------------ checks before work
+def _check_outputs(*locations: tuple[str | Path, str], files: Sequence[tuple[str | Path, str]] = (), cache: bool = True) -> None:
+    """Before any work: every ``(folder, option)`` and ``(file, option)`` can be written, and so can
+    the cache folder (``cache``). Nothing is created."""
+    from ..core.io import CACHE_ENV, cache_root, check_writable_dir, check_writable_file
+
+    for path, option in locations:
+        check_writable_dir(path, option)
+    for path, option in files:
+        check_writable_file(path, option)
+    if cache:
+        what = f"cache folder (${CACHE_ENV})" if os.environ.get(CACHE_ENV) else "cache folder"
+        check_writable_dir(cache_root(), what)
+
+
+def _check_executor(spec: str) -> None:
+    """The executor spec is valid, and Ray is installed when it is asked for."""
+    import importlib.util
+
+    from ..analysis.executors import get_executor
+
+    try:
+        get_executor(spec)
+    except BackretrievalError as e:
+        _bad("--executor", str(e))
+    if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
+        _bad("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
+
+
+def _check_image_models(specs: Sequence[str], option: str) -> None:
+    """Every image model spec names a known, installed model ('precomputed' reads the data's features)."""
+    from ..encoders.base import get_image_encoder
+
+    for spec in specs:
+        if spec != "precomputed":
+            try:
+                get_image_encoder(spec)
+            except BackretrievalError as e:
+                _bad(option, str(e))
+
+
+def _check_text_models(specs: Sequence[str], option: str) -> None:
+    """Every text model spec names a known model (its files are read when it is built)."""
+    from ..encoders.base import get_text_encoder
+
+    for spec in specs:
+        try:
+            get_text_encoder(spec)
+        except BackretrievalError as e:
+            _bad(option, str(e))
+
+
+# ------------------------------------------------------------------------------ the evaluation grid
 def grid_options(fn):
     """Options shared by evaluate, compare and meta: the grid of models x pairs x seeds."""
     opts = [
@@ -59,11 +236,11 @@ def grid_options(fn):
         click.option("--pairs", required=True, help="Directed language pairs, e.g. en-de,de-en,en-ja (use en:zh-Hant for codes with hyphens)."),
         click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ..."),
         click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR/CORR; 'precomputed' reads the dataset's feature file."),
-        click.option("--n", "n", default=1500, show_default=True, help="Sample size N per side."),
-        click.option("--seeds", default="5", show_default=True, help="Number of seeds (0..S-1) or a comma list."),
-        click.option("--k", "k", default=10, show_default=True, help="K of BkR@K (and hubness)."),
+        click.option("--n", "n", type=POSITIVE, default=1500, show_default=True, help="Sample size N per side."),
+        click.option("--seeds", default="5", show_default=True, help="Number of seeds (0..S-1) or a comma list of seeds >= 0."),
+        click.option("--k", "k", type=POSITIVE, default=10, show_default=True, help="K of BkR@K (and hubness); at most N."),
         click.option("--sim", type=click.Choice(["cosine", "csls"]), default="cosine", show_default=True),
-        click.option("--csls-k", default=10, show_default=True),
+        click.option("--csls-k", type=POSITIVE, default=10, show_default=True, help="Neighbours of the CSLS penalty (with --sim csls); at most N."),
         click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. text=name, source_dir=DIR)."),
         click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output directory."),
         click.option("--executor", default="local", show_default=True, help="Where the per-sample tasks run: local, processes[:N] (worker processes), ray[:ADDRESS] (a Ray cluster)."),
@@ -75,20 +252,39 @@ def grid_options(fn):
 
 
 def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, dataset_option):
+    """The :class:`EvalConfig` of the grid options, every value checked (nothing is computed)."""
     from ..analysis import EvalConfig, parse_pairs
 
+    try:
+        pair_list = parse_pairs(pairs)
+    except BackretrievalError as e:
+        _bad("--pairs", str(e))
+    model_list = _parse_list(models, "--models", "model")
+    seed_list = _parse_seeds(seeds)
+    if k > n:
+        _bad("--k", f"K={k} is larger than N={n}")
+    if sim == "csls" and csls_k > n:
+        _bad("--csls-k", f"CSLS k={csls_k} is larger than N={n}")
     return EvalConfig(
         dataset=dataset,
-        pairs=parse_pairs(pairs),
-        models=list(dict.fromkeys(m.strip() for m in models.split(",") if m.strip())),
+        pairs=pair_list,
+        models=model_list,
         image_model=image_model,
         n=n,
-        seeds=_parse_seeds(seeds),
+        seeds=seed_list,
         k=k,
         sim=sim,
         csls_k=csls_k,
-        dataset_options=_parse_options(dataset_option),
+        dataset_options=_parse_options(dataset_option, dataset),
     )
+
+
+def _check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = ()) -> None:
+    """Before a grid runs: the executor, the image models, and the output and cache folders."""
+    _check_executor(executor)
+    _check_image_models([cfg.image_model], "--image-model")
+    _check_image_models(extra_image_models, "--weak-image-models")
+    _check_outputs((out, "--out"))
 
 
 def _warn(msg: str) -> None:
@@ -98,4 +294,3 @@ def _warn(msg: str) -> None:
 @main.group()
 def train() -> None:
     """Train cross-lingual representations; trained models are text encoders (e.g. cr5:DIR)."""
-

@@ -5,11 +5,27 @@ from pathlib import Path
 
 import click
 
-from ._app import _parse_options, _warn, train
+from ._app import (
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_outputs, _parse_list, _parse_numbers,
+    _parse_options, _warn, train,
+)
 
 
-def _csv(value: str | None) -> list[str]:
-    return [x.strip() for x in (value or "").split(",") if x.strip()]
+def _pairs(spec: str, option: str) -> list[tuple[str, str]]:
+    from ..analysis import parse_pairs
+    from ..core import BackretrievalError
+
+    try:
+        return parse_pairs(spec)
+    except BackretrievalError as e:
+        _bad(option, str(e))
+
+
+def _one_pair(spec: str, option: str) -> tuple[str, str]:
+    pairs = _pairs(spec, option)
+    if len(pairs) != 1:
+        _bad(option, f"{spec!r}: give one pair, e.g. de-ja")
+    return pairs[0]
 
 
 @train.command("cr5")
@@ -20,26 +36,26 @@ def _csv(value: str | None) -> list[str]:
 @click.option("--pair", default=None, help="The pair of a pairwise/transitive model, e.g. de-ja.")
 @click.option("--pivot", default=None, help="Pivot language of transitive training (e.g. en).")
 @click.option("--eval-pairs", default=None, help="Pairs to hold out and evaluate (default: the pair, or the first language with each other one).")
-@click.option("--rank", default=300, show_default=True, help="Embedding dimension r.")
+@click.option("--rank", type=POSITIVE, default=300, show_default=True, help="Embedding dimension r.")
 @click.option("--lam", default="1", show_default=True,
               help="Ridge lambda; a comma list (e.g. 0.3,1,3) is chosen from by mean validation P@1.")
-@click.option("--max-vocab", default=200_000, show_default=True, help="Vocabulary size per language (most frequent tokens).")
-@click.option("--min-df", default=3, show_default=True, help="Drop tokens in fewer training documents.")
-@click.option("--min-words", default=5, show_default=True, help="Training documents need at least this many distinct tokens.")
-@click.option("--max-words", default=1000, show_default=True, help="... and at most this many.")
-@click.option("--test-size", default=1000, show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
-@click.option("--val-size", default=500, show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
-@click.option("--distractor-frac", default=0.05, show_default=True, help="Share of the other concepts held out as extra candidates.")
+@click.option("--max-vocab", type=POSITIVE, default=200_000, show_default=True, help="Vocabulary size per language (most frequent tokens).")
+@click.option("--min-df", type=POSITIVE, default=3, show_default=True, help="Drop tokens in fewer training documents.")
+@click.option("--min-words", type=NON_NEGATIVE, default=5, show_default=True, help="Training documents need at least this many distinct tokens.")
+@click.option("--max-words", type=POSITIVE, default=1000, show_default=True, help="... and at most this many.")
+@click.option("--test-size", type=POSITIVE, default=1000, show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
+@click.option("--val-size", type=POSITIVE, default=500, show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
+@click.option("--distractor-frac", type=UNIT_FROM_0, default=0.05, show_default=True, help="Share of the other concepts held out as extra candidates.")
 @click.option("--split", "split_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Reuse the held-out concepts of another run (its split.json), e.g. to compare regimes on the same test.")
 @click.option("--holdout/--no-holdout", default=True, show_default=True,
               help="--no-holdout trains on every concept (no evaluation): a model for use on other data.")
-@click.option("--cg-tol", default=0.01, show_default=True)
-@click.option("--cg-maxiter", default=500, show_default=True)
-@click.option("--eig-tol", default=0.1, show_default=True)
-@click.option("--eig-maxiter", default=250, show_default=True)
-@click.option("--n-jobs", default=1, show_default=True, help="Threads for the per-language solves.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the split and of eigsh's start vector.")
+@click.option("--cg-tol", type=POSITIVE_NUMBER, default=0.01, show_default=True)
+@click.option("--cg-maxiter", type=POSITIVE, default=500, show_default=True)
+@click.option("--eig-tol", type=POSITIVE_NUMBER, default=0.1, show_default=True)
+@click.option("--eig-maxiter", type=POSITIVE, default=250, show_default=True)
+@click.option("--n-jobs", type=POSITIVE, default=1, show_default=True, help="Threads for the per-language solves.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split and of eigsh's start vector.")
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR, split=train).")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
@@ -55,46 +71,50 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     """
     import time
 
-    from ..analysis import parse_pairs
     from ..core import BackretrievalError
     from ..data import load_dataset
     from ..train.cr5 import Split, train_evaluate
 
-    lang_list = _csv(langs) or None
-    try:
-        lams = [float(x) for x in _csv(lam)]
-    except ValueError:
-        raise click.BadParameter(f"{lam!r}: expected a number or a comma list of numbers", param_hint="--lam") from None
-    if not lams:
-        raise click.BadParameter("give at least one lambda", param_hint="--lam")
-    the_pair = parse_pairs(pair)[0] if pair else None
+    lang_list = _parse_list(langs, "--langs", "language") if langs is not None else None
+    lams = _parse_numbers(lam, "--lam")
+    for x in lams:
+        if x <= 0:
+            _bad("--lam", f"lambda {x:g} is not positive")
+    the_pair = _one_pair(pair, "--pair") if pair else None
+    eval_list = _pairs(eval_pairs, "--eval-pairs") if eval_pairs is not None else None
     if regime == "pairwise" and the_pair is None and lang_list and len(lang_list) == 2:
         the_pair = (lang_list[0], lang_list[1])
     if regime != "joint" and the_pair is None:
-        raise click.BadParameter(f"{regime} training needs --pair", param_hint="--pair")
+        _bad("--pair", f"{regime} training needs --pair")
     if regime == "transitive" and not pivot:
-        raise click.BadParameter("transitive training needs --pivot", param_hint="--pivot")
+        _bad("--pivot", "transitive training needs --pivot")
+    if min_words > max_words:
+        _bad("--max-words", f"--max-words {max_words} is below --min-words {min_words}")
     split = None
     if split_file:
         if not holdout:
-            raise click.BadParameter("--split and --no-holdout exclude each other", param_hint="--split")
+            _bad("--split", "--split and --no-holdout exclude each other")
         try:
             split = Split.load(split_file)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise click.BadParameter(f"cannot read {split_file}: {e}", param_hint="--split") from None
+            _bad("--split", f"cannot read {split_file}: {e}")
     # languages to load: the trained ones, and all of a reused split's (its candidate pools span them)
     if regime == "joint":
         trained = lang_list or (split.languages if split else None)
     else:
         trained = [*the_pair] + ([pivot] if regime == "transitive" else [])
     need = None if trained is None else list(dict.fromkeys([*trained, *(split.languages if split else [])]))
-    log = (lambda m: None) if quiet else _warn
-    t0 = time.perf_counter()
-    ds = load_dataset(dataset, langs=need, **_parse_options(dataset_option))
-    langs_used = list(trained) if trained else ds.languages
+    options = _parse_options(dataset_option, dataset)
     params = dict(rank=rank, max_vocab=max_vocab, min_df=min_df, min_words=min_words, max_words=max_words,
                   cg_tol=cg_tol, cg_maxiter=cg_maxiter, eig_tol=eig_tol, eig_maxiter=eig_maxiter, n_jobs=n_jobs,
                   seed=seed, progress=not quiet)
+    if not holdout and len(lams) != 1:
+        _bad("--lam", "training without held-out concepts (--no-holdout) cannot choose lambda: give one lambda")
+    _check_outputs((out, "--out"))
+    log = (lambda m: None) if quiet else _warn
+    t0 = time.perf_counter()
+    ds = load_dataset(dataset, langs=need, **options)
+    langs_used = list(trained) if trained else ds.languages
     try:
         res = train_evaluate(
             ds,
@@ -102,14 +122,14 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
             languages=langs_used,
             pair=the_pair,
             pivot=pivot,
-            eval_pairs=parse_pairs(eval_pairs) if eval_pairs else None,
+            eval_pairs=eval_list,
             lams=lams,
             split=split,
             split_options=dict(test_size=test_size, val_size=val_size, distractor_frac=distractor_frac, seed=seed),
             holdout=holdout,
             params=params,
             out_dir=out,
-            meta={"dataset": dataset, "dataset_options": _parse_options(dataset_option)},
+            meta={"dataset": dataset, "dataset_options": options},
             log=log,
         )
     except ValueError as e:  # e.g. scipy refusing a degenerate problem

@@ -6,26 +6,13 @@ from pathlib import Path
 
 import click
 
-from ._app import _parse_options, _warn, main, train
+from ._app import (
+    NON_NEGATIVE, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_image_models, _check_outputs,
+    _check_text_models, _parse_list, _parse_numbers, _parse_options, _warn, main, train,
+)
 
 DEFAULT_LANGS = "en,de,fr,it,es,ru,ja,zh,pl,tr,ko"  # the XTD10 languages
-
-
-def _langs(spec: str, what: str) -> list[str]:
-    out = list(dict.fromkeys(x.strip() for x in spec.split(",") if x.strip()))
-    if not out:
-        raise click.BadParameter(f"give at least one language for {what}")
-    return out
-
-
-def _floats(spec: str, n: int, what: str) -> list[float]:
-    try:
-        vals = [float(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{what}: {spec!r} is not a comma list of numbers") from None
-    if len(vals) != n:
-        raise click.BadParameter(f"{what}: expected {n} comma-separated values, got {spec!r}")
-    return vals
+DEFAULT_PLOT_LANGS = "en,de,ru,ja"
 
 
 def _train_options(fn):
@@ -37,21 +24,21 @@ def _train_options(fn):
         click.option("--base", default="use-m", show_default=True, help="Frozen multilingual text model (use-m, e5-small, any text model spec)."),
         click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Frozen image model; 'precomputed' reads the dataset's feature file."),
         click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write."),
-        click.option("--epochs", default=50, show_default=True),
-        click.option("--batch-size", default=128, show_default=True),
-        click.option("--lr", default=1e-3, show_default=True),
-        click.option("--beta1", default=0.99, show_default=True),
+        click.option("--epochs", type=NON_NEGATIVE, default=50, show_default=True),
+        click.option("--batch-size", type=click.IntRange(min=2), default=128, show_default=True, help="Captions per batch, at least 2 (negatives come from the batch)."),
+        click.option("--lr", type=POSITIVE_NUMBER, default=1e-3, show_default=True),
+        click.option("--beta1", type=UNIT_FROM_0, default=0.99, show_default=True),
         click.option("--widths", default="1024,2048", show_default=True, help="Hidden widths of blocks 1-2 (block 3 = image feature size)."),
-        click.option("--dropout", default="0.2,0.1,0.0", show_default=True, help="Dropout of the three blocks."),
-        click.option("--patience", default=0, show_default=True, help="Stop after this many epochs without a better validation R@10 (0: run all epochs)."),
+        click.option("--dropout", default="0.2,0.1,0.0", show_default=True, help="Dropout of the three blocks, each in [0, 1)."),
+        click.option("--patience", type=NON_NEGATIVE, default=0, show_default=True, help="Stop after this many epochs without a better validation R@10 (0: run all epochs)."),
         click.option("--select", type=click.Choice(["best", "last"]), default="best", show_default=True, help="Keep the epoch with the best validation R@10, or the last one."),
         click.option("--init", type=click.Choice(["match", "mean", "default"]), default="match", show_default=True, help="Last block's initialisation: match = bias at the mean image feature and output spread scaled to the images' (see docs/m3l.md); mean = bias only; default = PyTorch's."),
         click.option("--standardize/--no-standardize", default=True, show_default=True, help="Centre the base embeddings and scale them to mean squared norm 1 (folded into the saved first layer)."),
-        click.option("--threads", default=None, type=int, help="torch threads for training [default: torch's choice]."),
-        click.option("--seed", default=0, show_default=True, help="Seed of initialisation, dropout and batch order."),
-        click.option("--split-seed", default=0, show_default=True, help="Seed of the image split (keep it fixed to compare models)."),
-        click.option("--test-frac", default=0.25, show_default=True, help="Share of images held out for testing (never trained on)."),
-        click.option("--val-frac", default=0.1, show_default=True, help="Share of images held out for validation."),
+        click.option("--threads", default=None, type=POSITIVE, help="torch threads for training [default: torch's choice]."),
+        click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of initialisation, dropout and batch order."),
+        click.option("--split-seed", type=SEED, default=0, show_default=True, help="Seed of the image split (keep it fixed to compare models)."),
+        click.option("--test-frac", type=UNIT_FROM_0, default=0.25, show_default=True, help="Share of images held out for testing (never trained on)."),
+        click.option("--val-frac", type=UNIT_FROM_0, default=0.1, show_default=True, help="Share of images held out for validation."),
         click.option("--quiet", is_flag=True, help="No progress bars or epoch lines."),
     ]
     for opt in reversed(opts):
@@ -65,18 +52,17 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     from ..data import load_dataset
     from ..train.m3l import M3LModel
 
-    tl = _langs(train_langs, "--train-langs")
-    vl = _langs(val_langs, "--val-langs") if val_langs else None
-    options = _parse_options(dataset_option)
-    ds = load_dataset(dataset, langs=list(dict.fromkeys([*tl, *(vl or [])])), **options)
+    tl = _parse_list(train_langs, "--train-langs", "language")
+    vl = _parse_list(val_langs, "--val-langs", "language") if val_langs is not None else None
+    options = _parse_options(dataset_option, dataset)
     model = M3LModel(
         loss,
         base=base,
         image_model=image_model,
         train_langs=tl,
         val_langs=vl,
-        widths=[int(w) for w in _floats(widths, 2, "--widths")],
-        dropout=_floats(dropout, 3, "--dropout"),
+        widths=_parse_numbers(widths, "--widths", count=2, integer=True, low=1),
+        dropout=_parse_numbers(dropout, "--dropout", count=3, low=0, high=1, high_open=True),
         lr=lr,
         beta1=beta1,
         batch_size=batch_size,
@@ -93,6 +79,11 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
         progress=not quiet,
         **loss_kw,
     )
+    model._check_params()  # every setting, before any data is read
+    _check_text_models([base], "--base")
+    _check_image_models([image_model], "--image-model")
+    _check_outputs((out, "--out"))
+    ds = load_dataset(dataset, langs=list(dict.fromkeys([*tl, *(vl or [])])), **options)
     model.fit(ds, source={"dataset": dataset, "options": options}, log=None if quiet else (lambda s: click.echo(s, err=True)))
     path = model.save(out)
     cfg = model.config_()
@@ -111,9 +102,9 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
 
 @train.command("m3l")
 @_train_options
-@click.option("--rho", default=4.0, show_default=True, help="Exponent of the distance ratios.")
-@click.option("--alpha1", default=0.5, show_default=True, help="Weight of the negative-image term.")
-@click.option("--alpha2", default=1.0, show_default=True, help="Weight of the negative-text term.")
+@click.option("--rho", type=POSITIVE_NUMBER, default=4.0, show_default=True, help="Exponent of the distance ratios.")
+@click.option("--alpha1", type=POSITIVE_NUMBER, default=0.5, show_default=True, help="Weight of the negative-image term.")
+@click.option("--alpha2", type=POSITIVE_NUMBER, default=1.0, show_default=True, help="Weight of the negative-text term.")
 def train_m3l(rho, alpha1, alpha2, **kw) -> None:
     """Train a text-to-image mapping with the Multi-modal Metric Loss (M3L).
 
@@ -127,8 +118,8 @@ def train_m3l(rho, alpha1, alpha2, **kw) -> None:
 
 @train.command("patr")
 @_train_options
-@click.option("--eta", default=None, type=float, help="PATR margin eta (squared distance) [default: from --eta-quantile].")
-@click.option("--eta-quantile", default=0.5, show_default=True, help="eta = this quantile of squared distances between distinct training images.")
+@click.option("--eta", default=None, type=POSITIVE_NUMBER, help="PATR margin eta (squared distance) [default: from --eta-quantile].")
+@click.option("--eta-quantile", type=OPEN_UNIT, default=0.5, show_default=True, help="eta = this quantile of squared distances between distinct training images.")
 def train_patr(eta, eta_quantile, **kw) -> None:
     """Train a text-to-image mapping with the Positive-Aware Triplet Ranking loss (PATR).
 
@@ -191,9 +182,9 @@ def _cell(vals: list[float]) -> str:
 @click.option("--split", type=click.Choice(["test", "val", "all"]), default="test", show_default=True, help="Images to retrieve from (the models' own seeded split; images a model trained on are always left out).")
 @click.option("--ks", default="1,5,10", show_default=True, help="Recall cut-offs.")
 @click.option("--sim", type=click.Choice(["euclidean", "cosine"]), default="euclidean", show_default=True, help="Ranking of images (euclidean: the training metric).")
-@click.option("--plot-langs", default="en,de,ru,ja", show_default=True, help="Languages of the t-SNE projection plot (empty: no plot).")
-@click.option("--plot-images", default=40, show_default=True, help="Images in the projection plot.")
-@click.option("--n-perm", default=10000, show_default=True, help="Permutations of the paired test best vs runner-up.")
+@click.option("--plot-langs", default=None, help=f"Languages of the t-SNE projection plot, a subset of --langs (empty: no plot) [default: those of {DEFAULT_PLOT_LANGS} in --langs].")
+@click.option("--plot-images", type=click.IntRange(min=3), default=40, show_default=True, help="Images in the projection plot (at least 3).")
+@click.option("--n-perm", type=POSITIVE, default=10000, show_default=True, help="Permutations of the paired test best vs runner-up.")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot_langs, plot_images, n_perm, out, quiet) -> None:
@@ -215,18 +206,29 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     from ..encoders.m3l import M3LTextEncoder, load_model
     from ..train.m3l import collect_images, evaluate_retrieval, model_label, projection_figure
 
-    lang_list = _langs(langs, "--langs")
-    plot_list = [x for x in _langs(plot_langs, "--plot-langs")] if plot_langs.strip() else []
-    missing = [x for x in plot_list if x not in lang_list]
-    if missing:
-        raise click.BadParameter(f"plot language {missing[0]!r} is not in --langs")
-    try:
-        k_list = sorted({int(k) for k in ks.split(",") if k.strip()})
-    except ValueError:
-        raise click.BadParameter(f"--ks: {ks!r} is not a comma list of integers") from None
-    if not k_list or k_list[0] < 1:
-        raise click.BadParameter("--ks: positive cut-offs expected")
-    options = _parse_options(dataset_option)
+    lang_list = _parse_list(langs, "--langs", "language")
+    if plot_langs is None:  # the default never clashes with --langs: plot the languages both have
+        plot_list = [x for x in DEFAULT_PLOT_LANGS.split(",") if x in lang_list]
+        left_out = [x for x in DEFAULT_PLOT_LANGS.split(",") if x not in lang_list]
+        plot_note = "" if not left_out else (
+            f"projection plot: {', '.join(plot_list) or 'none'} of the default plot languages {DEFAULT_PLOT_LANGS} "
+            f"({', '.join(left_out)} not in --langs)" + ("" if plot_list else "; no plot (choose some with --plot-langs)"))
+    else:
+        plot_note = ""
+        plot_list = _parse_list(plot_langs, "--plot-langs", "language") if plot_langs.strip() else []
+        missing = [x for x in plot_list if x not in lang_list]
+        if missing:
+            _bad("--plot-langs", f"plot language {missing[0]!r} is not in --langs ({','.join(lang_list)})")
+    k_list = sorted(set(_parse_numbers(ks, "--ks", integer=True, low=1)))
+    options = _parse_options(dataset_option, dataset)
+    for m in models:
+        try:
+            load_model(m)
+        except BackretrievalError as e:
+            _bad("--model", str(e))
+    _check_outputs((out, "--out"))
+    if plot_note:
+        _warn(plot_note)
     ds = load_dataset(dataset, langs=lang_list, **options)
     data_cache: dict[tuple, object] = {}
     bases: dict[str, object] = {}  # one loaded base text model per spec
@@ -329,7 +331,7 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
             fig = projection_figure(panels, data, plot_list, outp / "projection.png", n_images=plot_images,
                                     split=split)
             payload["projection"] = str(fig)
-            md += f"\n![t-SNE projection](projection.png)\n"
+            md += "\n![t-SNE projection](projection.png)\n"
         except BackretrievalError as e:
             _warn(f"no projection plot: {e}")
     from ..core import atomic_save_npz

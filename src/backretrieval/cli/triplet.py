@@ -16,17 +16,15 @@ from typing import Any, Sequence
 
 import click
 
-from ._app import _parse_options, _parse_seeds, _warn, main, train
+from ._app import (
+    NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_image_models, _check_outputs,
+    _check_text_models, _parse_list, _parse_numbers, _parse_options, _parse_seeds, _warn, main, train,
+)
 
 
 # ----------------------------------------------------------------------------- training
-def _langs(spec: str | None) -> list[str] | None:
-    if spec is None:
-        return None
-    out = [x.strip() for x in spec.split(",") if x.strip()]
-    if not out:
-        raise click.BadParameter("give at least one language, e.g. en,de,fr")
-    return out
+def _langs(spec: str | None, option: str = "--langs") -> list[str] | None:
+    return None if spec is None else _parse_list(spec, option, "language")
 
 
 def _train_options(fn):
@@ -36,18 +34,18 @@ def _train_options(fn):
         click.option("--base", default="use-m", show_default=True, help="Frozen base text encoder (any text model spec)."),
         click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write."),
         click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR)."),
-        click.option("--max-per-lang", type=int, default=None, help="Keep a seeded random subset of this many items per language."),
-        click.option("--epochs", default=40, show_default=True),
-        click.option("--lr", default=0.01, show_default=True),
-        click.option("--alpha", default=0.1, show_default=True, help="Margin of Eq. 1."),
-        click.option("--batch-size", default=128, show_default=True),
+        click.option("--max-per-lang", type=POSITIVE, default=None, help="Keep a seeded random subset of this many items per language."),
+        click.option("--epochs", type=POSITIVE, default=40, show_default=True),
+        click.option("--lr", type=POSITIVE_NUMBER, default=0.01, show_default=True),
+        click.option("--alpha", type=NON_NEGATIVE_NUMBER, default=0.1, show_default=True, help="Margin of Eq. 1."),
+        click.option("--batch-size", type=click.IntRange(min=2), default=128, show_default=True, help="Items per batch, at least 2 (the negative is another item of the batch)."),
         click.option("--layers", default="300,300", show_default=True, help="Widths of the dense ReLU layers of the siamese tower."),
         click.option("--negatives", type=click.Choice(["batch", "language"]), default="batch", show_default=True,
                      help="Eq. 1's negative title: any other item of the mini-batch (paper) or one of the same language."),
-        click.option("--val-frac", default=0.1, show_default=True, help="Random validation share."),
-        click.option("--patience", type=int, default=None, help="Early stopping: stop after this many epochs without a better validation loss."),
-        click.option("--seed", default=0, show_default=True),
-        click.option("--threads", type=int, default=None, help="torch CPU threads (default: all cores this process may use)."),
+        click.option("--val-frac", type=UNIT_FROM_0, default=0.1, show_default=True, help="Random validation share, in [0, 1)."),
+        click.option("--patience", type=POSITIVE, default=None, help="Early stopping: stop after this many epochs without a better validation loss."),
+        click.option("--seed", type=SEED, default=0, show_default=True),
+        click.option("--threads", type=POSITIVE, default=None, help="torch CPU threads (default: all cores this process may use)."),
         click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from OUT/checkpoint.pt when it matches."),
         click.option("--quiet", is_flag=True, help="No progress bars."),
     ]
@@ -105,12 +103,16 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     from ..data import load_dataset
     from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, TripletModel
 
-    options = _parse_options(dataset_option)
+    options = _parse_options(dataset_option, dataset)
     wanted = _langs(langs)
-    try:
-        widths = [int(w) for w in layers.split(",") if w.strip()]
-    except ValueError:
-        raise click.BadParameter(f"--layers {layers!r}: comma-separated integers, e.g. 300,300") from None
+    widths = _parse_numbers(layers, "--layers", integer=True, low=1)
+    est = TripletModel(
+        method, base=base, layers=widths, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
+        refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
+    )
+    est._check()  # every setting, before any data is read
+    _check_text_models([base], "--base")
+    _check_outputs((out, "--out"))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if not resume and (out / CHECKPOINT_FILE).exists():
@@ -118,10 +120,6 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     ds = load_dataset(dataset, langs=wanted, **options)
     data = TitleBodyData.from_dataset(ds, wanted, max_per_lang=max_per_lang, seed=seed)
     click.echo(f"{method}: {len(data)} monolingual title/body pairs ({', '.join(f'{l} {n}' for l, n in data.counts().items())}); base {base}", err=True)
-    est = TripletModel(
-        method, base=base, layers=widths, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
-        refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
-    )
     t0 = time.perf_counter()
     est.fit(data, checkpoint_dir=out)
     seconds = time.perf_counter() - t0
@@ -148,9 +146,9 @@ def train_triplet(**kw) -> None:
 
 @train.command("tripletxl", short_help="Train TripletXL (paper Eq. 1 + beta * Eq. 2) on monolingual title/body pairs.")
 @_train_options
-@click.option("--beta", default=0.01, show_default=True, help="Weight of L_XL (Eq. 2).")
-@click.option("--k", "k", default=5, show_default=True, help="Neighbours per language in L_XL.")
-@click.option("--refresh-every", default=1, show_default=True, help="Recompute the neighbour sets every this many epochs.")
+@click.option("--beta", type=NON_NEGATIVE_NUMBER, default=0.01, show_default=True, help="Weight of L_XL (Eq. 2).")
+@click.option("--k", "k", type=POSITIVE, default=5, show_default=True, help="Neighbours per language in L_XL.")
+@click.option("--refresh-every", type=POSITIVE, default=1, show_default=True, help="Recompute the neighbour sets every this many epochs.")
 def train_tripletxl(**kw) -> None:
     """TripletXL (paper Eq. 1 + beta * Eq. 2) on monolingual title/body pairs over a frozen base encoder.
 
@@ -183,8 +181,8 @@ def heldout_mask(concepts: Sequence[str | None], frac: float, seed: int = 0) -> 
 @case_study.command("prepare", short_help="Split linked title/body data into monolingual training data and a held-out test set.")
 @click.option("--dataset", default="ddtp", show_default=True, help="Dataset with title/body columns and cross-lingual links.")
 @click.option("--langs", required=True, help="Comma-separated languages, e.g. en,de,fr,it,ja,ru,es.")
-@click.option("--holdout", default=0.25, show_default=True, help="Share of concepts held out for the ground-truth check.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--holdout", type=OPEN_UNIT, default=0.25, show_default=True, help="Share of concepts held out for the ground-truth check, in (0, 1).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE.")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Work directory.")
 def prepare(dataset, langs, holdout, seed, dataset_option, out) -> None:
@@ -197,21 +195,21 @@ def prepare(dataset, langs, holdout, seed, dataset_option, out) -> None:
     """
     import numpy as np
 
-    from ..core import atomic_write_text, content_hash
+    from ..core import DataError, atomic_write_text, content_hash
     from ..data import load_dataset
 
-    if not 0 < holdout < 1:
-        raise click.BadParameter("--holdout must be in (0, 1)")
     wanted = _langs(langs)
-    ds = load_dataset(dataset, langs=wanted, **_parse_options(dataset_option))
+    options = _parse_options(dataset_option, dataset)
+    _check_outputs((out, "--out"))
+    ds = load_dataset(dataset, langs=wanted, **options)
     out = Path(out)
     train_rows, test_rows, counts = [], [], {}
     for lang in wanted:
         c = ds[lang]
         if "title" not in c.extra or "body" not in c.extra:
-            raise click.UsageError(f"{dataset}/{lang} has no title/body columns")
+            raise DataError(f"{dataset}/{lang} has no title/body columns")
         if not c.has_concepts:
-            raise click.UsageError(f"{dataset}/{lang} has no cross-lingual links: nothing to hold out for XLR")
+            raise DataError(f"{dataset}/{lang} has no cross-lingual links: nothing to hold out for XLR")
         held = heldout_mask(c.concepts, holdout, seed)
         title_body = lambda i: (str(c.extra["title"][i] or ""), str(c.extra["body"][i] or ""))  # noqa: E731
         for i in np.flatnonzero(held):
@@ -428,13 +426,13 @@ def case_study_figure(summary: dict[str, Any], path: Path, annotate: int = 1) ->
 @click.option("--labels", default=None, help="Comma-separated short names of the models (default: derived from the specs).")
 @click.option("--bkr-dataset", default="emoji-cldr", show_default=True, help="Data with images for BkR (and XLR where it has links).")
 @click.option("--xlr-dataset", default=None, help="Held-out linked data for the ground-truth check, e.g. WORK/ddtp_heldout.jsonl.")
-@click.option("--bkr-n", default=1500, show_default=True)
-@click.option("--xlr-n", default=250, show_default=True)
-@click.option("--seeds", default="3", show_default=True, help="Number of seeds or a comma list.")
-@click.option("--k", "k", default=10, show_default=True, help="K of BkR@K.")
-@click.option("--truth-k", default=1, show_default=True, help="K of the ground-truth XLR@K (XLR@10 saturates on both data sets).")
+@click.option("--bkr-n", type=POSITIVE, default=1500, show_default=True)
+@click.option("--xlr-n", type=POSITIVE, default=250, show_default=True)
+@click.option("--seeds", default="3", show_default=True, help="Number of seeds (0..S-1) or a comma list of seeds >= 0.")
+@click.option("--k", "k", type=POSITIVE, default=10, show_default=True, help="K of BkR@K; at most --bkr-n.")
+@click.option("--truth-k", type=POSITIVE, default=1, show_default=True, help="K of the ground-truth XLR@K (XLR@10 saturates on both data sets).")
 @click.option("--image-model", default="efficientnet-lite0", show_default=True)
-@click.option("--n-boot", default=1000, show_default=True)
+@click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2.")
 @click.option("--figure", type=click.Path(dir_okay=False), default=None, help="Where to write the boxplot PNG (default OUT/case_study.png).")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True)
 @click.option("--quiet", is_flag=True)
@@ -449,17 +447,30 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
     from ..analysis import EvalConfig
     from ..analysis import evaluate as run
     from ..core import atomic_write_text
+    from ..data import dataset_option_names
 
     wanted = _langs(langs)
-    specs = list(dict.fromkeys(m.strip() for m in models.split(",") if m.strip()))
+    if len(wanted) < 2:
+        _bad("--langs", f"{langs!r}: give at least two languages (every directed pair is evaluated)")
+    specs = _parse_list(models, "--models", "model")
     if len(specs) < 2:
-        raise click.BadParameter("give the base encoder and at least one trained model")
+        _bad("--models", "give the base encoder and at least one trained model")
     names = [x.strip() for x in labels.split(",")] if labels else [model_label(m) for m in specs]
-    if len(names) != len(specs) or len(set(names)) != len(names):
-        raise click.BadParameter("--labels: one distinct label per model")
+    if len(names) != len(specs) or len(set(names)) != len(names) or not all(names):
+        _bad("--labels", f"one distinct, non-empty label per model ({len(specs)} models), got {labels!r}")
     lab = dict(zip(specs, names))
     pairs = [(s, t) for s in wanted for t in wanted if s != t]
     seed_list = _parse_seeds(seeds)
+    if k > bkr_n:
+        _bad("--k", f"K={k} is larger than N={bkr_n} (--bkr-n)")
+    if truth_k > bkr_n or (xlr_dataset and truth_k > xlr_n):
+        _bad("--truth-k", f"K={truth_k} is larger than N={min(bkr_n, xlr_n) if xlr_dataset else bkr_n}")
+    for ds_spec in (bkr_dataset, xlr_dataset):
+        if ds_spec:
+            dataset_option_names(ds_spec)  # an unknown dataset is refused now
+    _check_image_models([image_model], "--image-model")
+    _check_text_models(specs, "--models")
+    _check_outputs((out, "--out"), files=[(figure, "--figure")] if figure else [])
     out = Path(out)
     results: dict[str, Any] = {}
     t0 = time.perf_counter()

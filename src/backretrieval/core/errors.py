@@ -20,3 +20,7 @@ class UnsupportedLanguageError(EncoderError):
 
 class MetricInputError(BackretrievalError):
     """Arrays handed to a metric have the wrong shape, values or parameters."""
+
+
+class OutputError(BackretrievalError):
+    """An output, model or cache folder cannot be written (a file is in the way, no permission)."""

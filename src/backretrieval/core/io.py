@@ -1,8 +1,13 @@
-"""Atomic writes and the cache directory.
+"""Atomic writes, the cache directory and checks of output locations.
 
 A file is written under a temporary name in the same directory and moved into place with
 ``os.replace``: readers see either the old file or the complete new one, never a half-written
 file, and an interrupted run leaves at most a stray ``*.tmp-*`` file that is ignored.
+
+Result files get the mode a plain ``open()`` would give them (``0o666`` less the umask), so they
+can be shared like any other file; a caller that writes a secret asks for ``private=True``
+(``0o600``). Output and cache folders are checked with :func:`check_writable_dir` before any
+work starts, so a run never computes for an hour and then fails to save.
 """
 from __future__ import annotations
 
@@ -16,28 +21,133 @@ from typing import Iterator
 
 import numpy as np
 
+from .errors import OutputError
+
+CACHE_ENV = "BACKRETRIEVAL_CACHE"
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system allows (Linux
+    ``/proc/self/status``), else by setting and restoring it."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def cache_root() -> Path:
+    """The user cache folder, not created: ``$BACKRETRIEVAL_CACHE``, else
+    ``$XDG_CACHE_HOME/backretrieval``, else ``~/.cache/backretrieval``."""
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "backretrieval" if xdg else Path.home() / ".cache" / "backretrieval"
+
+
+def _cache_what() -> str:
+    return f"cache folder (${CACHE_ENV})" if os.environ.get(CACHE_ENV) else "cache folder"
+
 
 def cache_dir(*parts: str) -> Path:
-    """The user cache (``$BACKRETRIEVAL_CACHE``, else ``$XDG_CACHE_HOME/backretrieval``,
-    else ``~/.cache/backretrieval``), joined with ``parts`` and created."""
-    root = os.environ.get("BACKRETRIEVAL_CACHE")
-    if root:
-        base = Path(root)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = Path(xdg) / "backretrieval" if xdg else Path.home() / ".cache" / "backretrieval"
-    path = base.joinpath(*parts)
-    path.mkdir(parents=True, exist_ok=True)
+    """The user cache (see :func:`cache_root`) joined with ``parts``, created.
+
+    Raises:
+        OutputError: the folder cannot be created (e.g. ``$BACKRETRIEVAL_CACHE`` names a file).
+    """
+    path = cache_root().joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(_why_not_writable(path, _cache_what(), e)) from None
+    return path
+
+
+def _why_not_writable(path: Path, what: str, err: OSError | None = None) -> str:
+    """One sentence: why ``path`` cannot be used as a folder to write into."""
+    anc = next((a for a in (path, *path.parents) if a.exists() or a.is_symlink()), None)
+    if anc is not None and not anc.is_dir():
+        where = "is a file" if anc == path else f"is below {anc}, which is a file"
+        return f"{what} {path} {where}, not a folder"
+    reason = (err.strerror or str(err)) if err is not None else "not writable"
+    if anc is not None and anc != path:
+        return f"{what} {path} cannot be created: {anc} is not writable ({reason})"
+    return f"{what} {path} is not writable: {reason}"
+
+
+def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
+    """Check, before any work, that files can be created in folder ``path``.
+
+    Nothing is left behind: the check creates and removes a probe file in ``path`` if it exists,
+    else in its nearest existing ancestor (where the missing folders would be created).
+
+    Args:
+        path: the folder results will be written to (it need not exist yet).
+        what: how the error names it, e.g. ``"--out"`` or ``"cache folder ($BACKRETRIEVAL_CACHE)"``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path` (``~`` expanded).
+
+    Raises:
+        OutputError: ``path`` or one of its ancestors is a file, or the folder is not writable.
+    """
+    path = Path(path).expanduser()
+    anc = next((a for a in (path, *path.parents) if a.exists() or a.is_symlink()), None)
+    if anc is None or not anc.is_dir():
+        raise OutputError(_why_not_writable(path, what))
+    try:
+        fd, probe = tempfile.mkstemp(dir=anc, prefix=".backretrieval-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputError(_why_not_writable(path, what, e)) from None
+    return path
+
+
+def check_writable_file(path: str | os.PathLike, what: str) -> Path:
+    """Like :func:`check_writable_dir` for a file to be written: ``path`` must not be a folder and
+    its folder must be writable.
+
+    Args:
+        path: the file to be written (it need not exist yet).
+        what: how the error names it, e.g. ``"--figure"``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputError: ``path`` is a folder, or its folder cannot be written.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise OutputError(f"{what} {path} is a folder, not a file")
+    check_writable_dir(path.parent, f"the folder of {what}")
     return path
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase]:
-    """Open a temporary file beside ``path``; on clean exit fsync it and move it onto ``path``."""
+def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = False) -> Iterator[io.IOBase]:
+    """Open a temporary file beside ``path``; on clean exit fsync it and move it onto ``path``.
+
+    Args:
+        path: the final file; missing parent folders are created.
+        mode: ``open`` mode, ``"wb"`` or ``"w"`` (UTF-8 text).
+        private: give the file mode ``0o600`` (for secrets); by default it gets ``0o666`` less
+            the umask, as ``open()`` would.
+
+    Raises:
+        OSError: the file cannot be written; nothing is left at ``path`` from this call.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")  # always 0o600
     try:
+        if not private and hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             yield fh
             fh.flush()
@@ -49,8 +159,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBas
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_write(path, "w") as fh:
+def atomic_write_text(path: str | os.PathLike, text: str, *, private: bool = False) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`atomic_write` for ``private``."""
+    with atomic_write(path, "w", private=private) as fh:
         fh.write(text)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core import DataError
 from ..core.fingerprint import file_digest
+from ..core.text import is_blank
 
 DIGEST_SIZE = 16
 
@@ -61,7 +62,7 @@ class Corpus:
                 + (f" (and {len(dup) - 1} more)" if len(dup) > 1 else "")
             )
         for i, t in zip(self.ids, self.texts):
-            if not isinstance(t, str) or not t.strip():
+            if not isinstance(t, str) or is_blank(t):
                 raise DataError(f"{self.dataset}/{self.lang}: empty or whitespace-only text for id {i!r}")
         if (self.image_features is None) != (self.image_rows is None):
             raise DataError(f"{self.dataset}/{self.lang}: image_features and image_rows go together")

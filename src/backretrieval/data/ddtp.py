@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..core import DataError, atomic_write, cache_dir, content_hash
+from ..core.text import is_blank
 from .corpus import Corpus, Dataset, require_languages
 from .registry import DatasetInfo, register
 
@@ -251,7 +252,7 @@ def parse(
             if md5 in seen:
                 continue
             seen.add(md5)
-            if not _text(title, body).strip():
+            if is_blank(_text(title, body)):
                 continue
             out["md5"].append(md5)
             out["package"].append(pkg)
@@ -269,7 +270,7 @@ def parse(
                 pq.write_table(t, fh)
     keep = [
         i for i, (a, b) in enumerate(zip(table["title"], table["body"]))
-        if a.strip() or b.strip()
+        if not (is_blank(a) and is_blank(b))  # a description of invisible characters only is empty
     ]
     if min_chars:
         keep = [i for i in keep if len(_text(table["title"][i], table["body"][i])) >= min_chars]

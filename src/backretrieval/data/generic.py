@@ -5,16 +5,23 @@ One row per item. Columns:
 * required: ``id`` (unique within a language), ``lang``, ``text``;
 * optional: ``concept`` (the cross-lingual link: rows of two languages with the same concept
   are a ground-truth pair; empty = unknown), ``title`` and ``body`` (kept in ``extra``);
+* ``id`` and ``concept`` are strings or integers (``7`` and ``"7"`` are the same id); ``lang``,
+  ``text``, ``title``, ``body`` and ``image`` are strings. A value of another type (``true``,
+  ``1.5``, a list) is refused with its row, not turned into a string. A text without a visible
+  character (only white space, zero-width or other format characters) is empty;
 * images, optional, one of two ways per row, the same way for all rows of a language:
   ``image`` -- a file path (relative paths are resolved against the data file's folder), or
   ``image_feature_row`` -- a non-negative integer row of the precomputed feature matrix given
   with the dataset option ``image_features=PATH.npy`` (shape ``(n_images, d)``).
 
-A ``.json`` file is either a JSON array of objects or JSON lines. The dataset name is the file
-stem. Every error names the offending row, id, column or path.
+A ``.json`` file is either a JSON array of objects or JSON lines. Text files must be UTF-8 (a
+byte-order mark is dropped). The dataset name is the file stem. Every error names the offending
+file and line (JSON lines), item (JSON array) or row (CSV, parquet; data rows counted from 1),
+id, column or path.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -26,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError
+from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
 from .registry import GENERIC_SUFFIXES, DatasetInfo, register
 
@@ -35,26 +43,38 @@ _INT_RE = re.compile(r"^[+-]?\d+$")
 
 
 def _missing(v: Any) -> bool:
+    """None, NaN, pandas' missing values, and strings without a visible character."""
     if v is None:
         return True
-    if isinstance(v, float) and math.isnan(v):
+    if isinstance(v, (float, np.floating)) and math.isnan(v):
         return True
-    if isinstance(v, str) and not v.strip():
+    if isinstance(v, str) and is_blank(v):
         return True
     return type(v).__name__ in ("NAType", "NaTType")  # pandas' missing values, without importing it
 
 
-def _read_json(path: Path) -> list[dict[str, Any]]:
-    raw = path.read_text(encoding="utf-8")
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    return decode_utf8(raw, path)
+
+
+def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows, and where each row is in the file (``line N`` or ``item N``)."""
+    raw = _read_text(path)
     stripped = raw.lstrip()
     if path.suffix.lower() == ".json" and stripped.startswith("["):
         try:
             rows = json.loads(raw)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}: invalid JSON: {e}") from None
-        where = lambda i: f"item {i}"
+        if not isinstance(rows, list):
+            raise DataError(f"{path}: expected a JSON array of objects")
+        where = [f"item {i + 1}" for i in range(len(rows))]
     else:
-        rows = []
+        rows, where = [], []
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
@@ -62,25 +82,27 @@ def _read_json(path: Path) -> list[dict[str, Any]]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}: line {n}: invalid JSON: {e}") from None
-        where = lambda i: f"line {i + 1}"
-    for i, r in enumerate(rows):
+            where.append(f"line {n}")
+    for r, w in zip(rows, where):
         if not isinstance(r, dict):
-            raise DataError(f"{path}: {where(i)} is not a JSON object")
-    return rows
+            raise DataError(f"{path}: {w} is not a JSON object")
+    return rows, where
 
 
-def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Rows as dicts, and the columns present."""
+def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """Rows as dicts, the columns present, and where each row is (``line N``, ``item N`` or
+    ``row N``, counting data rows from 1)."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        rows = _read_json(path)
+        rows, where = _read_json(path)
         columns = list(dict.fromkeys(k for r in rows for k in r))
-        return rows, columns
+        return rows, columns, where
     import pandas as pd
 
     try:
         if suffix == ".csv":
-            df = pd.read_csv(path, dtype=str, keep_default_na=False)
+            text = _read_text(path)
+            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
         elif suffix == ".parquet":
             df = pd.read_parquet(path)
         else:
@@ -91,7 +113,34 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raise DataError(f"{path}: cannot read {suffix} file: {e}") from None
     columns = [str(c) for c in df.columns]
     df.columns = columns
-    return df.to_dict(orient="records"), columns
+    return df.to_dict(orient="records"), columns, [f"row {i + 1}" for i in range(len(df))]
+
+
+def _key(v: Any, column: str, where: str) -> str:
+    """An id or concept as a string. Strings and integers are accepted (an integral float too:
+    parquet stores an integer column with gaps as floats); anything else is named, not
+    stringified (``True``, ``1.5``, ``[1, 2]`` would silently become ids that match nothing)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
+        return str(int(v))
+    raise DataError(f"{where}: {column} must be a string or an integer, got {type(v).__name__} {v!r}")
+
+
+def _string(v: Any, column: str, where: str) -> str:
+    if not isinstance(v, str):
+        raise DataError(f"{where}: {column} must be a string, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _invisible_note(text: Any) -> str:
+    """For a text of invisible characters only: which ones (they do not show in a message)."""
+    if not isinstance(text, str) or not text or text.isspace():
+        return ""
+    shown = " ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(text) if not c.isspace())
+    return f" (only invisible characters: {shown})"
 
 
 def _feature_row(v: Any, where: str) -> int:
@@ -134,7 +183,7 @@ def load(
         raise DataError(f"{path}: unsupported file type; use one of {', '.join(GENERIC_SUFFIXES)}")
     base = path.resolve().parent
     dsname = name or path.stem
-    rows, columns = _read_table(path)
+    rows, columns, where = _read_table(path)
     for col in REQUIRED:
         if col not in columns:
             raise DataError(
@@ -166,53 +215,51 @@ def load(
         del arr
 
     by_lang: dict[str, dict[str, list[Any]]] = {}
-    seen: dict[str, dict[str, int]] = {}
+    seen: dict[str, dict[str, str]] = {}
     for i, r in enumerate(rows):
+        loc = f"{path}: {where[i]}"
         rid = r.get("id")
         if _missing(rid):
-            raise DataError(f"{path}: row {i + 1} has no id")
-        if isinstance(rid, float) and rid.is_integer():
-            rid = int(rid)
-        rid = str(rid)
-        where = f"{path}: id {rid!r} (row {i + 1})"
+            raise DataError(f"{loc} has no id")
+        rid = _key(rid, "id", loc)
+        at = f"{path}: id {rid!r} ({where[i]})"
         lang = r.get("lang")
         if _missing(lang):
-            raise DataError(f"{where} has no lang")
-        lang = str(lang).strip()
+            raise DataError(f"{at} has no lang")
+        lang = _string(lang, "lang", at).strip()
         text = r.get("text")
         if _missing(text):
-            raise DataError(f"{where}: empty or whitespace-only text")
-        if not isinstance(text, str):
-            raise DataError(f"{where}: text must be a string, got {type(text).__name__} {text!r}")
+            raise DataError(f"{at}: empty or whitespace-only text{_invisible_note(text)}")
+        text = _string(text, "text", at)
         first = seen.setdefault(lang, {}).get(rid)
         if first is not None:
-            raise DataError(f"{where}: duplicate id {rid!r} in language {lang!r} (first at row {first})")
-        seen[lang][rid] = i + 1
+            raise DataError(f"{at}: duplicate id {rid!r} in language {lang!r} (first at {first})")
+        seen[lang][rid] = where[i]
         img = r.get("image") if has_image_col else None
         frow = r.get("image_feature_row") if has_row_col else None
         img = None if _missing(img) else img
         frow = None if _missing(frow) else frow
         if img is not None and frow is not None:
-            raise DataError(f"{where}: give either image or image_feature_row, not both")
+            raise DataError(f"{at}: give either image or image_feature_row, not both")
         if img is not None:
-            p = Path(str(img)).expanduser()
+            p = Path(_string(img, "image", at)).expanduser()
             if not p.is_absolute():
                 p = base / p
             if not p.is_file():
-                raise DataError(f"{where}: image file not found: {p}")
+                raise DataError(f"{at}: image file not found: {p}")
             img = str(p)
         if frow is not None:
-            frow = _feature_row(frow, where)
+            frow = _feature_row(frow, at)
             if frow >= n_feat_rows:
                 raise DataError(
-                    f"{where}: image_feature_row {frow} is out of range for {feat_path} ({n_feat_rows} rows)"
+                    f"{at}: image_feature_row {frow} is out of range for {feat_path} ({n_feat_rows} rows)"
                 )
         concept = r.get("concept")
-        concept = None if _missing(concept) else str(concept)
+        concept = None if _missing(concept) else _key(concept, "concept", at)
         col = by_lang.setdefault(
             lang, {"rows": [], "ids": [], "texts": [], "concepts": [], "images": [], "frows": [], "title": [], "body": []}
         )
-        col["rows"].append(i + 1)
+        col["rows"].append(where[i])
         col["ids"].append(rid)
         col["texts"].append(text)
         col["concepts"].append(concept)
@@ -220,7 +267,7 @@ def load(
         col["frows"].append(frow)
         for k in ("title", "body"):
             v = r.get(k)
-            col[k].append("" if _missing(v) else str(v))
+            col[k].append("" if _missing(v) else _string(v, k, at))
 
     if not by_lang:
         raise DataError(f"{path}: no items")
@@ -234,7 +281,7 @@ def load(
             j = next((j for j, x in enumerate(col["images"]) if x is None), None)
             if j is not None:
                 raise DataError(
-                    f"{path}: id {col['ids'][j]!r} (row {col['rows'][j]}) has no image, while other "
+                    f"{path}: id {col['ids'][j]!r} ({col['rows'][j]}) has no image, while other "
                     f"{lang!r} items have one; give an image for every item of a language or none"
                 )
             image_paths = col["images"]
@@ -242,7 +289,7 @@ def load(
             j = next((j for j, x in enumerate(col["frows"]) if x is None), None)
             if j is not None:
                 raise DataError(
-                    f"{path}: id {col['ids'][j]!r} (row {col['rows'][j]}) has no image_feature_row, while "
+                    f"{path}: id {col['ids'][j]!r} ({col['rows'][j]}) has no image_feature_row, while "
                     f"other {lang!r} items have one; give a row for every item of a language or none"
                 )
             if image_paths is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import DataError
+from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
 from .registry import DatasetInfo, register
 
@@ -78,9 +79,19 @@ def _image_split_file(task1: Path, split: str) -> Path:
 
 
 def _read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return [line.rstrip("\r\n") for line in fh]
+    """The lines of a (gzipped) UTF-8 file; a file that is not UTF-8 is named with its line."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as fh:
+                raw = fh.read()
+        else:
+            raw = path.read_bytes()
+    except (OSError, EOFError) as e:
+        raise DataError(f"{NAME}: cannot read {path}: {e}") from None
+    lines = [line.rstrip("\r") for line in decode_utf8(raw, path).split("\n")]
+    if lines and lines[-1] == "":  # the file's last newline ends a line, it does not start one
+        lines.pop()
+    return lines
 
 
 def splits(root: str | os.PathLike | None = None) -> list[str]:
@@ -153,7 +164,7 @@ def load(
             lines.pop()
         if len(lines) != n:
             raise DataError(f"{NAME}: {path} has {len(lines)} lines but {split_file} names {n} images")
-        keep = [i for i, t in enumerate(lines) if t.strip()]  # an empty caption is left out
+        keep = [i for i, t in enumerate(lines) if not is_blank(t)]  # an empty caption is left out
         corpora[lang] = Corpus(
             dataset=NAME,
             lang=lang,

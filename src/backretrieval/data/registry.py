@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..core import DataError
 from .corpus import Dataset
@@ -52,14 +54,106 @@ def list_datasets() -> list[DatasetInfo]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def load_dataset(spec: str, langs: Sequence[str] | None = None, **options: Any) -> Dataset:
-    """Load a registered dataset by name, or a user file by path."""
+def _info(spec: str) -> tuple[DatasetInfo, dict[str, Any]]:
+    """The loader of ``spec`` (a registered name or a file path) and the arguments it gets besides
+    ``langs`` and the options."""
     _load_modules()
     if spec in _REGISTRY:
-        return _REGISTRY[spec].loader(langs=langs, **options)
+        return _REGISTRY[spec], {}
     if spec.lower().endswith(GENERIC_SUFFIXES) or Path(spec).exists():
-        return _REGISTRY["generic"].loader(path=spec, langs=langs, **options)
+        return _REGISTRY["generic"], {"path": spec}
     raise DataError(
         f"unknown dataset {spec!r}; known: {', '.join(sorted(k for k in _REGISTRY if k != 'generic'))}, "
         f"or a path to a {'/'.join(GENERIC_SUFFIXES)} file"
     )
+
+
+def dataset_option_names(spec: str) -> dict[str, inspect.Parameter]:
+    """The options a dataset's loader takes (its keyword-only parameters), by name.
+
+    Args:
+        spec: a registered dataset name or a file path.
+
+    Returns:
+        ``{name: inspect.Parameter}`` in the loader's order.
+
+    Raises:
+        DataError: ``spec`` is neither a registered dataset nor a data file.
+    """
+    info, _ = _info(spec)
+    params = inspect.signature(info.loader).parameters
+    return {k: p for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def _what(spec: str, info: DatasetInfo) -> str:
+    return f"dataset {spec!r}" if info.name != "generic" else f"a data file ({Path(spec).name})"
+
+
+def check_dataset_options(spec: str, options: Mapping[str, Any]) -> None:
+    """Refuse an option the loader of ``spec`` does not take, naming the options it does take.
+
+    Raises:
+        DataError: an unknown option, or an unknown dataset.
+    """
+    known = dataset_option_names(spec)
+    for key in options:
+        if key not in known:
+            info, _ = _info(spec)
+            raise DataError(
+                f"unknown option {key!r} for {_what(spec, info)}; its options: {', '.join(known) or '(none)'}"
+            )
+
+
+def parse_dataset_options(spec: str, options: Mapping[str, str]) -> dict[str, Any]:
+    """Options given as text (``KEY=VALUE`` on a command line), checked and converted to the
+    loader's types: an ``int`` parameter gets an integer, a ``float`` one a number, a ``bool`` one
+    true/false/1/0/yes/no; anything else stays text.
+
+    Args:
+        spec: a registered dataset name or a file path.
+        options: option name -> value as text.
+
+    Returns:
+        The options with converted values.
+
+    Raises:
+        DataError: an unknown option (the loader's options are listed) or a value of the wrong type.
+    """
+    check_dataset_options(spec, options)
+    known = dataset_option_names(spec)
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        ann = known[key].annotation
+        ann = ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
+        types = set(re.findall(r"[A-Za-z_][A-Za-z_.]*", ann))
+        text = str(value).strip()
+        if "None" in types and text.lower() == "none":
+            out[key] = None
+        elif "int" in types and "str" not in types:
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise DataError(f"option {key}={value!r}: expected an integer")
+            out[key] = int(text)
+        elif "float" in types and "str" not in types:
+            try:
+                out[key] = float(text)
+            except ValueError:
+                raise DataError(f"option {key}={value!r}: expected a number") from None
+        elif "bool" in types and "str" not in types:
+            flags = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+            if text.lower() not in flags:
+                raise DataError(f"option {key}={value!r}: expected true or false")
+            out[key] = flags[text.lower()]
+        else:
+            out[key] = value
+    return out
+
+
+def load_dataset(spec: str, langs: Sequence[str] | None = None, **options: Any) -> Dataset:
+    """Load a registered dataset by name, or a user file by path.
+
+    Raises:
+        DataError: an unknown dataset or option, or bad data (the loader's own errors).
+    """
+    info, args = _info(spec)
+    check_dataset_options(spec, options)
+    return info.loader(langs=langs, **args, **options)

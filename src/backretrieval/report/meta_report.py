@@ -37,6 +37,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     out.mkdir(parents=True, exist_ok=True)
     main_g = cfg.image_model
     bkr_key = f"bkr@{cfg.k}"
+    columns = ("xlr@10", bkr_key, "corr", f"hubness_skew@{cfg.k}")
     doc = {
         "dataset": cfg.dataset,
         "n": cfg.n,
@@ -56,8 +57,6 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
             "mae": float(res.calibration.rows["abs_error"].mean()),
             "coverage": float(res.calibration.rows["covered"].mean()),
         }
-    atomic_write_text(out / "meta.json", json.dumps(_clean(doc), indent=1))
-
     parts = [
         f"# Meta-evaluation on {cfg.dataset}",
         "",
@@ -84,12 +83,13 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "",
         "## Per pair and model (main image model)",
         "",
-        format_summary(summarize(res.main.records), ("xlr@10", bkr_key, "corr", "hubness_skew@10")),
+        format_summary(summarize(res.main.records, columns), columns),
     ]
     md = "\n".join(parts)
-    atomic_write_text(out / "meta.md", md + "\n")
-    if figures:
+    if figures:  # first: a failure here leaves no meta.json / meta.md that look complete
         _figures_and_html(res, cfg, out, md)
+    atomic_write_text(out / "meta.json", json.dumps(_clean(doc), indent=1))
+    atomic_write_text(out / "meta.md", md + "\n")
     return md
 
 
@@ -103,7 +103,7 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
     pair0 = f"{cfg.pairs[0][0]}->{cfg.pairs[0][1]}"
     bkr_key = f"bkr@{cfg.k}"
     pngs = {
-        "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png"),
+        "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png", bkr=bkr_key),
         "box": F.boxplot_by_model(records, bkr_key, fig_dir / "boxplot_bkr.png"),
         "heat_bkr": F.heatmap(records, bkr_key, fig_dir / "heatmap_bkr.png"),
         "heat_xlr": F.heatmap(records, "xlr@10", fig_dir / "heatmap_xlr.png"),

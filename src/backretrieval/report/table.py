@@ -22,12 +22,13 @@ def _cell(row: pd.Series, m: str) -> str:
 
 
 def format_summary(summary: pd.DataFrame, columns: Sequence[str] = DEFAULT_COLUMNS) -> str:
-    """One Markdown table per language pair, models sorted by BkR@10 (else XLR@10), best first.
-    Cells are mean ± sd over seeds."""
+    """One Markdown table per language pair, models sorted by the first BkR@K column (else XLR@10,
+    else the first column), best first. Cells are mean ± sd over seeds; a column missing from
+    ``summary`` or empty in it is left out."""
     if summary.empty:
         return "(no results)"
     cols = [c for c in columns if c in summary.columns and summary[c].notna().any()]
-    key = next((c for c in ("bkr@10", "xlr@10") if c in cols), cols[0] if cols else None)
+    key = next((c for c in cols if c.startswith("bkr@")), "xlr@10" if "xlr@10" in cols else (cols[0] if cols else None))
     blocks = []
     for pair, grp in summary.groupby("pair", sort=False):
         if key is not None:

@@ -1,0 +1,479 @@
+"""Bad input is refused before any computation, as one ``error:`` line naming the file, line,
+option or value, with exit code 2 (docs/bad-input.md); odd runs (no seed, no model) are
+refused; results follow the umask.
+
+Most cases fail in the option checks, before a dataset is read: they run in well under a second.
+"Before any computation" is checked where it matters by giving the run an empty cache folder and
+asserting that nothing was encoded into it, and by asserting that no result file was written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import backretrieval
+from backretrieval.cli import main
+from backretrieval.core import DataError
+from backretrieval.core.io import atomic_write, atomic_write_text
+from backretrieval.data import generic, load_dataset, multi30k
+
+SRC = Path(backretrieval.__file__).resolve().parents[1]
+
+
+def cli(args: list[str]):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_refused(res, *fragments: str) -> str:
+    """Exit code 2 and exactly one line of output, ``error: ...``, containing every fragment."""
+    out = res.output
+    assert res.exit_code == 2, out
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    for f in fragments:
+        assert f in lines[0], (f, out)
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------ small data
+@pytest.fixture(scope="module")
+def feature_data(tmp_path_factory) -> Path:
+    """A generic JSONL file: 60 concepts in en and de with precomputed image features (16-d).
+    Runs on it need no model download and no image encoding (``--image-model precomputed``)."""
+    d = tmp_path_factory.mktemp("feature-data")
+    rng = np.random.default_rng(0)
+    np.save(d / "feats.npy", rng.standard_normal((60, 16)).astype(np.float32))
+    words = {"en": "red cat number", "de": "rote Katze Nummer", "ja": "赤い猫 番号"}
+    rows = [
+        {"id": f"{lang}{i}", "lang": lang, "text": f"{words[lang]} {i}", "concept": f"c{i}", "image_feature_row": i}
+        for lang in ("en", "de", "ja") for i in range(60)
+    ]
+    path = d / "items.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def grid(cmd: str, data: Path, out: Path, *extra: str) -> list[str]:
+    args = [cmd, "--dataset", str(data), "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
+            "--pairs", "en-de", "--models", "random,tfidf-char", "--image-model", "precomputed",
+            "--n", "20", "--k", "5", "--seeds", "1", "--out", str(out), "--quiet"]
+    for flag, value in zip(extra[::2], extra[1::2]):  # later values replace the defaults above
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    """A fresh cache folder for this test: whatever a run encodes lands here."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(cache))
+    return cache
+
+
+def nothing_encoded(cache: Path) -> bool:
+    return not any(p.is_file() for p in cache.rglob("*")) if cache.exists() else True
+
+
+# ------------------------------------------------------------------------- non-UTF-8 data files
+def test_non_utf8_jsonl_names_file_and_line(tmp_path, shared_data):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"id": "a", "lang": "en", "text": "tea"}\n{"id": "b", "lang": "en", "text": "caf\xe9"}\n')
+    res = cli(["evaluate", "--dataset", path, "--pairs", "en-de", "--models", "random", "--n", "1", "--k", "1",
+               "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    assert_refused(res, f"{path}: line 2: not UTF-8 (byte 0xe9 at column 39)")
+
+
+def test_non_utf8_csv_and_json_array_name_the_line(tmp_path):
+    csv = tmp_path / "latin1.csv"
+    csv.write_bytes(b"id,lang,text\na,en,tea\nb,en,caf\xe9\n")
+    with pytest.raises(DataError, match=r"latin1\.csv: line 3: not UTF-8 \(byte 0xe9 at column 9\)"):
+        generic.load(csv)
+    arr = tmp_path / "latin1.json"
+    arr.write_bytes(b'[{"id": "a", "lang": "en",\n  "text": "caf\xe9"}]')
+    with pytest.raises(DataError, match=r"latin1\.json: line 2: not UTF-8"):
+        generic.load(arr)
+    # a UTF-8 byte-order mark (as spreadsheet programs write it) is not part of the first column's name
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbfid,lang,text\na,en,tea\n")
+    assert generic.load(bom)["en"].ids == ["a"]
+
+
+def test_non_utf8_multi30k_caption_names_file_and_line(tmp_path):
+    """A Multi30K-format folder (captions written here) with one Latin-1 caption."""
+    task1 = tmp_path / "data" / "task1"
+    (task1 / "raw").mkdir(parents=True)
+    (task1 / "image_splits").mkdir()
+    (task1 / "image_splits" / "tiny.txt").write_text("1.jpg\n2.jpg\n", encoding="utf-8")
+    (task1 / "raw" / "tiny.en").write_text("a dog runs\na cat sleeps\n", encoding="utf-8")
+    (task1 / "raw" / "tiny.de").write_bytes(b"ein Hund rennt\neine Katze schl\xe4ft\n")
+    assert multi30k.load(["en"], root=tmp_path, split="tiny")["en"].texts == ["a dog runs", "a cat sleeps"]
+    with pytest.raises(DataError, match=r"tiny\.de: line 2: not UTF-8 \(byte 0xe4 at column 16\)"):
+        multi30k.load(["en", "de"], root=tmp_path, split="tiny")
+
+
+# ------------------------------------------------------------------------------ output folders
+def test_out_below_a_file_is_refused_before_any_work(tmp_path, empty_cache, shared_data):
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder")
+    res = cli(["evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "random", "--n", "50",
+               "--seeds", "1", "--out", blocker / "run1", "--quiet"])
+    assert_refused(res, f"--out {blocker / 'run1'} is below {blocker}, which is a file, not a folder")
+    assert nothing_encoded(empty_cache)  # the emoji data were not even extracted
+
+
+def test_out_that_is_a_file_is_one_error_line(tmp_path, feature_data):
+    blocker = tmp_path / "results"
+    blocker.write_text("x")
+    assert_refused(cli(grid("evaluate", feature_data, blocker)), "'--out'", "is a file")
+
+
+def _unprivileged(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess that cannot write where file permissions forbid it. As root (as
+    in many CI containers) permissions do not bind, so the capability that overrides them is
+    dropped with util-linux's setpriv."""
+    cmd = [sys.executable, "-m", "backretrieval.cli", *map(str, args)]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.fail("running as root: this test needs setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+        cmd = [setpriv, "--bounding-set=-dac_override", *cmd]
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300)
+
+
+def test_unwritable_out_and_cache_folders_are_refused(tmp_path, feature_data):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        r = _unprivileged(grid("evaluate", feature_data, locked / "run"))
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.strip() == (
+            f"error: --out {locked / 'run'} cannot be created: {locked} is not writable (Permission denied)"
+        ), r.stderr
+        assert not (locked / "run").exists()
+        r = _unprivileged(grid("evaluate", feature_data, tmp_path / "out"), env={"BACKRETRIEVAL_CACHE": str(locked)})
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.strip() == f"error: cache folder ($BACKRETRIEVAL_CACHE) {locked} is not writable: Permission denied"
+        assert not (tmp_path / "out").exists()
+    finally:
+        locked.chmod(0o755)
+
+
+def test_cache_folder_that_is_a_file_is_refused(tmp_path, feature_data, monkeypatch):
+    blocker = tmp_path / "cachefile"
+    blocker.write_text("x")
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(blocker))
+    assert_refused(cli(grid("evaluate", feature_data, tmp_path / "out")),
+                   f"cache folder ($BACKRETRIEVAL_CACHE) {blocker} is a file, not a folder")
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(blocker / "sub"))
+    assert_refused(cli(grid("evaluate", feature_data, tmp_path / "out")), f"is below {blocker}, which is a file")
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------ option values
+@pytest.mark.parametrize(
+    "extra, fragments",
+    [
+        (("--dataset-option", "colour=red"),
+         ("Invalid value for '--dataset-option': unknown option 'colour' for a data file (items.jsonl); "
+          "its options: image_features, name",)),
+        (("--seeds", "-1,2"), ("Invalid value for '--seeds': seed -1 is negative; seeds are integers >= 0",)),
+        (("--seeds", ","), ("Invalid value for '--seeds': ',' names no seed",)),
+        (("--seeds", "0"), ("Invalid value for '--seeds': '0': the number of seeds must be at least 1",)),
+        (("--seeds", "2,2"), ("Invalid value for '--seeds': seed 2 is given twice",)),
+        (("--models", ","), ("Invalid value for '--models': ',' names no model",)),
+        (("--sim", "csls", "--csls-k", "30"), ("Invalid value for '--csls-k': CSLS k=30 is larger than N=20",)),
+        (("--executor", "threads"), ("Invalid value for '--executor': unknown executor 'threads'",)),
+    ],
+    ids=["unknown-dataset-option", "negative-seed", "no-seed", "zero-seeds", "seed-twice", "no-model",
+         "csls-k-above-n", "unknown-executor"],
+)
+def test_bad_grid_options_are_refused_before_any_work(tmp_path, feature_data, empty_cache, extra, fragments):
+    out = tmp_path / "out"
+    assert_refused(cli(grid("evaluate", feature_data, out, *extra)), *fragments)
+    assert not out.exists() and nothing_encoded(empty_cache)
+
+
+def test_unknown_dataset_option_through_the_api(shared_data):
+    with pytest.raises(DataError, match=r"unknown option 'colour' for dataset 'emoji-cldr'; its options: text, source_dir, min_names"):
+        load_dataset("emoji-cldr", langs=["en"], colour="red")
+
+
+def test_dataset_option_values_get_the_loaders_types(tmp_path, feature_data):
+    res = cli(grid("evaluate", feature_data, tmp_path / "o", "--dataset", "emoji-cldr", "--dataset-option", "min_names=many"))
+    assert_refused(res, "Invalid value for '--dataset-option': option min_names='many': expected an integer")
+
+
+@pytest.mark.parametrize(
+    "extra, fragments",
+    [
+        (("--level", "1.5"), ("Invalid value for '--level': 1.5 is not in the range 0<x<1.",)),
+        (("--level", "nan"), ("Invalid value for '--level': 'nan' is not a finite number",)),
+        (("--n-boot", "0"), ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
+        (("--alpha", "0"), ("Invalid value for '--alpha': 0.0 is not in the range 0<x<1.",)),
+        (("--metric", "foo@3"), ("Invalid value for '--metric': unknown metric 'foo@3'",)),
+        (("--metric", "bkr@0"), ("Invalid value for '--metric': bkr@0: K must be at least 1",)),
+        (("--metric", "xlr@50"), ("Invalid value for '--metric': xlr@50: K=50 is larger than N=20",)),
+    ],
+    ids=["level", "level-nan", "n-boot", "alpha", "metric", "metric-k0", "metric-k-above-n"],
+)
+def test_compare_options_are_checked_before_the_evaluation(tmp_path, feature_data, extra, fragments):
+    out = tmp_path / "cmp"
+    assert_refused(cli(grid("compare", feature_data, out, *extra)), *fragments)
+    assert not (out / "results.jsonl").exists()  # nothing was evaluated
+
+
+def test_meta_options(tmp_path, feature_data):
+    out = tmp_path / "meta"
+    assert_refused(cli(grid("meta", feature_data, out)), "Invalid value for '--models'", "give at least 3 models, got 2")
+    assert_refused(cli(grid("meta", feature_data, out, "--models", "random,tfidf-char,random@mix=0.5",
+                            "--weak-image-models", "colour-hist")),
+                   "Invalid value for '--weak-image-models': unknown image model 'colour-hist'")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------- odd data rows
+@pytest.mark.parametrize(
+    "text", ["\u200b", "\u200b\u200d\ufeff", " \u2060 \u00ad", "\ufe0f"], ids=["zwsp", "zwsp-zwj-bom", "wj-shy", "vs16"]
+)
+def test_text_of_invisible_characters_is_empty(tmp_path, text):
+    path = tmp_path / "items.jsonl"
+    rows = [{"id": "ok", "lang": "en", "text": "a cat"}, {"id": "ghost", "lang": "en", "text": text}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"id 'ghost' \(line 2\): empty or whitespace-only text \(only invisible characters: U\+"):
+        generic.load(path)
+    from backretrieval.data import Corpus
+
+    with pytest.raises(DataError, match="empty or whitespace-only text for id 'ghost'"):
+        Corpus(dataset="t", lang="en", ids=["ok", "ghost"], texts=["a cat", text])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"id": True}, "line 2: id must be a string or an integer, got bool True"),
+        ({"id": 1.5}, "line 2: id must be a string or an integer, got float 1.5"),
+        ({"id": ["a", 1]}, "line 2: id must be a string or an integer, got list ['a', 1]"),
+        ({"lang": 7}, "id 'b' (line 2): lang must be a string, got int 7"),
+        ({"concept": {"k": 1}}, "id 'b' (line 2): concept must be a string or an integer, got dict {'k': 1}"),
+        ({"concept": False}, "id 'b' (line 2): concept must be a string or an integer, got bool False"),
+        ({"title": 3}, "id 'b' (line 2): title must be a string, got int 3"),
+    ],
+    ids=["id-bool", "id-float", "id-list", "lang-int", "concept-dict", "concept-bool", "title-int"],
+)
+def test_wrong_typed_values_are_named_not_stringified(tmp_path, change, message):
+    rows = [{"id": "a", "lang": "en", "text": "a cat", "concept": "cat"},
+            {"id": "b", "lang": "en", "text": "a dog", "concept": "dog", **change}]
+    path = tmp_path / "typed.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        generic.load(path)
+    assert str(e.value) == f"{path}: {message}"
+
+
+def test_integer_ids_and_concepts_match_their_string_forms(tmp_path):
+    """7, 7.0 (parquet's integer column with gaps) and "7" are one concept; before, 7.0 became
+    the concept "7.0", silently unlinked from "7"."""
+    import pandas as pd
+
+    pd.DataFrame({"id": [1, 2], "lang": ["en", "en"], "text": ["a", "b"], "concept": [7.0, np.nan]}).to_parquet(tmp_path / "en.parquet")
+    assert generic.load(tmp_path / "en.parquet")["en"].concepts == ["7", None]
+    rows = [{"id": 1, "lang": "de", "text": "x", "concept": 7}, {"id": "2", "lang": "de", "text": "y", "concept": "7"}]
+    (tmp_path / "de.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    de = generic.load(tmp_path / "de.jsonl")["de"]
+    assert de.ids == ["1", "2"] and de.concepts == ["7", "7"]
+
+
+# ------------------------------------------------------------------------------------ output hygiene
+def test_summary_keeps_the_bkr_column_for_any_k(tmp_path, feature_data):
+    out = tmp_path / "k5"
+    res = cli(grid("evaluate", feature_data, out, "--k", "5"))
+    assert res.exit_code == 0, res.output
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert "| model | xlr@1 | xlr@10 | bkr@5 | bkr_mrr | corr |" in summary, summary
+
+
+def test_meta_with_k_other_than_10(tmp_path, feature_data):
+    out = tmp_path / "meta5"
+    res = cli(grid("meta", feature_data, out, "--models", "tfidf-char,random,tfidf-char@noise=2",
+                   "--pairs", "en-de,de-en", "--seeds", "2"))
+    assert res.exit_code == 0, res.output
+    md = (out / "meta.md").read_text(encoding="utf-8")
+    assert "Correlation across models of bkr@5 (BkR)" in md
+    assert "| model | xlr@10 | bkr@5 | corr | hubness_skew@5 |" in md, md
+    doc = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    assert doc["candidates"]["bkr"] == "bkr@5" and doc["truth"] == "xlr@10"
+    assert (out / "figures" / "scatter_xlr_bkr.png").stat().st_size > 1000 and (out / "report.html").is_file()
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for a test and restore it."""
+    old = os.umask(0o022)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+def test_result_files_follow_the_umask_and_private_files_are_0600(tmp_path, umask):
+    umask(0o022)
+    atomic_write_text(tmp_path / "shared.txt", "x")
+    assert stat.S_IMODE((tmp_path / "shared.txt").stat().st_mode) == 0o644
+    umask(0o027)
+    with atomic_write(tmp_path / "group.bin", "wb") as fh:
+        fh.write(b"x")
+    assert stat.S_IMODE((tmp_path / "group.bin").stat().st_mode) == 0o640
+    atomic_write_text(tmp_path / "secret.txt", "token", private=True)
+    assert stat.S_IMODE((tmp_path / "secret.txt").stat().st_mode) == 0o600
+    # replacing a file gives the new file the mode of the new write
+    atomic_write_text(tmp_path / "secret.txt", "public now")
+    assert stat.S_IMODE((tmp_path / "secret.txt").stat().st_mode) == 0o640
+
+
+def test_evaluate_results_are_shareable(tmp_path, feature_data, umask):
+    umask(0o022)
+    out = tmp_path / "run"
+    assert cli(grid("evaluate", feature_data, out)).exit_code == 0
+    for name in ("results.jsonl", "results.csv", "summary.md"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+
+
+# ---------------------------------------------------------------------------------- image-retrieval
+@pytest.fixture(scope="module")
+def m3l_model(feature_data, tmp_path_factory) -> Path:
+    """A one-epoch M3L model on the feature data (base 'random': plumbing, not quality)."""
+    model_dir = tmp_path_factory.mktemp("m3l") / "model"
+    res = CliRunner().invoke(main, [
+        "train", "m3l", "--dataset", str(feature_data), "--dataset-option", f"image_features={feature_data.parent / 'feats.npy'}",
+        "--train-langs", "en", "--base", "random", "--image-model", "precomputed", "--epochs", "1", "--batch-size", "16",
+        "--widths", "8,8", "--test-frac", "0.4", "--val-frac", "0.2", "--threads", "1", "--out", str(model_dir), "--quiet",
+    ])
+    assert res.exit_code == 0, res.output
+    return model_dir
+
+
+def test_image_retrieval_default_plot_languages_never_clash_with_langs(tmp_path, feature_data, m3l_model):
+    """--langs en,de,ja with the default --plot-langs (en,de,ru,ja): plot en,de,ja and say that ru
+    is left out, instead of refusing the user's valid choice."""
+    out = tmp_path / "ir"
+    res = CliRunner().invoke(main, [
+        "image-retrieval", "--model", str(m3l_model), "--dataset", str(feature_data),
+        "--dataset-option", f"image_features={feature_data.parent / 'feats.npy'}",
+        "--langs", "en,de,ja", "--plot-images", "10", "--n-perm", "10", "--out", str(out), "--quiet",
+    ])
+    assert res.exit_code == 0, res.output
+    assert "projection plot: en, de, ja of the default plot languages en,de,ru,ja (ru not in --langs)" in res.output
+    assert (out / "projection.png").stat().st_size > 1000
+    # a plot language the user names explicitly must be one of --langs
+    res = CliRunner().invoke(main, [
+        "image-retrieval", "--model", str(m3l_model), "--dataset", str(feature_data),
+        "--dataset-option", f"image_features={feature_data.parent / 'feats.npy'}",
+        "--langs", "en,de", "--plot-langs", "en,ru", "--out", str(tmp_path / "ir2"), "--quiet",
+    ])
+    assert_refused(res, "Invalid value for '--plot-langs': plot language 'ru' is not in --langs (en,de)")
+
+
+def test_image_retrieval_options(tmp_path, feature_data, m3l_model):
+    base = ["image-retrieval", "--dataset", str(feature_data), "--langs", "en", "--out", str(tmp_path / "ir"), "--quiet"]
+    assert_refused(cli([*base, "--model", m3l_model, "--ks", "0,5"]), "Invalid value for '--ks': 0 is not in [1, inf]")
+    assert_refused(cli([*base, "--model", m3l_model, "--langs", ","]), "Invalid value for '--langs': ',' names no language")
+    assert_refused(cli([*base, "--model", tmp_path]), "Invalid value for '--model'", "no config.json")
+    assert not (tmp_path / "ir").exists()
+
+
+# ----------------------------------------------------------------------------------- training
+def test_train_m3l_refuses_an_unwritable_out_before_training(tmp_path, feature_data, empty_cache):
+    blocker = tmp_path / "models"
+    blocker.write_text("x")
+    res = cli(["train", "m3l", "--dataset", feature_data, "--dataset-option", f"image_features={feature_data.parent / 'feats.npy'}",
+               "--base", "random", "--image-model", "precomputed", "--epochs", "1", "--out", blocker / "m3l", "--quiet"])
+    assert_refused(res, f"--out {blocker / 'm3l'} is below {blocker}, which is a file, not a folder")
+    assert nothing_encoded(empty_cache)
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["train", "m3l", "--seed", "-1"], ("Invalid value for '--seed': -1 is not in the range x>=0.",)),
+        (["train", "m3l", "--widths", "1024,2.5"], ("Invalid value for '--widths': '2.5' is not an integer",)),
+        (["train", "m3l", "--dropout", "0.2,0.1,1"], ("Invalid value for '--dropout': 1 is not in [0, 1)",)),
+        (["train", "m3l", "--val-frac", "0"], ("val_frac=0 leaves no validation images",)),
+        (["train", "m3l", "--train-langs", ","], ("Invalid value for '--train-langs': ',' names no language",)),
+        (["train", "patr", "--eta-quantile", "1"], ("Invalid value for '--eta-quantile': 1.0 is not in the range 0<x<1.",)),
+        (["train", "triplet", "--layers", "300,abc"], ("Invalid value for '--layers': 'abc' is not an integer",)),
+        (["train", "triplet", "--seed", "-3"], ("Invalid value for '--seed': -3 is not in the range x>=0.",)),
+        (["train", "triplet", "--max-per-lang", "0"], ("Invalid value for '--max-per-lang': 0 is not in the range x>=1.",)),
+        (["train", "tripletxl", "--base", "bert-huge"], ("Invalid value for '--base': unknown text model 'bert-huge'",)),
+        (["train", "cr5", "--langs", ","], ("Invalid value for '--langs': ',' names no language",)),
+        (["train", "cr5", "--lam", "1,0"], ("Invalid value for '--lam': lambda 0 is not positive",)),
+        (["train", "cr5", "--regime", "pairwise", "--pair", "en-de,de-fr"], ("Invalid value for '--pair': 'en-de,de-fr': give one pair",)),
+    ],
+    ids=["m3l-seed", "m3l-widths", "m3l-dropout", "m3l-val-frac", "m3l-langs", "patr-eta-q", "triplet-layers",
+         "triplet-seed", "triplet-max-per-lang", "tripletxl-base", "cr5-langs", "cr5-lam", "cr5-pair"],
+)
+def test_training_options_are_refused_before_the_data_is_read(tmp_path, feature_data, empty_cache, args, fragments):
+    out = tmp_path / "model"
+    assert_refused(cli([*args, "--dataset", feature_data, "--out", out, "--quiet"]), *fragments)
+    assert not out.exists() and nothing_encoded(empty_cache)
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--seeds", "-1,0"], ("Invalid value for '--seeds': seed -1 is negative",)),
+        (["--langs", "en"], ("Invalid value for '--langs': 'en': give at least two languages",)),
+        (["--n-boot", "0"], ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
+        (["--k", "20", "--bkr-n", "10"], ("Invalid value for '--k': K=20 is larger than N=10 (--bkr-n)",)),
+        (["--labels", "a,a"], ("Invalid value for '--labels': one distinct, non-empty label per model",)),
+        (["--bkr-dataset", "emoji"], ("unknown dataset 'emoji'",)),
+        (["--image-model", "colour-hist"], ("Invalid value for '--image-model': unknown image model 'colour-hist'",)),
+        (["--models", "random,triplet"], ("Invalid value for '--models': text model 'triplet' needs an argument",)),
+    ],
+    ids=["seeds", "one-language", "n-boot", "k-above-n", "labels", "dataset", "image-model", "model"],
+)
+def test_case_study_report_options(tmp_path, empty_cache, args, fragments):
+    out = tmp_path / "cs"
+    base = {"--langs": "en,de", "--models": "random,tfidf-char"}
+    argv = ["case-study", "report", *args]
+    for k, v in base.items():
+        if k not in argv:
+            argv += [k, v]
+    assert_refused(cli([*argv, "--out", out, "--quiet"]), *fragments)
+    assert not out.exists() and nothing_encoded(empty_cache)
+
+
+def test_case_study_figure_that_is_a_folder(tmp_path):
+    assert_refused(cli(["case-study", "report", "--langs", "en,de", "--models", "random,tfidf-char",
+                        "--figure", tmp_path, "--out", tmp_path / "cs"]), "'--figure'", "is a directory")
+
+
+def test_case_study_prepare_checks_out_and_options(tmp_path, empty_cache):
+    blocker = tmp_path / "work"
+    blocker.write_text("x")
+    assert_refused(cli(["case-study", "prepare", "--langs", "en,de", "--out", blocker / "w"]), "which is a file")
+    assert_refused(cli(["case-study", "prepare", "--langs", "en,de", "--holdout", "1", "--out", tmp_path / "w"]),
+                   "Invalid value for '--holdout': 1.0 is not in the range 0<x<1.")
+    assert_refused(cli(["case-study", "prepare", "--langs", "en,de", "--dataset-option", "max_docs=0.5", "--out", tmp_path / "w"]),
+                   "Invalid value for '--dataset-option': option max_docs='0.5': expected an integer")
+    assert nothing_encoded(empty_cache)
+
+
+def test_usage_errors_are_one_line_too(tmp_path):
+    assert_refused(cli(["evaluate", "--dataset", "emoji-cldr"]), "Missing option '--pairs'.")
+    assert_refused(cli(["evalute"]), "No such command 'evalute'")
+    assert_refused(cli(["evaluate", "--bogus"]), "No such option '--bogus'", "evaluate --help")
+    res = cli(["train"])  # a group alone still shows its help
+    assert "Commands:" in res.output
