@@ -181,9 +181,46 @@ def load(
         raise DataError(f"generic dataset: file not found: {path}")
     if path.suffix.lower() not in GENERIC_SUFFIXES:
         raise DataError(f"{path}: unsupported file type; use one of {', '.join(GENERIC_SUFFIXES)}")
-    base = path.resolve().parent
-    dsname = name or path.stem
     rows, columns, where = _read_table(path)
+    return build_dataset(rows, columns, where, source=str(path), base=path.resolve().parent, name=name or path.stem,
+                         langs=langs, image_features=image_features, description=f"items read from {path}")
+
+
+def build_dataset(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    where: Sequence[str],
+    *,
+    source: str,
+    base: Path,
+    name: str,
+    langs: Sequence[str] | None = None,
+    image_features: str | os.PathLike | None = None,
+    description: str = "",
+) -> Dataset:
+    """A :class:`Dataset` from rows in the generic format (the module docstring), every value
+    checked and every problem named by ``source`` and the row's ``where`` (``line 3``, ``row 7``).
+    Used by this loader and by other row sources (e.g. Hugging Face datasets).
+
+    Args:
+        rows: one dict per item, keys among the generic columns.
+        columns: the columns present.
+        where: a description of each row's place, for messages.
+        source: the file or object the rows come from, for messages.
+        base: folder that relative image paths and ``image_features`` are resolved against.
+        name: the dataset name.
+        langs: languages to keep (None: all).
+        image_features: the feature matrix ``image_feature_row`` refers to.
+        description: the dataset's description.
+
+    Returns:
+        The dataset, one corpus per language.
+
+    Raises:
+        DataError: a missing column, a bad value, a missing image, a duplicate id, ... named.
+    """
+    path = source
+    dsname = name
     for col in REQUIRED:
         if col not in columns:
             raise DataError(
@@ -310,7 +347,7 @@ def load(
             image_rows=image_rows,
             extra=extra,
         )
-    return Dataset(name=dsname, corpora=corpora, description=f"items read from {path}")
+    return Dataset(name=dsname, corpora=corpora, description=description or f"items read from {path}")
 
 
 INFO = register(

@@ -54,10 +54,19 @@ def list_datasets() -> list[DatasetInfo]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def _info(spec: str) -> tuple[DatasetInfo, dict[str, Any]]:
-    """The loader of ``spec`` (a registered name or a file path) and the arguments it gets besides
-    ``langs`` and the options."""
+def _info(spec: Any) -> tuple[DatasetInfo, dict[str, Any]]:
+    """The loader of ``spec`` (a registered name, ``hf:FOLDER``, a file path, or a Hugging Face
+    dataset object) and the arguments it gets besides ``langs`` and the options."""
     _load_modules()
+    if not isinstance(spec, (str, Path)):
+        from .hf_datasets import is_hf_dataset
+
+        if is_hf_dataset(spec):
+            return _REGISTRY["hf"], {"path": spec}
+        raise DataError(f"a dataset is a name, a file path, hf:FOLDER or a Hugging Face dataset, not {type(spec).__name__}")
+    spec = str(spec)
+    if spec.startswith("hf:"):
+        return _REGISTRY["hf"], {"path": spec[3:]}
     if spec in _REGISTRY:
         return _REGISTRY[spec], {}
     if spec.lower().endswith(GENERIC_SUFFIXES) or Path(spec).exists():
@@ -85,8 +94,10 @@ def dataset_option_names(spec: str) -> dict[str, inspect.Parameter]:
     return {k: p for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
-def _what(spec: str, info: DatasetInfo) -> str:
-    return f"dataset {spec!r}" if info.name != "generic" else f"a data file ({Path(spec).name})"
+def _what(spec: Any, info: DatasetInfo) -> str:
+    if info.name == "generic":
+        return f"a data file ({Path(spec).name})"
+    return f"dataset {spec!r}" if isinstance(spec, str) else f"the {info.name} dataset"
 
 
 def check_dataset_options(spec: str, options: Mapping[str, Any]) -> None:
@@ -148,8 +159,9 @@ def parse_dataset_options(spec: str, options: Mapping[str, str]) -> dict[str, An
     return out
 
 
-def load_dataset(spec: str, langs: Sequence[str] | None = None, **options: Any) -> Dataset:
-    """Load a registered dataset by name, or a user file by path.
+def load_dataset(spec: Any, langs: Sequence[str] | None = None, **options: Any) -> Dataset:
+    """Load a registered dataset by name, a user file by path, a saved Hugging Face dataset
+    (``hf:FOLDER``) or an in-memory ``datasets.Dataset`` / ``DatasetDict``.
 
     Raises:
         DataError: an unknown dataset or option, or bad data (the loader's own errors).
