@@ -317,3 +317,21 @@ def test_engine_errors_reach_the_caller(use_m):
     enc._encode_batch = fail
     with pytest.raises(Boom):
         enc.encode(["a", "bb", "ccc", "boom", "eeeee"], "en")
+
+
+def test_minilm_engines_and_device(names_de):
+    import torch
+
+    one = get_text_encoder("minilm-en", threads=1, batch_size=16)
+    two = get_text_encoder("minilm-en", threads=2, batch_size=16, device="cpu")
+    before = torch.get_num_threads()
+    a = one.encode(names_de, "en")
+    b = two.encode(names_de, "en")  # 19 batches in two engines sharing one tokenizer
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert torch.get_num_threads() == before  # the engines' single-threaded torch is undone
+    assert two.version.endswith(f"/l2/pt{torch.__version__}-cpu") and two.version == one.version
+    if not torch.cuda.is_available():
+        with pytest.raises(EncoderError, match="minilm-en: device 'cuda' was asked for"):
+            get_text_encoder("minilm-en", device="cuda")
+    with pytest.raises(EncoderError, match="device must be one of"):
+        get_text_encoder("minilm-en", device="gpu0")
