@@ -165,6 +165,13 @@ class CNNFeatureEncoder:
                 path.unlink(missing_ok=True)
                 path = _onnx.cached_export(self.name, self.weights_digest, build, example)
                 self._session = _onnx.make_session(path, threads=self.threads, device=self.device)
+            if self.device == "cuda" and self._session.get_providers()[0] != "CUDAExecutionProvider":
+                # ONNX Runtime falls back to the CPU silently when the CUDA provider cannot load
+                self._session = None
+                raise EncoderError(
+                    f"{self.name}: ONNX Runtime could not start its CUDAExecutionProvider (CUDA/cuDNN libraries "
+                    "missing or no GPU); use device='cpu' (or BACKRETRIEVAL_DEVICE=cpu)"
+                )
         return self._session
 
     # -- encoding
