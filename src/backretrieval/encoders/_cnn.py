@@ -12,11 +12,13 @@ of torch's); ``torch`` runs the packaged PyTorch model (the reference, and the f
 onnxruntime is missing); ``auto`` (default) takes ONNX Runtime when it is installed. The torch
 model is only built when it is needed (torch backend, first export, or ``.model``).
 
-Determinism: both backends give bit-identical features for an image whatever the batch it is
-in, its position there, and the number of threads (checked on this machine for ONNX Runtime
-1.32 and torch 2.13 on CPU; tests/test_image_encoders.py checks batch composition). The
-``version`` names the backend, its version and the device, so vectors of different backends
-never share a cache entry.
+Determinism: with ONNX Runtime (CPU) an image's features are bit-identical whatever the batch
+it is in, its position there and the number of threads (ONNX Runtime 1.32 here, every CNN;
+tests/test_image_encoders.py). With torch they agree within ~1e-5 but not to the bit: eager
+torch 2.13 picks its convolution kernels by batch shape and thread count (measured: 4e-6 to
+8e-6 between one batch of 24 on 2 threads and batches of 5 on 1 thread). The ``version`` names
+the backend, its version and the device, so vectors of different backends never share a
+cache entry.
 """
 from __future__ import annotations
 
