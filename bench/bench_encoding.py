@@ -192,7 +192,7 @@ DEMO_WRAPPER = r"""
 import resource, runpy, sys
 sys.argv = ["backretrieval", *sys.argv[1:]]
 try:
-    runpy.run_module("backretrieval", run_name="__main__")
+    runpy.run_module("backretrieval.cli", run_name="__main__")
 finally:
     print("PEAK_RSS_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 """
