@@ -5,15 +5,20 @@ Each model is loaded once per module. The emoji come from the Google emoji tarba
 """
 from __future__ import annotations
 
+import sys
 import tarfile
+import threading
+import warnings
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from backretrieval.core import DataError, EncoderError
+from backretrieval.encoders import _onnx
 from backretrieval.encoders._images import load_rgb
 from backretrieval.encoders.base import get_image_encoder, list_image_encoders
+from backretrieval.encoders.cache import CachedImageEncoder
 
 TARBALL = "npm/emoji-datasource-google-16.0.0-img64.tgz"
 EMOJI = {
@@ -33,6 +38,7 @@ MODELS = {
     "mobilenet-v2": 1280,
     "color-hist": 512,
 }
+CNN = ["efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2", "mobilenet-v2"]
 RESOLUTION = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientnet-lite2": 260, "mobilenet-v2": 224}
 
 
@@ -51,6 +57,23 @@ def emoji(shared_data, tmp_path_factory) -> dict[str, str]:
                     break
     assert not want, f"not in {tgz}: {sorted(want)}"
     return {k: str(out / f) for k, f in EMOJI.items()}
+
+
+@pytest.fixture(scope="module")
+def emoji_sample(shared_data, tmp_path_factory) -> list[str]:
+    """The first 48 emoji images of the tarball (real PNGs of every kind: faces, flags, objects)."""
+    out = tmp_path_factory.mktemp("emoji-sample")
+    paths = []
+    with tarfile.open(shared_data / TARBALL) as tar:
+        for member in tar:
+            if member.name.startswith("package/img/google/64/") and member.isfile():
+                path = out / member.name.rsplit("/", 1)[1]
+                path.write_bytes(tar.extractfile(member).read())
+                paths.append(str(path))
+                if len(paths) == 48:
+                    break
+    assert len(paths) == 48
+    return paths
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -276,3 +299,139 @@ def test_precomputed_encoder_refuses_to_encode(emoji):
     assert enc.name == "precomputed" and enc.dim is None
     with pytest.raises(EncoderError, match="dataset"):
         enc.encode_images([emoji["wave"]])
+
+
+# -- backends: ONNX Runtime vs torch, the export cache, devices -----------------------------------
+
+
+@pytest.mark.parametrize("name", CNN)
+def test_onnxruntime_features_equal_torch_on_real_images(name, emoji, emoji_sample):
+    paths = emoji_sample + list(emoji.values())
+    ort = get_image_encoder(name, backend="onnxruntime")
+    pt = get_image_encoder(name, backend="torch")
+    assert (ort.backend, pt.backend) == ("onnxruntime", "torch")
+    assert "/ort" in ort.version and "/pt" in pt.version and ort.version != pt.version
+    a, b = ort.encode_images(paths), pt.encode_images(paths)
+    assert a.shape == b.shape == (len(paths), 1280)
+    assert np.abs(a - b).max() <= 1e-4
+    cos = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() >= 0.99999
+
+
+def test_switching_backend_never_reuses_the_other_backends_cache(emoji, tmp_path):
+    paths = [emoji["wave"], emoji["car"], emoji["guitar"]]
+    by_backend = {}
+    for backend in ("torch", "onnxruntime"):
+        cached = CachedImageEncoder(get_image_encoder("efficientnet-lite0", backend=backend), root=tmp_path)
+        by_backend[backend] = cached.encode_images(paths)
+        assert cached.n_encoded == 3  # the other backend's vectors, already cached, are not used
+    for backend in ("torch", "onnxruntime"):  # and each backend finds its own vectors again
+        again = CachedImageEncoder(get_image_encoder("efficientnet-lite0", backend=backend), root=tmp_path)
+        np.testing.assert_array_equal(again.encode_images(paths), by_backend[backend])
+        assert again.n_encoded == 0
+    assert not np.array_equal(by_backend["torch"], by_backend["onnxruntime"])  # different bits, kept apart
+    assert len(list((tmp_path / "image" / "efficientnet-lite0").iterdir())) == 2
+
+
+def test_onnxruntime_features_do_not_depend_on_batch_or_threads(emoji_sample):
+    one = get_image_encoder("efficientnet-lite0", backend="onnxruntime", threads=1)
+    two = get_image_encoder("efficientnet-lite0", backend="onnxruntime", threads=2)
+    a = two.encode_images(emoji_sample, batch_size=64)
+    b = one.encode_images(emoji_sample[::-1], batch_size=5)[::-1]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(two.encode_images(emoji_sample[7:8]), a[7:8])
+
+
+def test_onnx_export_is_cached_and_a_damaged_file_exported_again(emoji, tmp_path, monkeypatch):
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(tmp_path))
+    paths = [emoji["bicycle"], emoji["dog_face"]]
+    first = get_image_encoder("mobilenet-v2", backend="onnxruntime")
+    x = first.encode_images(paths)
+    (graph,) = (tmp_path / "onnx").glob("*.onnx")
+    assert first.weights_digest[:16] in graph.name and f"opset{_onnx.OPSET}" in graph.name
+    assert f"ort{_onnx.ort_version()}" in graph.name
+    second = get_image_encoder("mobilenet-v2", backend="onnxruntime")
+    np.testing.assert_array_equal(second.encode_images(paths), x)
+    assert second._torch is None  # read from the cache: no torch model built, nothing exported
+    graph.write_bytes(b"not an onnx graph")
+    third = get_image_encoder("mobilenet-v2", backend="onnxruntime")
+    np.testing.assert_array_equal(third.encode_images(paths), x)
+    assert graph.stat().st_size > 1_000_000
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [graph.name, graph.name + ".lock"]
+
+
+def test_concurrent_first_runs_export_once(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(tmp_path))
+    calls = []
+
+    def build():
+        calls.append(1)
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+
+    example = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    paths, errors = [], []
+
+    def first_run():
+        try:
+            paths.append(_onnx.cached_export("toy", "0123456789abcdef" * 2, build, example))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=first_run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(calls) == 1 and len(set(paths)) == 1
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [paths[0].name, paths[0].name + ".lock"]
+
+
+def test_without_onnxruntime_torch_runs_after_one_warning(monkeypatch, emoji):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    monkeypatch.setattr(_onnx, "_warned", set())
+    with pytest.warns(_onnx.BackendWarning, match="onnxruntime not installed.*pip install onnxruntime"):
+        enc = get_image_encoder("efficientnet-lite0")
+    assert enc.backend == "torch" and "/pt" in enc.version
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        get_image_encoder("efficientnet-lite0")  # once per model and process
+    assert enc.encode_images([emoji["car"]]).shape == (1, 1280)
+    with pytest.raises(EncoderError, match="backend 'onnxruntime' needs onnxruntime: pip install onnxruntime"):
+        get_image_encoder("efficientnet-lite0", backend="onnxruntime")
+
+
+def test_device_option(monkeypatch):
+    import onnxruntime
+    import torch
+
+    cpu = get_image_encoder("mobilenet-v2", device="cpu")
+    assert cpu.device == "cpu" and cpu.version.endswith("-cpu-x17.1-pt" + torch.__version__.split("+")[0])
+    auto = get_image_encoder("mobilenet-v2")  # auto: the GPU where ONNX Runtime can use one
+    has_gpu = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    assert auto.device == ("cuda" if has_gpu else "cpu")
+    assert get_image_encoder("mobilenet-v2", backend="torch").device == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(EncoderError, match="device 'cuda' was asked for, but no CUDA GPU"):
+            get_image_encoder("mobilenet-v2", backend="torch", device="cuda")
+    if not has_gpu:
+        with pytest.raises(EncoderError, match="CUDAExecutionProvider"):
+            get_image_encoder("mobilenet-v2", device="cuda")
+    with pytest.raises(EncoderError, match="device must be one of auto, cpu, cuda, got 'tpu'"):
+        get_image_encoder("mobilenet-v2", device="tpu")
+    with pytest.raises(EncoderError, match="backend must be one of auto, onnxruntime, torch, got 'tensorrt'"):
+        get_image_encoder("mobilenet-v2", backend="tensorrt")
+    monkeypatch.setenv("BACKRETRIEVAL_DEVICE", "cpu")
+    assert get_image_encoder("mobilenet-v2").device == "cpu"
+    monkeypatch.setenv("BACKRETRIEVAL_DEVICE", "gpu")
+    with pytest.raises(EncoderError, match="got 'gpu'"):
+        get_image_encoder("mobilenet-v2")
+
+
+def test_bad_image_in_a_later_batch_names_the_file(lite0, emoji, tmp_path):
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG not really")
+    with pytest.raises(DataError, match="broken.png"):
+        lite0.encode_images([emoji["wave"], emoji["car"], str(bad), emoji["dog_face"]], batch_size=1)

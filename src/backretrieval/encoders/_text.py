@@ -25,6 +25,7 @@ one text), so the memory a batch needs is bounded whatever the input.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import warnings
@@ -140,7 +141,14 @@ def default_threads() -> int:
 
 class BatchedTextEncoder:
     """Base of the built-in text encoders: subclasses set ``name``, ``version``, ``dim``,
-    ``languages`` and implement ``_load_model()`` and ``_encode_batch(model, texts)``."""
+    ``languages`` and implement ``_load_model()`` and ``_encode_batch(model, texts)``.
+
+    Parallel engines: a subclass whose ``_encode_batch`` may run in several threads at once
+    (the model releases the GIL and holds no per-call state) returns more than 1 from
+    :meth:`_workers`; the length-sorted batches are then handed to that many threads, each
+    taking the next batch when it finishes one, and :meth:`_parallel` wraps the whole run
+    (e.g. to make each engine single-threaded). A batch's vectors do not depend on which
+    thread encodes it."""
 
     name: str = ""
     version: str = ""
@@ -164,6 +172,16 @@ class BatchedTextEncoder:
 
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         raise NotImplementedError
+
+    def _workers(self) -> int:
+        """Threads that encode batches at the same time (1: batches run one after another)."""
+        return 1
+
+    def _parallel(self) -> Any:
+        """Context manager around a parallel run (default: nothing)."""
+        import contextlib
+
+        return contextlib.nullcontext()
 
     def _cut_tokens(self, texts: list[str]) -> list[str]:
         """Hook for models with a token limit: each (character-capped) text cut to the longest
@@ -243,9 +261,13 @@ class BatchedTextEncoder:
         out: np.ndarray | None = None
         from tqdm.auto import tqdm
 
-        with tqdm(total=n, desc=f"encode {what}", unit="text", disable=not show) as bar:
-            for rows in _batches(order, lengths, bs, self.batch_chars):
-                vec = np.asarray(self._encode_batch(model, [texts[i] for i in rows]), dtype=np.float32)
+        batches = list(_batches(order, lengths, bs, self.batch_chars))
+        workers = min(self._workers(), len(batches))
+        with tqdm(total=n, desc=f"encode {what}", unit="text", disable=not show) as bar, _run_batches(
+            self, model, texts, batches, workers
+        ) as results:
+            for rows, vec in zip(batches, results):
+                vec = np.asarray(vec, dtype=np.float32)
                 if vec.ndim != 2 or vec.shape[0] != len(rows):
                     raise EncoderError(f"{what}: model returned shape {vec.shape} for a batch of {len(rows)} texts")
                 if self.dim is None:
@@ -260,6 +282,24 @@ class BatchedTextEncoder:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.version}>"
+
+
+@contextlib.contextmanager
+def _run_batches(enc: BatchedTextEncoder, model: Any, texts: list[str], batches: list[np.ndarray], workers: int):
+    """An iterator over the model's vectors for each batch, in order: one batch after another
+    (``workers`` <= 1) or in ``workers`` threads inside ``enc._parallel()``."""
+    if workers <= 1:
+        yield (enc._encode_batch(model, [texts[i] for i in rows]) for rows in batches)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with enc._parallel(), ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{enc.name}-engine") as pool:
+        futures = [pool.submit(enc._encode_batch, model, [texts[i] for i in rows]) for rows in batches]
+        try:
+            yield (f.result() for f in futures)
+        finally:
+            for f in futures:
+                f.cancel()
 
 
 def _batches(order: np.ndarray, lengths: np.ndarray, size: int, max_chars: int):

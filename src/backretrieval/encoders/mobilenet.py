@@ -18,18 +18,18 @@ Feature: global average pool of the last feature map (``features.18``: 1x1 conv 
 compositing, bicubic resize of the shorter side to 224 and a 224 center crop (no extra
 256->224 margin crop: emoji fill their canvas), ImageNet mean (0.485, 0.456, 0.406) and
 std (0.229, 0.224, 0.225) on 0..1 RGB.
+
+Backends: ONNX Runtime (default when installed) or torch, on the CPU or a CUDA GPU; see
+:mod:`._cnn` (options ``backend``, ``device``, ``threads``, ``batch_size``, ``progress``).
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..core import EncoderError
-from ._images import preprocess_batch, progress_bar
-from .base import EncoderInfo, check_embeddings, package_version, register_image
+from ._cnn import CNNFeatureEncoder, check_image_options
+from .base import EncoderInfo, register_image
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -103,66 +103,50 @@ def build_mobilenet_v2(num_classes: int = 1000):
     return MobileNetV2()
 
 
-class MobileNetV2Encoder:
+class MobileNetV2Encoder(CNNFeatureEncoder):
     """Frozen ImageNet MobileNetV2 feature extractor; ``encode_images`` gives float32 (n, 1280)."""
 
-    def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
+    name = "mobilenet-v2"
+    dim = 1280
+    resolution = RESOLUTION
+    mean = MEAN
+    std = STD
+    describe = "bicubic-crop/imagenet-norm/white-bg/gap1280"
+
+    def weights_path(self) -> str:
+        return weights_path()
+
+    def weights_id(self) -> str:
+        # torchvision's file name carries the first 8 hex digits of its SHA-256
+        return f"tv-b0353104/w{self.weights_digest[:12]}"
+
+    def build_torch(self) -> Any:
         import torch
 
-        if int(batch_size) < 1:
-            raise EncoderError(f"mobilenet-v2: batch_size must be >= 1, got {batch_size}")
-        path = weights_path()
         model = build_mobilenet_v2()
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(self.weights, map_location="cpu", weights_only=True)
             model.load_state_dict(state, strict=True)
         except Exception as e:
-            raise EncoderError(f"mobilenet-v2: cannot load weights {path}: {e}") from e
-        # channels_last runs the depthwise/1x1 convs about 2x faster on CPU (same values up to rounding)
-        model = model.eval().to(memory_format=torch.channels_last)
-        self.model = model
-        self.resolution = RESOLUTION
-        self.name = "mobilenet-v2"
-        self.dim = 1280
-        self.version = (
-            f"mobilenet-v2/torchvision-imagenet1k-v1-b0353104/w{package_version(_WEIGHTS_DIST)}"
-            f"/{RESOLUTION}/bicubic-crop/imagenet-norm/white-bg/gap{self.dim}"
-        )
-        self.batch_size = int(batch_size)
-        self.progress = bool(progress)
+            raise EncoderError(f"mobilenet-v2: cannot load weights {self.weights}: {e}") from e
+        return model
 
-    def preprocess(self, paths: Sequence[str | os.PathLike[str]]) -> np.ndarray:
-        return preprocess_batch(paths, RESOLUTION, MEAN, STD)
+    def feature_module(self, model: Any) -> Any:
+        from torch import nn
 
-    def encode_images(
-        self,
-        paths: Sequence[str | os.PathLike[str]],
-        batch_size: int | None = None,
-        progress: bool | None = None,
-    ) -> np.ndarray:
-        import torch
+        class Features(nn.Module):  # global average pool of features.18
+            def __init__(self, m: Any) -> None:
+                super().__init__()
+                self.m = m
 
-        paths = list(paths)
-        bs = self.batch_size if batch_size is None else int(batch_size)
-        if bs < 1:
-            raise EncoderError(f"{self.name}: batch_size must be >= 1, got {batch_size}")
-        show = self.progress if progress is None else bool(progress)
-        out = np.empty((len(paths), self.dim), dtype=np.float32)
-        with progress_bar(len(paths), self.name, show) as bar, torch.inference_mode():
-            for start in range(0, len(paths), bs):
-                chunk = paths[start : start + bs]
-                x = torch.from_numpy(self.preprocess(chunk)).contiguous(memory_format=torch.channels_last)
-                out[start : start + len(chunk)] = self.model.pooled_features(x).numpy()
-                bar.update(len(chunk))
-        return check_embeddings(out, len(paths), f"{self.name} image embeddings")
+            def forward(self, x):
+                return self.m.pooled_features(x)
+
+        return Features(model)
 
 
 def _factory(arg: str | None = None, **options: Any) -> MobileNetV2Encoder:
-    unknown = set(options) - {"batch_size", "progress"}
-    if unknown:
-        raise EncoderError(
-            f"image model 'mobilenet-v2': unknown option(s) {', '.join(sorted(unknown))} (known: batch_size, progress)"
-        )
+    check_image_options("mobilenet-v2", options)
     return MobileNetV2Encoder(**options)
 
 
