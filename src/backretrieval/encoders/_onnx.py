@@ -84,12 +84,17 @@ def onnx_installed() -> bool:
 
 
 def ort_cuda_available() -> bool:
-    """Whether ONNX Runtime offers its ``CUDAExecutionProvider`` here."""
+    """Whether ONNX Runtime offers its ``CUDAExecutionProvider`` here *and* a CUDA GPU is present
+    (``onnxruntime-gpu`` lists the provider on machines without a GPU too): torch sees one, or the
+    NVIDIA driver lists one."""
     if not ort_installed():
         return False
     import onnxruntime as ort
 
-    return "CUDAExecutionProvider" in ort.get_available_providers()
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return torch_cuda_available() or (gpus.is_dir() and any(gpus.iterdir()))
 
 
 def torch_cuda_available() -> bool:
