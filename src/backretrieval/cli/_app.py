@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
+from ._warnings import short_warnings
 
 
 def _parse_seeds(spec: str) -> list[int]:
@@ -50,6 +51,7 @@ class _Group(click.Group):
 def main() -> None:
     """Evaluate cross-lingual text representations with Backretrieval (images as the pivot),
     ground-truth XLR where parallel data exists, and the CORR baseline."""
+    short_warnings()
 
 
 def grid_options(fn):
