@@ -9,7 +9,8 @@ The emoji tarballs (npm) and Debian's DDTP files (apt) are found, in order:
    downloads (``npm pack NAME@VERSION``, ``apt-get update`` with a private lists folder). A file
    is reused only when it still matches its checksum: the npm registry's published sha512 for
    the pinned package versions, and for DDTP the sha256 recorded when apt (which checks the
-   signed Release file) delivered it. A file that does not match is fetched again.
+   signed Release file) delivered it, with the loader that assembled it. A file that does not
+   match is fetched again.
 
 ``BACKRETRIEVAL_SHARED_DATA=/nonexistent`` runs the suite as on a machine without the shared
 folder. Multi30K (non-commercial terms; never downloaded, never copied) is always the small
@@ -89,21 +90,24 @@ def _download_npm(root: Path) -> None:
 
 
 def _download_ddtp(root: Path) -> None:
-    """Every DDTP language in ``root/ddtp`` via the loader's apt fetch; checksums in a manifest."""
+    """Every DDTP language in ``root/ddtp`` via the loader's apt fetch. A manifest records each
+    file's sha256 and the loader's source hash (how the files were assembled from apt's lists)."""
     from backretrieval.core import atomic_write_text
     from backretrieval.data import ddtp
 
     folder = root / "ddtp"
     manifest_path = folder / DDTP_MANIFEST
+    loader = _digest(Path(ddtp.__file__), "sha256").hex()
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         manifest = {}
-    for lang, path in ddtp.files_in(folder).items():
-        if manifest.get(path.name) != _digest(path, "sha256").hex():
-            path.unlink()  # unverified (damaged, or written without a manifest entry): fetch it again
-    files = ddtp.find_files(list(ddtp.LANGUAGES))  # fetches what is missing into cache_dir("ddtp") = root/ddtp
-    manifest = {p.name: _digest(p, "sha256").hex() for p in sorted(files.values())}
+    files = manifest.get("files", {}) if manifest.get("loader") == loader else {}
+    for path in ddtp.files_in(folder).values():
+        if files.get(path.name) != _digest(path, "sha256").hex():
+            path.unlink()  # damaged, made by another loader version, or not in the manifest: fetch again
+    got = ddtp.find_files(list(ddtp.LANGUAGES))  # fetches what is missing into cache_dir("ddtp") = root/ddtp
+    manifest = {"loader": loader, "files": {p.name: _digest(p, "sha256").hex() for p in sorted(got.values())}}
     atomic_write_text(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 

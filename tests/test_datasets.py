@@ -470,6 +470,22 @@ printf 'Package: q\\nDescription-md5: 4567\\nDescription-zh_CN: Ni hao\\n' > "$d
     assert ddtp.load(["pt"])["pt"].ids == ["0123"] and not log.exists()  # from the cache now
 
 
+def test_ddtp_apt_release_suite_comes_first(fresh_cache, tmp_path, monkeypatch):
+    """apt also delivers the -security and -updates suites' files, whose names sort first; the
+    release's own file must come first (so max_docs keeps the release's documents, as in the shared
+    copy), the updates' new descriptions after it."""
+    _script(tmp_path / "bin", "apt-get", """
+for a in "$@"; do case "$a" in Dir::State::Lists=*) d="${a#Dir::State::Lists=}";; esac; done
+printf 'Package: s\\nDescription-md5: m3\\nDescription-en: security fix\\n\\nPackage: a\\nDescription-md5: m1\\nDescription-en: first\\n' > "$d/deb.debian.org_debian-security_dists_bookworm-security_main_i18n_Translation-en"
+printf 'Package: u\\nDescription-md5: m4\\nDescription-en: update\\n' > "$d/deb.debian.org_debian_dists_bookworm-updates_main_i18n_Translation-en"
+printf 'Package: a\\nDescription-md5: m1\\nDescription-en: first\\n\\nPackage: b\\nDescription-md5: m2\\nDescription-en: second\\n' > "$d/deb.debian.org_debian_dists_bookworm_main_i18n_Translation-en"
+""")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    en = ddtp.load(["en"])["en"]
+    assert en.ids[:2] == ["m1", "m2"] and sorted(en.ids[2:]) == ["m3", "m4"]
+    assert ddtp.load(["en"], max_docs=2)["en"].texts == ["first", "second"]
+
+
 def test_ddtp_without_apt_explains(fresh_cache, monkeypatch):
     monkeypatch.setenv("PATH", "")
     with pytest.raises(DataError, match="source_dir") as e:
