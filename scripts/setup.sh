@@ -25,12 +25,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$VENV"
 fi
 if [ "${BACKRETRIEVAL_UNLOCKED:-0}" = 1 ]; then
-  LOCK=()
+  PIP=("$VENV/bin/python" -m pip install -q)
+  "${PIP[@]}" --upgrade pip
 else
-  LOCK=(-c constraints.txt)
+  PIP=("$VENV/bin/python" -m pip install -q -c constraints.txt)
+  "${PIP[@]}" pip                               # the pinned pip first: it knows --build-constraint
+  PIP+=(--build-constraint constraints.txt)     # the build backend (setuptools) pinned as well
 fi
-PIP=("$VENV/bin/python" -m pip install -q ${LOCK[@]+"${LOCK[@]}"})
-"${PIP[@]}" --upgrade pip
 # torch pinned to the CPU build (constraints.txt pins it too): an unpinned torch pulls a multi-GB CUDA build.
 "${PIP[@]}" "torch==2.13.0" -e ".[$EXTRAS]"
 if [ "$PROFILE" = test ]; then
