@@ -24,13 +24,15 @@ VENV=${BACKRETRIEVAL_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$VENV"
 fi
+# pip and setuptools first (a new venv may hold old ones): then pip knows --build-constraint,
+# and the package is built with the pinned setuptools as well.
 if [ "${BACKRETRIEVAL_UNLOCKED:-0}" = 1 ]; then
   PIP=("$VENV/bin/python" -m pip install -q)
-  "${PIP[@]}" --upgrade pip
+  "${PIP[@]}" --upgrade pip setuptools
 else
   PIP=("$VENV/bin/python" -m pip install -q -c constraints.txt)
-  "${PIP[@]}" pip                               # the pinned pip first: it knows --build-constraint
-  PIP+=(--build-constraint constraints.txt)     # the build backend (setuptools) pinned as well
+  "${PIP[@]}" pip setuptools
+  PIP+=(--build-constraint constraints.txt)
 fi
 # torch pinned to the CPU build (constraints.txt pins it too): an unpinned torch pulls a multi-GB CUDA build.
 "${PIP[@]}" "torch==2.13.0" -e ".[$EXTRAS]"
