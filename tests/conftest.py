@@ -21,6 +21,7 @@ Data are resolved once per session, and only when a selected test asks for ``sha
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -75,7 +76,18 @@ def _npm_ok(path: Path) -> bool:
     return path.is_file() and base64.b64encode(_digest(path, "sha512")).decode() == NPM_SHA512[path.name]
 
 
-def _download_npm(root: Path) -> None:
+@contextlib.contextmanager
+def _loaders_fetch_into(root: Path):
+    """The loaders' own downloads land in ``root/<what>`` (their cache_dir), whatever the
+    data-location variables say."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BACKRETRIEVAL_CACHE", str(root))
+        for var in _DATA_VARS:
+            mp.delenv(var, raising=False)
+        yield
+
+
+def _download_npm_into(root: Path) -> None:
     """The three emoji-cldr tarballs in ``root/npm`` via the loader's ``npm pack``, verified."""
     from backretrieval.data import emoji_cldr
 
@@ -83,13 +95,14 @@ def _download_npm(root: Path) -> None:
     for name in NPM_SHA512:
         if (folder / name).exists() and not _npm_ok(folder / name):
             (folder / name).unlink()  # damaged or not the published file: fetch it again
-    emoji_cldr.find_tarballs()  # fetches what is missing into cache_dir("npm") = root/npm
+    with _loaders_fetch_into(root):
+        emoji_cldr.find_tarballs()  # fetches what is missing
     bad = [name for name in NPM_SHA512 if not _npm_ok(folder / name)]
     if bad:
         pytest.fail(f"downloaded {', '.join(bad)} in {folder} do not match the npm registry's sha512")
 
 
-def _download_ddtp(root: Path) -> None:
+def _download_ddtp_into(root: Path) -> None:
     """Every DDTP language in ``root/ddtp`` via the loader's apt fetch. A manifest records each
     file's sha256 and the loader's source hash (how the files were assembled from apt's lists)."""
     from backretrieval.core import atomic_write_text
@@ -106,18 +119,15 @@ def _download_ddtp(root: Path) -> None:
     for path in ddtp.files_in(folder).values():
         if files.get(path.name) != _digest(path, "sha256").hex():
             path.unlink()  # damaged, made by another loader version, or not in the manifest: fetch again
-    got = ddtp.find_files(list(ddtp.LANGUAGES))  # fetches what is missing into cache_dir("ddtp") = root/ddtp
+    with _loaders_fetch_into(root):
+        got = ddtp.find_files(list(ddtp.LANGUAGES))  # fetches what is missing
     manifest = {"loader": loader, "files": {p.name: _digest(p, "sha256").hex() for p in sorted(got.values())}}
     atomic_write_text(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def _download(root: Path) -> Path:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BACKRETRIEVAL_CACHE", str(root))  # the loaders fetch into cache_dir(...) = root/...
-        for var in _DATA_VARS:
-            mp.delenv(var, raising=False)
-        _download_npm(root)
-        _download_ddtp(root)
+    _download_npm_into(root)
+    _download_ddtp_into(root)
     return root
 
 
