@@ -29,4 +29,4 @@ if ! bash scripts/test.sh "$@"; then
   exit 1
 fi
 mv "$TMP/constraints.txt" constraints.txt
-echo "wrote constraints.txt ($(grep -c '==' constraints.txt) pins)"
+echo "wrote constraints.txt ($(grep -c '^[^#]' constraints.txt) pins)"
