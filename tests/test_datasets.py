@@ -1,4 +1,5 @@
-"""Dataset loaders on the real data in ../shared/data (fail, never skip, when it is missing)."""
+"""Dataset loaders on the real data (../shared/data, or the registry downloads conftest.py makes
+when it is absent; fail, never skip) and on the Multi30K-format fixture under tests/fixtures."""
 from __future__ import annotations
 
 import json
@@ -15,18 +16,23 @@ from backretrieval.core import DataError
 from backretrieval.data import ddtp, emoji_cldr, generic, multi30k
 from backretrieval.data.registry import list_datasets, load_dataset
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-NPM = DATA / "npm"
-DDTP = DATA / "ddtp"
-M30K = DATA / "multi30k"
 N_EMOJI = 3786
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
+def npm_dir(shared_data) -> Path:
+    return shared_data / "npm"
+
+
+@pytest.fixture(scope="session")
+def ddtp_dir(shared_data) -> Path:
+    return shared_data / "ddtp"
+
+
+@pytest.fixture(scope="module", autouse=True)
 def _isolated_cache(tmp_path_factory):
-    """Never touch the real user cache; ignore the user's data-location variables."""
-    if not DATA.is_dir():
-        pytest.fail(f"real test data not found at {DATA} (../shared/data beside the project)")
+    """Never touch the real user cache; ignore the data-location variables (for this module only:
+    the other test modules find the data through them)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BACKRETRIEVAL_CACHE", str(tmp_path_factory.mktemp("cache")))
         for var in ("BACKRETRIEVAL_EMOJI_DIR", "BACKRETRIEVAL_DDTP_DIR", "BACKRETRIEVAL_MULTI30K"):
@@ -59,13 +65,12 @@ def test_registry_lists_the_four_loaders():
 # ------------------------------------------------------------------------------------ emoji-cldr
 
 
-@pytest.fixture(scope="session")
-def emoji_en_de():
-    for f in ("emoji-datasource-google-16.0.0-img64.tgz", "cldr-annotations-full-48.2.0.tgz",
-              "cldr-annotations-derived-full-48.2.0.tgz"):
-        if not (NPM / f).is_file():
-            pytest.fail(f"missing real data file {NPM / f}")
-    return emoji_cldr.load(["en", "de"], source_dir=NPM)
+@pytest.fixture(scope="module")
+def emoji_en_de(npm_dir, emoji_tarball):
+    for f in (emoji_tarball.name, "cldr-annotations-full-48.2.0.tgz", "cldr-annotations-derived-full-48.2.0.tgz"):
+        if not (npm_dir / f).is_file():
+            pytest.fail(f"missing real data file {npm_dir / f}")
+    return emoji_cldr.load(["en", "de"], source_dir=npm_dir)
 
 
 def test_emoji_en_de_join(emoji_en_de):
@@ -92,8 +97,8 @@ def test_emoji_en_de_join(emoji_en_de):
     assert set(en.extra) == {"title", "body"} and len(en.extra["title"]) == N_EMOJI
 
 
-def test_emoji_text_options():
-    by_mode = {m: emoji_cldr.load(["en"], source_dir=NPM, text=m)["en"] for m in emoji_cldr.TEXT_MODES}
+def test_emoji_text_options(npm_dir):
+    by_mode = {m: emoji_cldr.load(["en"], source_dir=npm_dir, text=m)["en"] for m in emoji_cldr.TEXT_MODES}
     name, kw, both = by_mode["name"], by_mode["keywords"], by_mode["name+keywords"]
     i = name.ids.index("1f436")
     assert name.texts[i] == "dog face" == name.extra["title"][i]
@@ -105,27 +110,27 @@ def test_emoji_text_options():
         assert n.casefold() not in [k.casefold() for k in body.split(", ")]
     assert any(n.casefold() in [k.casefold() for k in t.split(", ")] for n, t in zip(kw.extra["title"], kw.texts))
     with pytest.raises(DataError, match="text"):
-        emoji_cldr.load(["en"], source_dir=NPM, text="title")
+        emoji_cldr.load(["en"], source_dir=npm_dir, text="title")
 
 
-def test_emoji_languages_and_counts(emoji_en_de):
-    langs = emoji_cldr.available_languages(NPM)
+def test_emoji_languages_and_counts(emoji_en_de, npm_dir):
+    langs = emoji_cldr.available_languages(npm_dir)
     assert {"en", "de", "ja", "zh", "zh-Hant", "ar", "ru"} <= set(langs) and len(langs) > 150
-    counts = emoji_cldr.name_counts(NPM)
+    counts = emoji_cldr.name_counts(npm_dir)
     for lang in ("en", "de", "ja", "ru", "ar", "zh"):
         assert counts[lang] == N_EMOJI
-    default = emoji_cldr.default_languages(NPM)
+    default = emoji_cldr.default_languages(npm_dir)
     assert {"en", "de", "ja"} <= set(default) and "en-AU" not in default and "und" not in default
     assert all(counts[lang] >= emoji_cldr.MIN_NAMES_DEFAULT for lang in default)
     assert len(default) >= 100
     with pytest.raises(DataError, match="xx-Nope"):
-        emoji_cldr.load(["en", "xx-Nope"], source_dir=NPM)
+        emoji_cldr.load(["en", "xx-Nope"], source_dir=npm_dir)
 
 
-def test_emoji_extraction_is_once_and_minimal(emoji_en_de):
-    root = emoji_cldr.prepare(NPM)
+def test_emoji_extraction_is_once_and_minimal(emoji_en_de, npm_dir):
+    root = emoji_cldr.prepare(npm_dir)
     assert Path(emoji_en_de["en"].image_paths[0]).is_relative_to(root)
-    assert emoji_cldr.prepare(NPM) == root and (root / ".complete").is_file()
+    assert emoji_cldr.prepare(npm_dir) == root and (root / ".complete").is_file()
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) >= [
         "annotations", "annotationsDerived", "img", "index.json"]
     assert len(list((root / "img").iterdir())) == N_EMOJI
@@ -133,25 +138,25 @@ def test_emoji_extraction_is_once_and_minimal(emoji_en_de):
     assert not (root / "README.md").exists() and not (root / "package").exists()
 
 
-def test_emoji_incomplete_extraction_is_redone(fresh_cache):
-    root = emoji_cldr.prepare(NPM)
+def test_emoji_incomplete_extraction_is_redone(fresh_cache, npm_dir):
+    root = emoji_cldr.prepare(npm_dir)
     (root / ".complete").unlink()
     (root / "index.json").unlink()  # looks half-finished
-    again = emoji_cldr.prepare(NPM)
+    again = emoji_cldr.prepare(npm_dir)
     assert again == root and (root / ".complete").is_file() and (root / "index.json").is_file()
 
 
-def test_emoji_tarball_names_and_env(tmp_path, monkeypatch):
+def test_emoji_tarball_names_and_env(tmp_path, monkeypatch, npm_dir, emoji_tarball):
     src = tmp_path / "src"
     src.mkdir()
     # the full `npm pack` name of the emoji package is accepted too
-    (src / "emoji-datasource-google-16.0.0.tgz").symlink_to(NPM / "emoji-datasource-google-16.0.0-img64.tgz")
+    (src / "emoji-datasource-google-16.0.0.tgz").symlink_to(emoji_tarball)
     for f in ("cldr-annotations-full-48.2.0.tgz", "cldr-annotations-derived-full-48.2.0.tgz"):
-        (src / f).symlink_to(NPM / f)
+        (src / f).symlink_to(npm_dir / f)
     found = emoji_cldr.find_tarballs(src, fetch=False)
     assert found[0].name == "emoji-datasource-google-16.0.0.tgz"
-    monkeypatch.setenv("BACKRETRIEVAL_EMOJI_DIR", str(NPM))
-    assert [p.parent for p in emoji_cldr.find_tarballs(fetch=False)] == [NPM] * 3
+    monkeypatch.setenv("BACKRETRIEVAL_EMOJI_DIR", str(npm_dir))
+    assert [p.parent for p in emoji_cldr.find_tarballs(fetch=False)] == [npm_dir] * 3
     monkeypatch.setenv("BACKRETRIEVAL_EMOJI_DIR", str(tmp_path / "empty"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="cldr-annotations-full-48.2.0.tgz"):
@@ -165,15 +170,15 @@ def test_emoji_without_npm_says_npm(fresh_cache, monkeypatch):
     assert "source_dir" in str(e.value) and "BACKRETRIEVAL_EMOJI_DIR" in str(e.value)
 
 
-def test_emoji_fetch_with_npm_pack(fresh_cache, tmp_path, monkeypatch):
+def test_emoji_fetch_with_npm_pack(fresh_cache, tmp_path, monkeypatch, npm_dir, emoji_tarball):
     """`npm pack NAME@VERSION --pack-destination DIR` (a stand-in npm) fills the cache."""
     log = tmp_path / "npm.log"
     _script(tmp_path / "bin", "npm", f"""
 echo "$@" >> {log}
 spec="$2"; dest="$4"
 case "$spec" in
-  emoji-datasource-google@16.0.0) cp {NPM}/emoji-datasource-google-16.0.0-img64.tgz "$dest/emoji-datasource-google-16.0.0.tgz";;
-  *) name="${{spec%@*}}"; ver="${{spec##*@}}"; cp "{NPM}/$name-$ver.tgz" "$dest/$name-$ver.tgz";;
+  emoji-datasource-google@16.0.0) cp "{emoji_tarball}" "$dest/emoji-datasource-google-16.0.0.tgz";;
+  *) name="${{spec%@*}}"; ver="${{spec##*@}}"; cp "{npm_dir}/$name-$ver.tgz" "$dest/$name-$ver.tgz";;
 esac
 """)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -329,34 +334,43 @@ def test_generic_missing_file_and_type(tmp_path):
 # -------------------------------------------------------------------------------------- multi30k
 
 
-def test_multi30k_en_de_test_split():
-    ds = multi30k.load(["en", "de"], root=M30K)
+def test_multi30k_en_de_test_split(multi30k_root):
+    ds = multi30k.load(["en", "de"], root=multi30k_root)
     en, de = ds["en"], ds["de"]
-    assert len(en) == len(de) == 1000
+    assert len(en) == len(de) == 8
     assert en.ids[0] == "test_2016_flickr-0" and en.ids == de.ids
-    assert en.concepts == de.concepts and en.concepts[0] == "1007129816.jpg"
-    assert en.texts[0].startswith("A man in an orange hat") and "Hut" in de.texts[0]
+    assert en.concepts == de.concepts and en.concepts[0] == "fixture-0001.jpg"
+    assert en.texts[0] == "A brown dog runs across a green meadow." and "Hund" in de.texts[0]
     assert not ds.has_images and en.image_paths is None
-    assert multi30k.load(root=M30K).languages == ["cs", "de", "en", "fr"]
-    assert multi30k.languages("test_2017_flickr", M30K) == ["en", "de", "fr"]
+    assert multi30k.load(root=multi30k_root).languages == ["cs", "de", "en", "fr"]
+    assert multi30k.splits(multi30k_root) == ["test_2016_flickr", "test_2017_flickr", "val"]
+    assert multi30k.languages("test_2017_flickr", multi30k_root) == ["en", "de", "fr"]
     with pytest.raises(DataError, match="unknown language 'cs'"):
-        multi30k.load(["en", "cs"], root=M30K, split="test_2017_flickr")
+        multi30k.load(["en", "cs"], root=multi30k_root, split="test_2017_flickr")
 
 
-def test_multi30k_images_and_features(tmp_path, monkeypatch):
+def test_multi30k_empty_caption_is_left_out(multi30k_root):
+    val = multi30k.load(["en", "cs"], root=multi30k_root, split="val")
+    assert len(val["en"]) == 6 and len(val["cs"]) == 5  # line 3 of val.cs is empty
+    assert "val-2" in val["en"].ids and "val-2" not in val["cs"].ids
+    i = val["cs"].ids.index("val-3")  # ids keep the line index, so the image still matches
+    assert val["cs"].concepts[i] == val["en"].concepts[3] == "fixture-0104.jpg"
+
+
+def test_multi30k_images_and_features(tmp_path, monkeypatch, multi30k_root):
     feats = tmp_path / "f.npy"
-    np.save(feats, np.zeros((1014, 3), np.float32))
-    monkeypatch.setenv("BACKRETRIEVAL_MULTI30K", str(M30K))  # root from the environment
+    np.save(feats, np.zeros((6, 3), np.float32))
+    monkeypatch.setenv("BACKRETRIEVAL_MULTI30K", str(multi30k_root))  # root from the environment
     fr = multi30k.load(["fr"], split="val", image_features=feats)["fr"]
-    assert fr.image_rows.tolist() == list(range(1014)) and fr.image_features == str(feats.resolve())
-    with pytest.raises(DataError, match=r"shape \(1014, 3\); need \(1000, d\)"):
+    assert fr.image_rows.tolist() == list(range(6)) and fr.image_features == str(feats.resolve())
+    with pytest.raises(DataError, match=r"shape \(6, 3\); need \(8, d\)"):
         multi30k.load(["en"], image_features=feats)
     imgs = tmp_path / "flickr"
     imgs.mkdir()
-    names = (M30K / "data/task1/image_splits/test_2016_flickr.txt").read_text().split()
+    names = (multi30k_root / "data/task1/image_splits/test_2016_flickr.txt").read_text().split()
     for n in names[:-1]:
         (imgs / n).touch()
-    with pytest.raises(DataError, match=f"1 of 1000 images .*{names[-1]}"):
+    with pytest.raises(DataError, match=f"1 of 8 images .*{names[-1]}"):
         multi30k.load(["en"], images_dir=imgs)
     (imgs / names[-1]).touch()
     en = multi30k.load(["en"], images_dir=imgs)["en"]
@@ -374,15 +388,19 @@ def test_multi30k_missing_root(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------ ddtp
 
 
-@pytest.fixture(scope="session")
-def ddtp_en():
-    return ddtp.load(["en"], source_dir=DDTP)["en"]  # the one full parse of en
+@pytest.fixture(scope="module")
+def ddtp_en(ddtp_dir):
+    return ddtp.load(["en"], source_dir=ddtp_dir)["en"]  # the one full parse of en
 
 
-def test_ddtp_de_aligns_with_en(ddtp_en):
-    de = ddtp.load(["de"], source_dir=DDTP, max_docs=200)["de"]
+def test_ddtp_de_aligns_with_en(ddtp_en, ddtp_dir):
+    de = ddtp.load(["de"], source_dir=ddtp_dir, max_docs=200)["de"]
     assert len(de) == 200 and de.ids == de.concepts
-    assert len(ddtp_en) == 61486  # distinct md5s (README)
+    # one item per distinct md5, as a plain scan of the file counts them (61,486 in the shared
+    # bookworm copy, see its README; apt's files of today hold a few more)
+    with lzma.open(ddtp.files_in(ddtp_dir)["en"], "rt", encoding="utf-8") as fh:
+        distinct = {line.split(":", 1)[1].strip() for line in fh if line.startswith("Description-md5:")}
+    assert len(ddtp_en) == len(distinct) and len(distinct) > 60000
     assert len(set(ddtp_en.ids)) == len(ddtp_en)
     en_ids = set(ddtp_en.ids)
     shared = [m for m in de.ids if m in en_ids]
@@ -450,6 +468,22 @@ printf 'Package: q\\nDescription-md5: 4567\\nDescription-zh_CN: Ni hao\\n' > "$d
     assert (fresh_cache / "ddtp" / "Translation-pt.xz").is_file()
     log.unlink()
     assert ddtp.load(["pt"])["pt"].ids == ["0123"] and not log.exists()  # from the cache now
+
+
+def test_ddtp_apt_release_suite_comes_first(fresh_cache, tmp_path, monkeypatch):
+    """apt also delivers the -security and -updates suites' files, whose names sort first; the
+    release's own file must come first (so max_docs keeps the release's documents, as in the shared
+    copy), the updates' new descriptions after it."""
+    _script(tmp_path / "bin", "apt-get", """
+for a in "$@"; do case "$a" in Dir::State::Lists=*) d="${a#Dir::State::Lists=}";; esac; done
+printf 'Package: s\\nDescription-md5: m3\\nDescription-en: security fix\\n\\nPackage: a\\nDescription-md5: m1\\nDescription-en: first\\n' > "$d/deb.debian.org_debian-security_dists_bookworm-security_main_i18n_Translation-en"
+printf 'Package: u\\nDescription-md5: m4\\nDescription-en: update\\n' > "$d/deb.debian.org_debian_dists_bookworm-updates_main_i18n_Translation-en"
+printf 'Package: a\\nDescription-md5: m1\\nDescription-en: first\\n\\nPackage: b\\nDescription-md5: m2\\nDescription-en: second\\n' > "$d/deb.debian.org_debian_dists_bookworm_main_i18n_Translation-en"
+""")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    en = ddtp.load(["en"])["en"]
+    assert en.ids[:2] == ["m1", "m2"] and sorted(en.ids[2:]) == ["m3", "m4"]
+    assert ddtp.load(["en"], max_docs=2)["en"].texts == ["first", "second"]
 
 
 def test_ddtp_without_apt_explains(fresh_cache, monkeypatch):

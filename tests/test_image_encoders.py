@@ -1,4 +1,4 @@
-"""Image encoders (the paper's ``g``) on real emoji PNGs from ../shared/data.
+"""Image encoders (the paper's ``g``) on real emoji PNGs (the ``shared_data`` fixture's npm tarball).
 
 Each model is loaded once per module. The emoji come from the Google emoji tarball
 (``emoji-datasource-google``, 64 px RGBA PNGs); a missing tarball fails the run.
@@ -20,7 +20,6 @@ from backretrieval.encoders._images import load_rgb
 from backretrieval.encoders.base import get_image_encoder, list_image_encoders
 from backretrieval.encoders.cache import CachedImageEncoder
 
-TARBALL = "npm/emoji-datasource-google-16.0.0-img64.tgz"
 EMOJI = {
     "wave": "1f44b.png",  # waving hand, default (yellow) skin
     "wave_light": "1f44b-1f3fb.png",  # waving hand, light skin tone
@@ -43,8 +42,8 @@ RESOLUTION = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientne
 
 
 @pytest.fixture(scope="module")
-def emoji(shared_data, tmp_path_factory) -> dict[str, str]:
-    tgz = shared_data / TARBALL
+def emoji(emoji_tarball, tmp_path_factory) -> dict[str, str]:
+    tgz = emoji_tarball
     if not tgz.is_file():
         pytest.fail(f"emoji tarball not found: {tgz}")
     out = tmp_path_factory.mktemp("emoji")

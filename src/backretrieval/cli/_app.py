@@ -22,6 +22,7 @@ from typing import Any, NoReturn, Sequence
 import click
 
 from ..core import BackretrievalError
+from ._warnings import short_warnings
 
 EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
 EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)
@@ -63,6 +64,7 @@ class _Group(click.Group):
 def main() -> None:
     """Evaluate cross-lingual text representations with Backretrieval (images as the pivot),
     ground-truth XLR where parallel data exists, and the CORR baseline."""
+    short_warnings()
 
 
 # ------------------------------------------------------------------------------ option types

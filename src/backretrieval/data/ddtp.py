@@ -87,6 +87,14 @@ def _apt_name_matches(name: str, lang: str) -> bool:
     return False
 
 
+def _apt_suite_order(path: Path) -> tuple[int, str]:
+    """The release's own suite (``..._dists_bookworm_main_...``) before its ``-updates``,
+    ``-security``, ``-backports`` suites: the first stanza of an md5 wins and ``max_docs`` keeps
+    file order, so a corpus starts with the release's descriptions, as a file of that suite does."""
+    m = re.search(r"_dists_([^_]+)_", path.name)
+    return (1 if m is None or "-" in m.group(1) else 0, path.name)
+
+
 def fetch_with_apt(langs: Sequence[str], dest: str | os.PathLike) -> dict[str, Path]:
     """Fetch Translation files with ``apt-get update`` into a private lists folder, then store
     them in ``dest`` as ``Translation-<lang>.xz``. Returns the languages obtained."""
@@ -116,9 +124,10 @@ def fetch_with_apt(langs: Sequence[str], dest: str | os.PathLike) -> dict[str, P
             raise DataError(f"{NAME}: `apt-get update` failed: {e}; " + _HOWTO.format(cache=dest)) from None
         for lang in langs:
             found = sorted(
-                p for p in lists.iterdir()
-                if p.is_file() and _apt_name_matches(p.name, lang)
-                and p.suffix not in (".lz4", ".zst")  # not readable with the standard library
+                (p for p in lists.iterdir()
+                 if p.is_file() and _apt_name_matches(p.name, lang)
+                 and p.suffix not in (".lz4", ".zst")),  # not readable with the standard library
+                key=_apt_suite_order,
             )
             if not found:
                 continue
