@@ -12,7 +12,8 @@ approximate; see :mod:`backretrieval.search.faiss_backend`):
   own image is among them.
 
 Only Recall@K for K <= max(ks) is defined, and ``*_mrr@K`` is the MRR truncated at K (1/rank
-when the rank is within K, else 0).
+when the rank is within K, else 0). ``found_at`` (and ``t2s_found_at``) give the per-query
+outcome behind them: the 1-based position of the right item within the K found, 0 if not found.
 
 Self-check. An approximate index is only as good as its agreement with exact search, which
 depends on the data (its intrinsic dimension more than N). With ``target_agreement`` (default
@@ -137,13 +138,16 @@ def xlr_approx(
     index = _checked_index(tgt, src, tgt_index, method, options, "target embeddings", k, target_agreement,
                            check_sample, seed, check, "text_")
     _, idx = search(index, src, k)
-    out: dict[str, Any] = _summary(_position(idx, truth), ks, "xlr")
+    found_at = _position(idx, truth)
+    out: dict[str, Any] = _summary(found_at, ks, "xlr")
+    out["found_at"] = found_at
     retrieved = idx[:, 0].copy()
     if both_directions:
         index = _checked_index(src, tgt, None, method, options, "source embeddings", k, target_agreement,
                                check_sample, seed, check, "t2s_")
         _, idx = search(index, tgt, k)
-        out.update(_summary(_position(idx, truth), ks, "xlr_t2s"))
+        out["t2s_found_at"] = _position(idx, truth)
+        out.update(_summary(out["t2s_found_at"], ks, "xlr_t2s"))
     out.update(check)
     out["approximate"] = _approximate(method, check)
     out["retrieved"] = retrieved
@@ -203,6 +207,7 @@ def bkr_approx(
     _, lists = search(index, tgt_img, max(ks), rows=distinct)
     pos = _position(lists[row], np.arange(src_text.shape[0]))
     out: dict[str, Any] = _summary(pos, ks, "bkr")
+    out["found_at"] = pos
     out.update(check)
     out["approximate"] = _approximate(method, check)
     out["retrieved"] = retrieved
