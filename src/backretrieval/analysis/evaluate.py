@@ -19,6 +19,15 @@ records"). A damaged record file is recomputed with a warning naming it.
 ``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
 ``OUT/run.json``: the configuration, the input fingerprints and the software environment
 (:func:`backretrieval.core.env.environment`).
+
+What the output says is what was computed: every record's ``image_model`` is the model that
+produced its image features (a model that encodes image files is refused on a dataset that has
+only a feature file, and ``precomputed`` on one that has only image files, before anything is
+encoded); records of data without images carry no image fields; a caller's prerequisites
+(``needs``: links for XLR, images for BkR) are checked right after sampling; seeds that all draw
+the same sample are said (``EvalResult.notes``). With ``EvalConfig.approx`` the per-sample task
+computes XLR@K and BkR@K from self-calibrating FAISS lists instead (records say
+``approximate`` and carry each search's calibration, ``approx_*``).
 """
 from __future__ import annotations
 
@@ -356,7 +365,7 @@ APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the unt
 
 
 def check_approx(cfg: EvalConfig) -> None:
-    """``cfg.approx`` is a known method, its target in (0, 1], and the similarity cosine.
+    """``cfg.approx`` is a known method, its target in (0, 1], the similarity cosine, and FAISS installed.
 
     Raises:
         BackretrievalError: naming the value that is wrong.
@@ -367,6 +376,10 @@ def check_approx(cfg: EvalConfig) -> None:
         raise BackretrievalError(f"approximate search target agreement {cfg.approx_target!r} must be in (0, 1]")
     if cfg.sim != "cosine":
         raise BackretrievalError(f"approximate search ranks by cosine only; similarity {cfg.sim!r} needs exact search")
+    import importlib.util
+
+    if importlib.util.find_spec("faiss") is None:
+        raise BackretrievalError("approximate search needs FAISS: pip install faiss-cpu (or 'backretrieval[search]')")
 
 
 def approx_ks(n: int, k: int) -> tuple[int, ...]:
@@ -398,14 +411,25 @@ def _calibration_fields(result: dict[str, Any], renames: dict[str, str]) -> dict
 def _run_approx_task(task: SampleTask) -> TaskResult:
     """:func:`run_sample_task` with ``--approx``: XLR@K and BkR@K (and MRR truncated at K) from
     self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`), CORR exact (all pairs
-    up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded, so
-    the records do not depend on the thread count."""
+    up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
+    parallel HNSW build depends on thread timing), so the records do not depend on the thread
+    count; FAISS's thread count is restored afterwards."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    try:
+        return _approx_runs(task)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _approx_runs(task: SampleTask) -> TaskResult:
     from ..metrics.approx import bkr_approx, xlr_approx
     from ..search.faiss_backend import FaissOptions
 
     ks = approx_ks(task.n, task.k)
     common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
-              "options": FaissOptions(seed=task.seed, threads=1)}
+              "options": FaissOptions(seed=task.seed, threads=1), "found_at": True}
     image_sides = {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr else {}
     out: list[Run] = []
     for model in task.models:

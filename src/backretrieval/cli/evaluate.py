@@ -64,7 +64,14 @@ def _approx_config(cfg, approx: str | None, target: float):
         return cfg
     if cfg.sim != "cosine":
         _bad("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
-    return dataclasses.replace(cfg, approx=approx, approx_target=target)
+    cfg = dataclasses.replace(cfg, approx=approx, approx_target=target)
+    from ..analysis.evaluate import check_approx
+
+    try:
+        check_approx(cfg)
+    except BackretrievalError as e:
+        _bad("--approx", str(e))
+    return cfg
 
 
 def _approx_k(cfg) -> int | None:
