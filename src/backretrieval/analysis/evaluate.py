@@ -19,6 +19,15 @@ records"). A damaged record file is recomputed with a warning naming it.
 ``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
 ``OUT/run.json``: the configuration, the input fingerprints and the software environment
 (:func:`backretrieval.core.env.environment`).
+
+What the output says is what was computed: every record's ``image_model`` is the model that
+produced its image features (a model that encodes image files is refused on a dataset that has
+only a feature file, and ``precomputed`` on one that has only image files, before anything is
+encoded); records of data without images carry no image fields; a caller's prerequisites
+(``needs``: links for XLR, images for BkR) are checked right after sampling; seeds that all draw
+the same sample are said (``EvalResult.notes``). With ``EvalConfig.approx`` the per-sample task
+computes XLR@K and BkR@K from self-calibrating FAISS lists instead (records say
+``approximate`` and carry each search's calibration, ``approx_*``).
 """
 from __future__ import annotations
 
@@ -39,12 +48,13 @@ from tqdm.auto import tqdm
 
 from ..core import BackretrievalError, DataError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, content_hash
 from ..core.env import environment
+from ..core.io import check_writable_dir
 from ..data import Dataset, load_dataset, matching, non_matching
 from ..data.corpus import fingerprint
 from ..encoders._text import TruncationWarning
 from ..encoders.base import get_image_encoder, get_text_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
-from ..encoders.precomputed_image import load_feature_rows
+from ..encoders.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
 from ..metrics import (
     bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, hubness, image_side, rank_summary, text_side,
     xlr_ranks,
@@ -67,6 +77,8 @@ class EvalConfig:
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     extra_image_models: list[str] = dataclasses.field(default_factory=list)  # e.g. weaker g's
     corr_boot: int = 0  # bootstrap resamples of CORR per record (over source queries); 0 = none
+    approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from self-calibrated FAISS top-K lists
+    approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
 
     @property
     def image_models(self) -> list[str]:
@@ -79,6 +91,9 @@ class EvalConfig:
         d = dataclasses.asdict(self)
         for grid in ("pairs", "models", "seeds", "image_model", "extra_image_models"):
             d.pop(grid)
+        if d["approx"] is None:  # exact runs keep the keys they had before --approx existed
+            d.pop("approx")
+            d.pop("approx_target")
         return content_hash(json.dumps(d, sort_keys=True, default=str), 8)
 
 
@@ -119,6 +134,8 @@ class EvalResult:
     ranks: dict[RunKey, dict[str, np.ndarray]]
     others: dict[str, "EvalResult"] = dataclasses.field(default_factory=dict)
     run: dict[str, Any] = dataclasses.field(default_factory=dict)  # what OUT/run.json holds
+    text_only: bool = False  # the dataset has no images: XLR only, records carry no image fields
+    notes: list[str] = dataclasses.field(default_factory=list)  # what a summary of the records must say
 
 
 @dataclasses.dataclass
@@ -141,34 +158,71 @@ def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
     )
 
 
+def check_image_model(spec: str, corpora: Iterable[Any], dataset: str | None = None) -> None:
+    """Whether image model ``spec`` can give the image features of ``corpora``: a model that
+    encodes image files needs image files, ``precomputed`` (and its variants) a feature file.
+
+    Args:
+        spec: the image model, e.g. ``"efficientnet-lite0"``, ``"precomputed@noise=4"``.
+        corpora: the corpora (one per language) whose images are needed.
+        dataset: how the error names the dataset (default: the corpora's dataset name).
+
+    Raises:
+        DataError: naming the model, the dataset and the language that do not fit together.
+    """
+    precomputed = uses_precomputed_features(spec)
+    for c in corpora:
+        if not c.has_images:
+            continue
+        name = dataset or c.dataset
+        if precomputed and c.image_features is None:
+            raise DataError(
+                f"image model {spec!r} reads a precomputed image-feature file, but dataset {name} ({c.lang}) "
+                "has image files and no feature file: choose an image model that encodes images, e.g. efficientnet-lite0"
+            )
+        if not precomputed and c.image_paths is None:
+            raise DataError(
+                f"image model {spec!r} needs image files, but dataset {name} ({c.lang}) has only precomputed "
+                f"image features ({c.image_features}): use image model 'precomputed' (or 'precomputed@noise=S' for a "
+                "weaker g)"
+            )
+
+
 class _Features:
     """Embeddings of the needed rows of each language, computed once through the cache."""
 
     def __init__(
         self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool,
-        log: Callable[[str], None] = lambda msg: None,
+        log: Callable[[str], None] = lambda msg: None, dataset_label: str | None = None,
     ):
         self.ds, self.needed, self.progress, self.log = ds, needed, progress, log
         self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
         self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
-        self.image_versions: dict[str, str] = {}  # image model -> its version (cache namespace)
-        self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
+        for g in image_models:  # every image model fits the data before anything is encoded
+            check_image_model(g, self.corpora.values(), dataset_label)
         self.unsupported: dict[str, dict[str, str]] = {}  # model -> language -> why it cannot embed it
         # per needed row: digests of its content and of its image (for the records' keys)
         self.row_digests = {lang: c.row_digests() for lang, c in self.corpora.items()}
         self.image_digests = {lang: c.image_digests() for lang, c in self.corpora.items()}
+        self.image_versions: dict[str, str] = {}  # image model -> its version (cache namespace)
+        self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
 
     def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
-        enc = None if spec == "precomputed" else CachedImageEncoder(get_image_encoder(spec), progress=self.progress)
-        self.image_versions[spec] = "precomputed" if enc is None else str(enc.version)
+        """The image features of model ``spec`` for every language with images: encoded from the
+        image files through the cache, or (``precomputed[@noise=S]``) read from the dataset's
+        feature file and weakened as the spec says."""
+        enc = get_image_encoder(spec)
+        self.image_versions[spec] = str(enc.version)
+        precomputed = uses_precomputed_features(spec)
+        if not precomputed:
+            enc = CachedImageEncoder(enc, progress=self.progress)
         out = {}
         for lang, c in self.corpora.items():
             if not c.has_images:
                 continue
-            if spec == "precomputed" or c.image_paths is None:
-                if c.image_features is None:
-                    raise DataError(f"{c.dataset}/{lang}: image model 'precomputed' needs an image feature file")
-                out[lang] = load_feature_rows(c.image_features, c.image_rows, f"{c.dataset}/{lang} images")
+            if precomputed:
+                x = load_feature_rows(c.image_features, c.image_rows, f"{c.dataset}/{lang} images")
+                out[lang] = weaken_features(enc, x, self.image_digests[lang])
             else:
                 out[lang] = enc.encode_images(c.image_paths)
         return out
@@ -244,6 +298,8 @@ class SampleTask:
     bkr: dict[str, tuple[np.ndarray, np.ndarray]] | None
     images: dict[str, tuple[np.ndarray, np.ndarray]]
     corr_boot: int = 0
+    approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from calibrated FAISS top-K lists
+    approx_target: float = 0.99
 
 
 Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
@@ -254,6 +310,8 @@ def run_sample_task(task: SampleTask) -> TaskResult:
     """Metrics of every model of one sample, for every image model. Image-independent parts
     (XLR, hubness, the text half of CORR) are computed once per model; the image half of CORR
     once per image model. A pure function of its input."""
+    if task.approx is not None:
+        return _run_approx_task(task)
     opts = {"sim": task.sim, "csls_k": task.csls_k}
     xks = tuple(k for k in XLR_KS if k <= task.n)
     bks = tuple(sorted({1, 5, task.k} & set(range(1, task.n + 1))))
@@ -298,6 +356,113 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         reps = {g: corr_bootstrap(text_sides, image_sides[g], n_src, n_tgt, weights) for g in task.images}
         for model, g, _, ranks in out:
             ranks["corr_boot"] = reps[g][model]
+    return (task.src, task.tgt, task.seed), out
+
+
+APPROX_METHODS = ("hnsw", "ivf")
+# what the approximate route does not compute (exact search only), for summaries
+APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the untruncated MRR")
+
+
+def check_approx(cfg: EvalConfig) -> None:
+    """``cfg.approx`` is a known method, its target in (0, 1], the similarity cosine, and FAISS installed.
+
+    Raises:
+        BackretrievalError: naming the value that is wrong.
+    """
+    if cfg.approx not in APPROX_METHODS:
+        raise BackretrievalError(f"approximate search {cfg.approx!r}: use one of {', '.join(APPROX_METHODS)}")
+    if not (isinstance(cfg.approx_target, (int, float)) and 0 < cfg.approx_target <= 1):
+        raise BackretrievalError(f"approximate search target agreement {cfg.approx_target!r} must be in (0, 1]")
+    if cfg.sim != "cosine":
+        raise BackretrievalError(f"approximate search ranks by cosine only; similarity {cfg.sim!r} needs exact search")
+    import importlib.util
+
+    if importlib.util.find_spec("faiss") is None:
+        raise BackretrievalError("approximate search needs FAISS: pip install faiss-cpu (or 'backretrieval[search]')")
+
+
+def approx_ks(n: int, k: int) -> tuple[int, ...]:
+    """The K of every Recall@K the approximate route reports (it searches the top max(K) only)."""
+    return tuple(sorted({*XLR_KS, k} & set(range(1, n + 1))))
+
+
+def _found_ranks(found_at: np.ndarray) -> np.ndarray:
+    """Per-query ranks from positions within the top K found (0: not found -> rank inf), so that
+    ``hits(ranks, K')`` is exact for every K' <= K and ``1 / rank`` is the MRR truncated at K."""
+    r = np.asarray(found_at, dtype=np.float64)
+    r[r == 0] = np.inf
+    return r
+
+
+def _calibration_fields(result: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    """The self-check fields of an approximate result, their search prefixes renamed for a record."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key.endswith("found_at"):
+            continue
+        for old, new in renames.items():
+            if key.startswith(old):
+                v = [list(t) for t in value] if key.endswith("calibration_tried") else value
+                out[new + key[len(old):]] = v
+    return out
+
+
+def _run_approx_task(task: SampleTask) -> TaskResult:
+    """:func:`run_sample_task` with ``--approx``: XLR@K and BkR@K (and MRR truncated at K) from
+    self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`), CORR exact (all pairs
+    up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
+    parallel HNSW build depends on thread timing), so the records do not depend on the thread
+    count; FAISS's thread count is restored afterwards."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    try:
+        return _approx_runs(task)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _approx_runs(task: SampleTask) -> TaskResult:
+    from ..metrics.approx import bkr_approx, xlr_approx
+    from ..search.faiss_backend import FaissOptions
+
+    ks = approx_ks(task.n, task.k)
+    common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
+              "options": FaissOptions(seed=task.seed, threads=1), "found_at": True}
+    image_sides = {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr else {}
+    out: list[Run] = []
+    for model in task.models:
+        t0 = time.perf_counter()
+        shared: dict[str, Any] = {"approx": task.approx, "approx_target": task.approx_target}
+        shared_ranks: dict[str, np.ndarray] = {}
+        flags = []
+        if task.xlr is not None:
+            x = xlr_approx(*task.xlr[model], ks, both_directions=True, **common)
+            shared.update({key: v for key, v in x.items() if key.startswith(("xlr@", "xlr_mrr@", "xlr_t2s@", "xlr_t2s_mrr@"))})
+            shared.update(_calibration_fields(x, {"text_": "approx_xlr_", "t2s_": "approx_xlr_t2s_"}))
+            shared_ranks["xlr"], shared_ranks["xlr_t2s"] = _found_ranks(x["found_at"]), _found_ranks(x["t2s_found_at"])
+            flags.append(bool(x["approximate"]))
+        if task.bkr is None:
+            shared["approximate"] = any(flags)
+            shared["seconds"] = round(time.perf_counter() - t0, 4)
+            out.append((model, None, shared, shared_ranks))
+            continue
+        st, tt = task.bkr[model]
+        text_corr = text_side(st, tt, seed=task.seed)
+        for g, (si, ti) in task.images.items():
+            values, ranks = dict(shared), dict(shared_ranks)
+            b = bkr_approx(st, tt, si, ti, ks, **common)
+            values.update({key: v for key, v in b.items() if key.startswith(("bkr@", "bkr_mrr@"))})
+            values.update(_calibration_fields(b, {"text_": "approx_bkr_text_", "image_": "approx_bkr_image_"}))
+            values["approximate"] = any(flags) or bool(b["approximate"])
+            ranks["bkr"] = _found_ranks(b["found_at"])
+            values.update(corr_from_sides(text_corr, image_sides[g]))
+            values["bkr_chance"] = task.k / task.n
+            out.append((model, g, values, ranks))
+        seconds = round(time.perf_counter() - t0, 4)
+        for _, _, values, _ in out[len(out) - len(task.images):]:
+            values["seconds"] = seconds
     return (task.src, task.tgt, task.seed), out
 
 
@@ -438,6 +603,51 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, 
     }
 
 
+NEEDS = {
+    "xlr": "cross-lingual links (rows of two languages sharing a concept) for the ground truth XLR",
+    "bkr": "images (image files or an image-feature file) for BkR and CORR",
+}
+
+
+def _check_needs(dataset: str, samples: dict[tuple[str, str, int], _Samples], needs: Sequence[str], purpose: str) -> None:
+    """Right after sampling, before any encoding: every pair has what ``purpose`` needs."""
+    unknown = set(needs) - set(NEEDS)
+    if unknown:
+        raise BackretrievalError(f"unknown requirement(s) {', '.join(sorted(unknown))}: use {', '.join(NEEDS)}")
+    for (s, t, _), sm in samples.items():
+        for need in needs:
+            if getattr(sm, need) is None:
+                raise DataError(f"{purpose} needs {NEEDS[need]}, but dataset {dataset} ({s}-{t}) has none")
+
+
+def _same_sample_note(samples: dict[tuple[str, str, int], _Samples], cfg: EvalConfig) -> str | None:
+    """One sentence when every seed draws the same sample of a pair (N is all there is)."""
+    if len(cfg.seeds) < 2:
+        return None
+
+    def rows(part):
+        return None if part is None else (frozenset(part[0].tolist()), frozenset(part[1].tolist()))
+
+    found = []
+    for s, t in cfg.pairs:
+        sms = [samples[(s, t, seed)] for seed in cfg.seeds]
+        same = []
+        for name, what in (("xlr", f"all the concepts {s} and {t} share (XLR)"),
+                           ("bkr", f"all the {s} and {t} items a non-matching sample can hold (BkR)")):
+            first = rows(getattr(sms[0], name))
+            if first is not None and all(rows(getattr(sm, name)) == first for sm in sms[1:]):
+                same.append(what)
+        if same:
+            found.append(f"{s}->{t} ({' and '.join(same)})")
+    if not found:
+        return None
+    return (
+        f"every seed draws the same sample: N={cfg.n} is all the data has for {'; '.join(found)}, so the "
+        f"{len(cfg.seeds)} seeds differ only in the order of the items and their spread (sd 0) measures nothing; "
+        "give a smaller N for a spread over samples"
+    )
+
+
 def evaluate(
     cfg: EvalConfig,
     out_dir: str | Path | None = None,
@@ -445,26 +655,56 @@ def evaluate(
     progress: bool = True,
     log: Callable[[str], None] = lambda msg: None,
     executor: Any = None,
+    needs: Sequence[str] = (),
+    purpose: str = "this evaluation",
 ) -> EvalResult:
     """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``.
 
     ``executor`` (see :mod:`.executors`; default: in this process) runs the per-sample tasks.
     ``log`` receives one line per notable event: resumed records, inputs that changed since the
-    records in ``out_dir`` were computed, damaged record files, truncated texts, skipped models."""
+    records in ``out_dir`` were computed, damaged record files, truncated texts, skipped models,
+    seeds that all draw the same sample.
+
+    Args:
+        cfg: the grid.
+        out_dir: where the records go (checked writable before anything is done); None: nowhere.
+        progress: show progress bars.
+        log: receives the notable events.
+        executor: where the per-sample tasks run.
+        needs: what the caller needs of every pair: ``"xlr"`` (cross-lingual links) and/or
+            ``"bkr"`` (images); checked right after sampling, before any encoding.
+        purpose: how the error for a missing need names the caller, e.g. ``"compare --metric xlr@10"``.
+
+    Returns:
+        The :class:`EvalResult`.
+
+    Raises:
+        BackretrievalError: bad configuration or data (named), an output folder that cannot be written.
+    """
     from .executors import get_executor
 
+    if out_dir is not None:
+        check_writable_dir(out_dir, "output folder")
     if cfg.n < 1:
         raise BackretrievalError(f"n must be positive, got {cfg.n}")
     if cfg.k > cfg.n:
         raise BackretrievalError(f"K={cfg.k} is larger than N={cfg.n}")
+    if cfg.approx is not None:
+        check_approx(cfg)
     langs = list(dict.fromkeys(lang for pair in cfg.pairs for lang in pair))
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:
         ds[lang]  # unknown language -> clear error before any work
     samples = {(s, t, seed): _draw(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
+    _check_needs(cfg.dataset, samples, needs, purpose)
     has_bkr = any(sm.bkr is not None for sm in samples.values())
+    notes: list[str] = []
     if not has_bkr:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
+    same = _same_sample_note(samples, cfg)
+    if same:
+        log(same)
+        notes.append(same)
     needed: dict[str, set[int]] = {lang: set() for lang in langs}
     for (s, t, _), sm in samples.items():
         for part in (sm.xlr, sm.bkr):
@@ -475,7 +715,7 @@ def evaluate(
     image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
     # check every model spec before encoding anything
     encoders = {spec: get_text_encoder(spec) for spec in cfg.models}
-    feats = _Features(ds, needed_rows, [g for g in image_models if g], progress, log)
+    feats = _Features(ds, needed_rows, [g for g in image_models if g], progress, log, cfg.dataset)
     inputs = _fingerprint_inputs(cfg, samples, feats, encoders, image_models)
 
     partial = Path(out_dir) / ".partial" if out_dir is not None else None
@@ -551,6 +791,8 @@ def evaluate(
                 None if sm.bkr is None else {m: rows(sm.bkr, m) for m in specs},
                 images,
                 cfg.corr_boot,
+                cfg.approx,
+                cfg.approx_target,
             )
 
     n_runs = sum(len(specs) for specs in todo.values()) * len(image_models)
@@ -564,6 +806,8 @@ def evaluate(
                 "model": spec, "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
                 "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[spec],
             }
+            if g is None:  # no images: no image fields
+                del rec["image_model"]
             if partial is not None:  # ranks first: the .json marks a finished record
                 path = partial / f"{inputs.key(slot)}.json"
                 atomic_save_npz(path.with_suffix(".npz"), **ranks)
@@ -578,9 +822,11 @@ def evaluate(
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
         results[g] = EvalResult(
             cfg,
-            [found[k][0] for k in keys_g],
+            [{f: v for f, v in found[k][0].items() if not (f == "image_model" and v is None)} for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
             run=info,
+            text_only=not has_bkr,
+            notes=list(notes),
         )
     main, *rest = image_models
     result = results[main]
@@ -613,6 +859,22 @@ def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[st
     atomic_write_text(out_dir / "results.csv", pd.DataFrame(records).to_csv(index=False))
 
 
+def pair_labels(df: pd.DataFrame) -> pd.Series:
+    """The pair of each record (row of ``df``): its ``pair`` field where it has one (records
+    merged from several datasets that share a pair: ``"en->de [shop-a.jsonl]"``), else ``"SRC->TGT"``.
+
+    Args:
+        df: records as a frame (``src_lang``, ``tgt_lang``, optionally ``pair``).
+
+    Returns:
+        One label per row.
+    """
+    plain = df["src_lang"] + "->" + df["tgt_lang"]
+    if "pair" not in df.columns:
+        return plain
+    return df["pair"].where(df["pair"].notna(), plain)
+
+
 SUMMARY_METRICS = ("xlr@1", "xlr@10", "xlr_t2s@10", "bkr@10", "bkr_mrr", "corr", "hubness_skew@10")
 
 
@@ -621,7 +883,7 @@ def summarize(records: Sequence[dict[str, Any]], metrics: Sequence[str] = SUMMAR
     df = pd.DataFrame(records)
     if df.empty:
         return df
-    df["pair"] = df["src_lang"] + "->" + df["tgt_lang"]
+    df["pair"] = pair_labels(df)
     present = [m for m in metrics if m in df.columns]
     g = df.groupby(["pair", "model"], sort=False)[present]
     mean, sd = g.mean(), g.std(ddof=1).fillna(0.0)

@@ -19,6 +19,7 @@ import pandas as pd
 from scipy import stats
 
 from ..core import BackretrievalError
+from .evaluate import pair_labels
 from .stats import correlations
 
 TRUTH = "xlr@10"
@@ -31,7 +32,7 @@ def per_seed_correlations(
     """One row per (image_model, pair, seed): ``pearson_<c>``, ``spearman_<c>`` for each candidate
     metric c, computed across the models."""
     df = pd.DataFrame(records)
-    df["pair"] = df["src_lang"] + "->" + df["tgt_lang"]
+    df["pair"] = pair_labels(df)
     rows = []
     for (img, pair, seed), g in df.groupby(["image_model", "pair", "seed"], sort=False):
         row: dict[str, Any] = {"image_model": img, "pair": pair, "seed": seed, "n_models": len(g)}
@@ -112,7 +113,7 @@ def calibrate_leave_one_pair_out(
     records: Sequence[dict[str, Any]], x: str = "bkr@10", y: str = TRUTH, level: float = 0.9
 ) -> Calibration:
     df = pd.DataFrame(records)
-    df["pair"] = df["src_lang"] + "->" + df["tgt_lang"]
+    df["pair"] = pair_labels(df)
     means = df.groupby(["pair", "model"], sort=False)[[x, y]].mean().reset_index()
     rows = []
     for pair in means["pair"].unique():
@@ -171,6 +172,7 @@ class MetaResult:
     table: dict[str, dict[str, Any]]  # main image model only (Table 1)
     calibration: Calibration | None
     degradation: pd.DataFrame
+    datasets: list[str] = dataclasses.field(default_factory=list)  # the datasets merged (one: [cfg.dataset])
 
     @property
     def main(self):
@@ -190,8 +192,15 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: b
     if len(cfg.models) < 3:
         raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     cfg = dataclasses.replace(cfg, extra_image_models=[*cfg.extra_image_models, *image_models])
-    res = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor)
+    res = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=("xlr", "bkr"),
+                   purpose="the meta-evaluation")
     results = {cfg.image_model: res, **res.others}
+    return _meta(cfg, results, [cfg.dataset])
+
+
+def _meta(cfg, results: dict[str, Any], datasets: list[str]) -> MetaResult:
+    """The meta-evaluation of finished grids (``results[image_model]``, the main one first)."""
+    res = results[cfg.image_model]
     records = [r for sub in results.values() for r in sub.records]
     bkr_key = f"bkr@{cfg.k}"
     missing = [r for r in records if r.get(TRUTH) is None or r.get(bkr_key) is None]
@@ -204,6 +213,103 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: b
     per_seed = per_seed_correlations(records, candidates={"bkr": bkr_key, "corr": "corr"})
     main = per_seed[per_seed["image_model"] == cfg.image_model]
     calibration = None
-    if len(cfg.pairs) >= 3:
+    if pair_labels(pd.DataFrame(res.records)).nunique() >= 3:
         calibration = calibrate_leave_one_pair_out(res.records, x=bkr_key)
-    return MetaResult(results, per_seed, meta_table(main), calibration, image_model_degradation(per_seed))
+    return MetaResult(results, per_seed, meta_table(main), calibration, image_model_degradation(per_seed), list(datasets))
+
+
+def dataset_pairs(spec: str, options: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The pairs of ``pairs`` whose two languages dataset ``spec`` has (in the order given).
+
+    Args:
+        spec: a registered dataset or a data file.
+        options: its loader options.
+        pairs: the directed pairs asked for.
+
+    Returns:
+        The pairs the dataset can evaluate.
+
+    Raises:
+        DataError: the dataset cannot be loaded (named by the loader).
+    """
+    from ..core import DataError
+    from ..data import load_dataset
+
+    langs = list(dict.fromkeys(lang for pair in pairs for lang in pair))
+    try:
+        available = set(load_dataset(spec, langs=langs, **options).languages)
+    except DataError as e:
+        if not str(e).startswith("unknown language"):
+            raise
+        available = set(load_dataset(spec, langs=None, **options).languages)
+    return [p for p in pairs if p[0] in available and p[1] in available]
+
+
+def run_meta_datasets(
+    cfg, datasets: Sequence[tuple[str, dict[str, Any]]], out_dir=None, *, image_models: Sequence[str] = (),
+    progress: bool = True, log=lambda m: None, executor=None,
+) -> MetaResult:
+    """One meta-evaluation over pairs that live in several datasets (e.g. ``en-de.jsonl`` and
+    ``en-fr.jsonl``): each dataset is evaluated on the pairs of ``cfg.pairs`` it has (its grid in
+    ``OUT/datasets/<name>/``, resumable on its own), then the records are merged into one
+    Table 1, one calibration and one "how weak may g be" table. A pair found in several datasets
+    is kept once per dataset, labelled ``"en->de [name]"``.
+
+    Args:
+        cfg: the grid (its ``dataset`` and ``dataset_options`` are replaced per dataset).
+        datasets: ``(dataset, loader options)`` for each dataset.
+        out_dir: the output folder (None: nothing written).
+        image_models: extra (weaker) image models.
+        progress, log, executor: as for :func:`~.evaluate.evaluate`.
+
+    Returns:
+        The merged :class:`MetaResult` (``results[g].records`` carry ``dataset`` and ``pair``).
+
+    Raises:
+        BackretrievalError: fewer than 3 models, a pair that no dataset has, a dataset with none of the pairs.
+    """
+    from pathlib import Path
+
+    from .evaluate import EvalResult, evaluate, slug
+
+    if len(cfg.models) < 3:
+        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    if len(datasets) == 1:
+        spec, options = datasets[0]
+        return run_meta(dataclasses.replace(cfg, dataset=spec, dataset_options=dict(options)), out_dir,
+                        image_models=image_models, progress=progress, log=log, executor=executor)
+    # which pairs each dataset has, before anything is computed
+    plans = [(spec, options, dataset_pairs(spec, options, cfg.pairs)) for spec, options in datasets]
+    for s, t in cfg.pairs:
+        if not any((s, t) in pairs for _, _, pairs in plans):
+            raise BackretrievalError(f"pair {s}-{t} is in none of the datasets {', '.join(spec for spec, _, _ in plans)}")
+    for spec, _, pairs in plans:
+        if not pairs:
+            raise BackretrievalError(f"dataset {spec} has none of the pairs {', '.join(f'{s}-{t}' for s, t in cfg.pairs)}")
+    where = {}
+    for spec, _, pairs in plans:
+        for pair in pairs:
+            where.setdefault(pair, []).append(spec)
+    names: dict[str, str] = {}
+    for spec, _, _ in plans:  # a short, unique, file-name-safe name per dataset
+        name = slug(Path(spec).name)
+        while name in names.values():
+            name += "+"
+        names[spec] = name
+    merged: dict[str, list[dict[str, Any]]] = {}
+    runs = []
+    extra = [*cfg.extra_image_models, *image_models]
+    for spec, options, pairs in plans:
+        sub = dataclasses.replace(cfg, dataset=spec, dataset_options=dict(options), pairs=pairs, extra_image_models=extra)
+        log(f"meta: dataset {spec}: pairs {', '.join(f'{s}-{t}' for s, t in pairs)}")
+        res = evaluate(sub, None if out_dir is None else Path(out_dir) / "datasets" / names[spec], progress=progress,
+                       log=log, executor=executor, needs=("xlr", "bkr"), purpose="the meta-evaluation")
+        runs.append(res.run)
+        for g, r in {cfg.image_model: res, **res.others}.items():
+            for rec in r.records:
+                pair = (rec["src_lang"], rec["tgt_lang"])
+                label = f"{pair[0]}->{pair[1]}" + (f" [{names[spec]}]" if len(where[pair]) > 1 else "")
+                merged.setdefault(g, []).append({**rec, "pair": label})
+    run = {"format": 1, "datasets": runs}
+    results = {g: EvalResult(cfg, recs, {}, run=run) for g, recs in merged.items()}
+    return _meta(dataclasses.replace(cfg, extra_image_models=extra), results, [spec for spec, _, _ in plans])

@@ -231,10 +231,21 @@ def _check_text_models(specs: Sequence[str], option: str) -> None:
 
 
 # ------------------------------------------------------------------------------ the evaluation grid
-def grid_options(fn):
-    """Options shared by evaluate, compare and meta: the grid of models x pairs x seeds."""
+def grid_options(fn=None, *, several_datasets: bool = False):
+    """Options shared by evaluate, compare and meta: the grid of models x pairs x seeds
+    (``several_datasets``: ``--dataset`` may be given several times, or as ``@LIST``)."""
+    if fn is None:
+        return lambda f: grid_options(f, several_datasets=several_datasets)
+    dataset = (
+        click.option("--dataset", "dataset", required=True, multiple=True,
+                     help="Registered dataset or data file; give it several times (or @LIST: a file with one dataset per "
+                          "line, optionally followed by its KEY=VALUE loader options) to merge pairs that live in "
+                          "separate files.")
+        if several_datasets
+        else click.option("--dataset", required=True, help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file.")
+    )
     opts = [
-        click.option("--dataset", required=True, help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file."),
+        dataset,
         click.option("--pairs", required=True, help="Directed language pairs, e.g. en-de,de-en,en-ja (use en:zh-Hant for codes with hyphens)."),
         click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ..."),
         click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR/CORR; 'precomputed' reads the dataset's feature file."),
@@ -251,6 +262,57 @@ def grid_options(fn):
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _datasets(specs: Sequence[str], dataset_option: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """``--dataset`` values (several, or ``@LIST`` files) with their loader options, each checked:
+    ``--dataset-option`` applies to every dataset; options on a list file's line apply to that
+    dataset and replace those. Relative paths in a list file are relative to the list file.
+
+    Raises:
+        click.BadParameter: an unreadable list file, a line without a dataset, a dataset given twice,
+            a bad option (named with the file and line).
+    """
+    import shlex
+
+    entries: list[tuple[str, tuple[str, ...], str]] = []  # (dataset, its own options, where it was given)
+    for spec in specs:
+        if not spec.startswith("@"):
+            entries.append((spec, (), "--dataset"))
+            continue
+        listing = Path(spec[1:]).expanduser()
+        try:
+            lines = listing.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            _bad("--dataset", f"cannot read the dataset list {listing}: {getattr(e, 'strerror', None) or e}")
+        for no, line in enumerate(lines, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                name, *opts = shlex.split(line)
+            except ValueError as e:
+                _bad("--dataset", f"{listing}: line {no}: {e}")
+            if "=" in name:
+                _bad("--dataset", f"{listing}: line {no}: starts with an option ({name!r}), not a dataset")
+            path = listing.parent / name
+            if not Path(name).is_absolute() and path.exists():
+                name = str(path)
+            entries.append((name, tuple(opts), f"{listing}: line {no}"))
+    if not entries:
+        _bad("--dataset", "names no dataset")
+    _parse_options(dataset_option)  # the syntax, once
+    for _, own, where in entries:
+        _parse_options(own, None, f"--dataset ({where})")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name, own, where in entries:
+        if any(name == n for n, _ in out):
+            _bad("--dataset", f"dataset {name} is given twice")
+        base = dict(item.partition("=")[::2] for item in dataset_option)
+        base.update(dict(item.partition("=")[::2] for item in own))
+        items = tuple(f"{k}={v}" for k, v in base.items())
+        option = "--dataset-option" if not own else f"--dataset ({where})"
+        out.append((name, _parse_options(items, name, option)))
+    return out
 
 
 def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, dataset_option):
@@ -277,7 +339,7 @@ def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, datas
         k=k,
         sim=sim,
         csls_k=csls_k,
-        dataset_options=_parse_options(dataset_option, dataset),
+        dataset_options=_parse_options(dataset_option, dataset) if isinstance(dataset, str) else {},
     )
 
 

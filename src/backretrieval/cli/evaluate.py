@@ -7,16 +7,23 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from ._app import OPEN_UNIT, _bad, _check_grid, _config, _warn, grid_options, main
+from ._app import OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, grid_options, main
 
 
-def _summary_metrics(k: int) -> tuple[str, ...]:
-    """The columns of a summary table for BkR@K and hubness at ``k``."""
+def _summary_metrics(k: int, approx_k: int | None = None) -> tuple[str, ...]:
+    """The columns of a summary table for BkR@K and hubness at ``k`` (with approximate search:
+    the MRR truncated at ``approx_k``, no hubness)."""
+    if approx_k is not None:
+        return ("xlr@1", "xlr@10", "xlr_t2s@10", f"bkr@{k}", f"bkr_mrr@{approx_k}", "corr")
     return ("xlr@1", "xlr@10", "xlr_t2s@10", f"bkr@{k}", "bkr_mrr", "corr", f"hubness_skew@{k}")
 
 
-def _check_metric(metric: str, n: int) -> None:
-    """``--metric`` names a metric compare can rank by, with 1 <= K <= N."""
+def _check_metric(metric: str, n: int, approx_k: int | None = None) -> None:
+    """``--metric`` names a metric compare can rank by, with 1 <= K <= N (with ``--approx``:
+    a Recall@K with K <= ``approx_k``, the depth searched)."""
+    if approx_k is not None and not re.fullmatch(r"(xlr|xlr_t2s|bkr)@\d+", metric):
+        _bad("--metric", f"{metric}: with --approx compare ranks by xlr@K, xlr_t2s@K or bkr@K (K <= {approx_k}); "
+             "MRR and CORR need exact search")
     if metric == "corr":
         return
     from ..analysis.compare import outcome_fn
@@ -32,11 +39,67 @@ def _check_metric(metric: str, n: int) -> None:
             _bad("--metric", f"{metric}: K must be at least 1")
         if k > n:
             _bad("--metric", f"{metric}: K={k} is larger than N={n}")
+        if approx_k is not None and k > approx_k:
+            _bad("--metric", f"{metric}: --approx searches the top {approx_k} only; give K <= {approx_k}")
+
+
+_TARGET = click.FloatRange(0, 1, min_open=True)
+
+
+def approx_options(fn):
+    """--approx and --approx-target (evaluate and compare)."""
+    fn = click.option("--approx-target", type=_TARGET, default=0.99, show_default=True,
+                      help="With --approx: the top-1 agreement (and top-K recall) with exact search each search is "
+                           "calibrated to reach, in (0, 1]; below it the search falls back to exact.")(fn)
+    return click.option("--approx", type=click.Choice(["hnsw", "ivf"]), default=None,
+                        help="For N beyond exact search: XLR@K and BkR@K from self-calibrating FAISS top-K lists "
+                             "(MRR truncated at K; CORR exact on its pair subsample; no hubness).")(fn)
+
+
+def _approx_config(cfg, approx: str | None, target: float):
+    """``cfg`` with the approximate-search options (checked)."""
+    import dataclasses
+
+    if approx is None:
+        return cfg
+    if cfg.sim != "cosine":
+        _bad("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
+    cfg = dataclasses.replace(cfg, approx=approx, approx_target=target)
+    from ..analysis.evaluate import check_approx
+
+    try:
+        check_approx(cfg)
+    except BackretrievalError as e:
+        _bad("--approx", str(e))
+    return cfg
+
+
+def _approx_k(cfg) -> int | None:
+    from ..analysis.evaluate import approx_ks
+
+    return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
+
+
+def _header(cfg, result) -> str:
+    """The lines above a summary table: what was computed, on what, and what to keep in mind."""
+    from ..report.table import approx_note
+
+    what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model}"
+    lines = [f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
+    if result.text_only:
+        lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
+    else:
+        lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {cfg.k / cfg.n:.4f}.")
+    note = approx_note(result.records)
+    for extra in ([note] if note else []) + [f"Note: {n}." for n in result.notes]:
+        lines += ["", extra]
+    return "\n".join(lines) + "\n\n"
 
 
 @main.command()
 @grid_options
-def evaluate(out, quiet, executor, **grid) -> None:
+@approx_options
+def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
@@ -46,14 +109,13 @@ def evaluate(out, quiet, executor, **grid) -> None:
     from ..core import atomic_write_text
     from ..report import format_summary
 
-    cfg = _config(**grid)
+    cfg = _approx_config(_config(**grid), approx, approx_target)
     _check_grid(cfg, out, executor)
     result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
-    table = format_summary(summarize(result.records, _summary_metrics(cfg.k)), ("xlr@1", "xlr@10", f"bkr@{cfg.k}", "bkr_mrr", "corr"))
-    header = (
-        f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, image model={cfg.image_model}\n\n"
-        f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {cfg.k / cfg.n:.4f}.\n\n"
-    )
+    ak = _approx_k(cfg)
+    mrr = "bkr_mrr" if ak is None else f"bkr_mrr@{ak}"
+    table = format_summary(summarize(result.records, _summary_metrics(cfg.k, ak)), ("xlr@1", "xlr@10", f"bkr@{cfg.k}", mrr, "corr"))
+    header = _header(cfg, result)
     atomic_write_text(Path(out) / "summary.md", header + table + "\n")
     click.echo(header + table)
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
@@ -61,11 +123,12 @@ def evaluate(out, quiet, executor, **grid) -> None:
 
 @main.command()
 @grid_options
+@approx_options
 @click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
-def compare(out, quiet, executor, metric, level, alpha, n_boot, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n_boot, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
@@ -78,44 +141,55 @@ def compare(out, quiet, executor, metric, level, alpha, n_boot, **grid) -> None:
     from ..analysis.compare import compare as rank
     from ..core import atomic_write_text
     from ..report import format_comparison
+    from ..report.table import approx_note
 
-    cfg = _config(**grid)
+    cfg = _approx_config(_config(**grid), approx, approx_target)
     metric = (metric or f"bkr@{cfg.k}").strip()
-    _check_metric(metric, cfg.n)
+    _check_metric(metric, cfg.n, _approx_k(cfg))
     if metric == "corr":
         import dataclasses
 
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     _check_grid(cfg, out, executor)
-    result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
+    needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
+    result = run(cfg, out, progress=not quiet, log=_warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
     c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
     md = format_comparison(c)
+    note = approx_note(result.records)
+    if note:
+        md = note + "\n\n" + md
     atomic_write_text(Path(out) / "compare.md", md + "\n")
     atomic_write_text(Path(out) / "compare.json", json.dumps(c.to_json(), indent=1, default=float))
     click.echo(md)
 
 
 @main.command()
-@grid_options
+@grid_options(several_datasets=True)
 @click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
-def meta(out, quiet, executor, weak_image_models, report, **grid) -> None:
+def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_option, **grid) -> None:
     """Meta-evaluation: does BkR track the ground truth XLR across models (Table 1, Fig. 2/3)?
 
     BkR@K (K from --k) and CORR are correlated across at least 3 models with the ground truth
     XLR@10, whatever K is. Writes OUT/meta.json, OUT/meta.md, OUT/results.jsonl (+ csv), and
-    with --report the figures and OUT/report.html.
+    with --report the figures and OUT/report.html. Pairs that live in separate files: give
+    --dataset once per file (or @LIST); each dataset is evaluated on the pairs it has (in
+    OUT/datasets/NAME/) and the tables are merged.
     """
-    from ..analysis.meta import run_meta
+    import dataclasses
+
+    from ..analysis.meta import run_meta_datasets
     from ..report.meta_report import write_meta_outputs
 
-    cfg = _config(**grid)
+    datasets = _datasets(dataset, dataset_option)
+    cfg = _config(dataset=datasets[0][0], dataset_option=(), **grid)
+    cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1])
     if len(cfg.models) < 3:
         _bad("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
     _check_grid(cfg, out, executor, extra)
-    res = run_meta(cfg, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
+    res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
     md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
 

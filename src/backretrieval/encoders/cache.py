@@ -7,6 +7,12 @@ items are encoded in chunks and each chunk is written as its own shard atomicall
 interrupted run keeps every finished chunk and resumes from there; a second identical run
 encodes nothing. Encoders with ``cacheable = False`` (fitted or seeded per run) pass through.
 
+Progress. Missing texts are sent to the model in steps of the model's ``batch_size`` (or its
+``progress_step``; 64 texts / 32 images when it has neither), longest-last (texts sorted by length,
+stable, as :class:`~._text.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
+tqdm with items/s and an ETA) moves once per batch instead of once per 2,048-text shard. A
+variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar.
+
 The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
 length (``truncate(texts) -> (texts, n_cut)``, see :mod:`._text`) truncates first, so a text and
 its truncation share one entry, and the truncation warning is given here, once per call. The
@@ -28,6 +34,8 @@ from .base import check_embeddings
 
 DEFAULT_CHUNK = 2048  # texts per shard
 DEFAULT_IMAGE_CHUNK = 256  # images per shard: images are slow, so shards (and the bar) advance often
+DEFAULT_TEXT_STEP = 64  # texts per call to a model without batch_size: one bar update each
+DEFAULT_IMAGE_STEP = 32
 
 
 def _safe(part: str) -> str:
@@ -73,6 +81,9 @@ class EmbeddingStore:
 
 class _Cached:
     kind = ""
+    unit = "item"
+    default_step = DEFAULT_TEXT_STEP
+    bar_options: dict[str, Any] = {}  # extra tqdm options of the progress bars (e.g. mininterval=0)
 
     def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_CHUNK, progress: bool = False):
         self.encoder = encoder
@@ -88,8 +99,20 @@ class _Cached:
         enc = self.encoder
         return EmbeddingStore(self.root / self.kind / _safe(enc.name) / _safe(enc.version) / _safe(lang))
 
-    def _lookup_or_encode(self, keys: list[str], lang: str, encode_rows, what: str) -> np.ndarray:
-        """Vectors for ``keys``; rows not in the cache are encoded by ``encode_rows(rows)``."""
+    def step(self) -> int:
+        """Items per call to the model (one progress update each): the model's ``progress_step``
+        or ``batch_size``, else :attr:`default_step`; at most a shard (``chunk``)."""
+        for name in ("progress_step", "batch_size"):
+            value = getattr(self.encoder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                return min(value, self.chunk)
+        return min(self.default_step, self.chunk)
+
+    def _lookup_or_encode(self, keys: list[str], lang: str, encode_rows, what: str,
+                          lengths: Sequence[int] | None = None) -> np.ndarray:
+        """Vectors for ``keys``; rows not in the cache are encoded by ``encode_rows(rows)``, one
+        :meth:`step` at a time (shortest first when ``lengths`` are given), each shard of
+        ``chunk`` rows stored as soon as it is complete."""
         store = self.store(lang)
         found = store.get(keys)
         missing: dict[str, int] = {}
@@ -97,14 +120,19 @@ class _Cached:
             if v is None and k not in missing:
                 missing[k] = i
         rows = list(missing.values())
-        bar = tqdm(total=len(rows), desc=f"encode {what}", unit="item", disable=not (self.progress and rows))
-        for start in range(0, len(rows), self.chunk):
-            part = rows[start : start + self.chunk]
-            vecs = encode_rows(part)
-            store.put([keys[i] for i in part], vecs)
-            self.n_encoded += len(part)
-            bar.update(len(part))
-        bar.close()
+        if lengths is not None:
+            rows.sort(key=lambda i: lengths[i])  # stable: equal lengths keep their order
+        step = self.step()
+        with tqdm(total=len(rows), desc=f"encode {what}", unit=self.unit, disable=not (self.progress and rows),
+                  **self.bar_options) as bar:
+            for start in range(0, len(rows), self.chunk):
+                part = rows[start : start + self.chunk]
+                vecs = []
+                for s in range(0, len(part), step):
+                    vecs.append(np.asarray(encode_rows(part[s : s + step]), dtype=np.float32))
+                    bar.update(len(part[s : s + step]))
+                store.put([keys[i] for i in part], np.concatenate(vecs))
+                self.n_encoded += len(part)
         return np.stack(store.get(keys)).astype(np.float32, copy=False)
 
 
@@ -114,6 +142,7 @@ class CachedTextEncoder(_Cached):
     part of the key, and each chunk sent to the model gets its own rows of them."""
 
     kind = "text"
+    unit = "text"
 
     def encode(
         self,
@@ -128,6 +157,9 @@ class CachedTextEncoder(_Cached):
         if extra is not None:
             kw["extra"] = extra
         if not getattr(enc, "cacheable", True):
+            base = getattr(enc, "base", None)  # a variant: its base model's cache shows the progress
+            if isinstance(base, _Cached) and self.progress:
+                base.progress = True
             self.n_encoded += len(texts)
             return enc.encode(texts, lang, ids=ids, **kw)
         texts = as_texts(texts, ids, f"{enc.name}/{lang}")
@@ -150,7 +182,7 @@ class CachedTextEncoder(_Cached):
                 sub_kw["extra"] = {n: [col[i] for i in rows] for n, col in extra.items()}
             return enc.encode([texts[i] for i in rows], lang, ids=sub_ids, **sub_kw)
 
-        out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}")
+        out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}", [len(t) for t in texts])
         return check_embeddings(out, len(texts), f"{enc.name}/{lang}", ids)
 
 
@@ -158,6 +190,8 @@ class CachedImageEncoder(_Cached):
     """An image encoder whose vectors are cached by (model, version, file content)."""
 
     kind = "image"
+    unit = "img"
+    default_step = DEFAULT_IMAGE_STEP
 
     def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_IMAGE_CHUNK, progress: bool = False):
         super().__init__(encoder, root, chunk, progress)

@@ -5,6 +5,11 @@ A corpus may ship ``image_features`` (a ``.npy`` of shape (n_images, d)) and, pe
 ``precomputed`` selects those vectors; :func:`load_feature_rows` reads them (memory-mapped,
 so only the requested rows are read). The registered encoder object only marks the choice:
 it has no images to encode, and its ``encode_images`` says so.
+
+``precomputed@noise=S`` weakens those vectors like any ``MODEL@noise=S`` (:func:`weaken_features`):
+the noise of an image is seeded by the digest of its feature vector, as a file's noise is seeded by
+the file's bytes. Every other image model encodes image files, so a dataset that has only a
+feature file cannot be evaluated with it (the grid refuses, naming model and dataset).
 """
 from __future__ import annotations
 
@@ -34,6 +39,45 @@ class PrecomputedImageFeatures:
             "from the dataset's own feature file (Corpus.image_features / image_rows); choose an image "
             "model such as 'efficientnet-lite0' for a dataset that has image paths"
         )
+
+
+def uses_precomputed_features(spec: str) -> bool:
+    """Whether image model ``spec`` reads the dataset's feature file (``precomputed``, or a variant
+    of it such as ``precomputed@noise=4``) rather than encoding image files.
+
+    Args:
+        spec: an image model spec.
+
+    Returns:
+        True for ``precomputed`` and its variants.
+    """
+    return spec.split("@", 1)[0].strip() == "precomputed"
+
+
+def weaken_features(encoder: Any, x: np.ndarray, digests: Sequence[bytes]) -> np.ndarray:
+    """Precomputed features ``x`` as image model ``encoder`` gives them: unchanged for
+    ``precomputed``; with the variant's seeded noise for ``precomputed@noise=S`` (row i's noise
+    seeded by ``digests[i]``, the digest of its feature vector, see ``Corpus.image_digests``).
+
+    Args:
+        encoder: the image encoder built from the spec (``get_image_encoder``).
+        x: the (n, d) feature rows.
+        digests: one digest per row.
+
+    Returns:
+        float32 (n, d) features.
+
+    Raises:
+        EncoderError: the encoder neither is ``precomputed`` nor weakens it.
+    """
+    if getattr(encoder, "is_precomputed", False):
+        return x
+    weaken = getattr(encoder, "weaken", None)
+    if not callable(weaken):
+        raise EncoderError(f"image model {getattr(encoder, 'name', encoder)!r} does not read precomputed features")
+    if len(digests) != len(x):
+        raise EncoderError(f"{len(digests)} image digests for {len(x)} feature rows")
+    return weaken(x, [bytes(d).hex() for d in digests])
 
 
 def load_feature_rows(npy_path: str | os.PathLike[str], rows: Sequence[int] | np.ndarray | None, what: str) -> np.ndarray:

@@ -159,8 +159,14 @@ class ImageVariantEncoder:
         self.dim = getattr(base, "dim", None)
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
-        x = _unit(np.asarray(self.base.encode_images(paths, **kw), dtype=np.float32))
-        d = x.shape[1]
+        x = np.asarray(self.base.encode_images(paths, **kw), dtype=np.float32)
         keys = [hashlib.blake2b(open(p, "rb").read(), digest_size=16).hexdigest() for p in paths]
+        return self.weaken(x, keys)
+
+    def weaken(self, x: np.ndarray, keys: Sequence[str]) -> np.ndarray:
+        """The features ``x`` (one row per image) with this variant's noise, the noise of row i
+        seeded by ``keys[i]`` (a digest of that image's content)."""
+        x = _unit(np.asarray(x, dtype=np.float32))
+        d = x.shape[1]
         e = np.stack([text_rng(k, self.seed, "image-noise").standard_normal(d) for k in keys]).astype(np.float32)
         return np.ascontiguousarray(x + np.float32(self.noise / np.sqrt(d)) * e)

@@ -12,7 +12,9 @@ approximate; see :mod:`backretrieval.search.faiss_backend`):
   own image is among them.
 
 Only Recall@K for K <= max(ks) is defined, and ``*_mrr@K`` is the MRR truncated at K (1/rank
-when the rank is within K, else 0).
+when the rank is within K, else 0). With ``found_at=True`` the result also holds ``found_at``
+(and ``t2s_found_at``), the per-query outcome behind them: the 1-based position of the right
+item within the K found, 0 if not found.
 
 Self-check. An approximate index is only as good as its agreement with exact search, which
 depends on the data (its intrinsic dimension more than N). With ``target_agreement`` (default
@@ -118,13 +120,15 @@ def xlr_approx(
     target_agreement: float | None = 0.99,
     check_sample: int = 1000,
     seed: int = 0,
+    found_at: bool = False,
 ) -> dict[str, Any]:
     """XLR@K (and ``xlr_t2s@K``) on aligned rows from K-nearest-neighbour lists.
 
     ``tgt_index``: a FAISS index already built over ``tgt`` (by :func:`build_index` with the
     same method), to share it with :func:`bkr_approx` instead of building it twice (it is
     calibrated here, so pass ``retrieved`` to :func:`bkr_approx` rather than the index).
-    ``target_agreement``, ``check_sample``, ``seed``: the self-check (module doc)."""
+    ``target_agreement``, ``check_sample``, ``seed``: the self-check (module doc). ``found_at``:
+    also return the per-query outcomes ``found_at`` (and ``t2s_found_at``), see the module doc."""
     _check(src, "source embeddings")
     _check(tgt, "target embeddings")
     _dims(src, tgt, ("source embeddings", "target embeddings"))
@@ -137,13 +141,19 @@ def xlr_approx(
     index = _checked_index(tgt, src, tgt_index, method, options, "target embeddings", k, target_agreement,
                            check_sample, seed, check, "text_")
     _, idx = search(index, src, k)
-    out: dict[str, Any] = _summary(_position(idx, truth), ks, "xlr")
+    pos = _position(idx, truth)
+    out: dict[str, Any] = _summary(pos, ks, "xlr")
+    if found_at:
+        out["found_at"] = pos
     retrieved = idx[:, 0].copy()
     if both_directions:
         index = _checked_index(src, tgt, None, method, options, "source embeddings", k, target_agreement,
                                check_sample, seed, check, "t2s_")
         _, idx = search(index, tgt, k)
-        out.update(_summary(_position(idx, truth), ks, "xlr_t2s"))
+        pos = _position(idx, truth)
+        out.update(_summary(pos, ks, "xlr_t2s"))
+        if found_at:
+            out["t2s_found_at"] = pos
     out.update(check)
     out["approximate"] = _approximate(method, check)
     out["retrieved"] = retrieved
@@ -164,6 +174,7 @@ def bkr_approx(
     target_agreement: float | None = 0.99,
     check_sample: int = 1000,
     seed: int = 0,
+    found_at: bool = False,
 ) -> dict[str, Any]:
     """BkR@K from a text index over the targets and an image index over the source images.
 
@@ -173,7 +184,7 @@ def bkr_approx(
     ``retrieved`` (the first of its K found, the same as a top-1 search of the same index); then
     no text search is done here. ``target_agreement``, ``check_sample``, ``seed``: the self-check
     (module doc): the text index on top-1 agreement, the source-image index on top-1 agreement and
-    recall of the K nearest."""
+    recall of the K nearest. ``found_at``: also return the per-query outcomes (module doc)."""
     for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
                     (src_img, "source image features"), (tgt_img, "target image features")):
         _check(x, name)
@@ -203,6 +214,8 @@ def bkr_approx(
     _, lists = search(index, tgt_img, max(ks), rows=distinct)
     pos = _position(lists[row], np.arange(src_text.shape[0]))
     out: dict[str, Any] = _summary(pos, ks, "bkr")
+    if found_at:
+        out["found_at"] = pos
     out.update(check)
     out["approximate"] = _approximate(method, check)
     out["retrieved"] = retrieved

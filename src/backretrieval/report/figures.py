@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..analysis.evaluate import pair_labels
 from ..core import atomic_write
 
 DPI = 130
@@ -46,7 +47,7 @@ def _save(fig, path: str | Path) -> Path:
 
 def _frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(records)
-    df["pair"] = df["src_lang"] + "->" + df["tgt_lang"]
+    df["pair"] = pair_labels(df)
     return df
 
 

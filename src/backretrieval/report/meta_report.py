@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis.evaluate import summarize
+from ..analysis.evaluate import pair_labels, slug, summarize, write_results
 from ..analysis.meta import MetaResult
 from ..core import atomic_write_text
 from .table import format_meta_table, format_summary
@@ -38,8 +38,14 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     main_g = cfg.image_model
     bkr_key = f"bkr@{cfg.k}"
     columns = ("xlr@10", bkr_key, "corr", f"hubness_skew@{cfg.k}")
+    datasets = res.datasets or [cfg.dataset]
+    name = " + ".join(datasets)
+    if len(datasets) > 1:  # the merged records (each dataset's own are in OUT/datasets/<name>/)
+        write_results(res.main.records, out, res.run)
+        for g, sub in list(res.results.items())[1:]:
+            write_results(sub.records, out / "image-models" / slug(g), res.run)
     doc = {
-        "dataset": cfg.dataset,
+        "dataset": datasets[0] if len(datasets) == 1 else datasets,
         "n": cfg.n,
         "seeds": len(cfg.seeds),
         "models": cfg.models,
@@ -58,7 +64,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
             "coverage": float(res.calibration.rows["covered"].mean()),
         }
     parts = [
-        f"# Meta-evaluation on {cfg.dataset}",
+        f"# Meta-evaluation on {name}",
         "",
         f"N={cfg.n} per side, {len(cfg.seeds)} seeds, {len(cfg.models)} models, image model g = {main_g}, "
         f"similarity {cfg.sim}. Correlation across models of {bkr_key} (BkR) and of CORR with the ground truth "
@@ -85,6 +91,8 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "",
         format_summary(summarize(res.main.records, columns), columns),
     ]
+    notes = list(dict.fromkeys(n for sub in res.results.values() for n in getattr(sub, "notes", [])))
+    parts += [f"\nNote: {n}." for n in notes]
     md = "\n".join(parts)
     if figures:  # first: a failure here leaves no meta.json / meta.md that look complete
         _figures_and_html(res, cfg, out, md)
@@ -100,7 +108,7 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
     records = res.main.records
-    pair0 = f"{cfg.pairs[0][0]}->{cfg.pairs[0][1]}"
+    pair0 = str(pair_labels(pd.DataFrame(records[:1])).iloc[0])
     bkr_key = f"bkr@{cfg.k}"
     pngs = {
         "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png", bkr=bkr_key),
@@ -122,4 +130,4 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
         sections.append(("How weak may g be?", [pngs["weak"]]))
     if "cal" in pngs:
         sections.append(("Calibration", [pngs["cal"]]))
-    build_html(f"Backretrieval meta-evaluation: {cfg.dataset}", sections, out / "report.html")
+    build_html(f"Backretrieval meta-evaluation: {' + '.join(res.datasets or [cfg.dataset])}", sections, out / "report.html")

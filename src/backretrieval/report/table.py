@@ -1,6 +1,7 @@
 """Plain-text / Markdown tables of evaluation summaries."""
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,6 +39,28 @@ def format_summary(summary: pd.DataFrame, columns: Sequence[str] = DEFAULT_COLUM
             lines.append(f"| {row['model']} | " + " | ".join(_cell(row, c) for c in cols) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def approx_note(records: Sequence[dict[str, Any]]) -> str | None:
+    """One paragraph on records computed with approximate search (``--approx``): what was
+    computed how, what was not, and the calibration reached; None for exact records."""
+    approx = [r for r in records if r.get("approx")]
+    if not approx:
+        return None
+    r0 = approx[0]
+    agreement = [v for r in approx for key, v in r.items() if key.startswith("approx_") and key.endswith("_agreement")]
+    fallbacks = sum(bool(v) for r in approx for key, v in r.items() if key.startswith("approx_") and key.endswith("_exact_fallback"))
+    searches = sum(1 for r in approx for key in r if key.startswith("approx_") and key.endswith("_exact_fallback"))
+    mrr = sorted({key for r in approx for key in r if re.fullmatch(r"(xlr|xlr_t2s|bkr)_mrr@\d+", key)})
+    low = f"{min(agreement):.4f}" if agreement else "-"
+    return (
+        f"Approximate search ({r0['approx']}, each search calibrated until its top-1 agreement and top-K recall "
+        f"with exact search on a seeded sample reach {r0['approx_target']:g}, else exact): XLR@K and BkR@K from the "
+        f"approximate top-K lists{', MRR truncated at K (' + ', '.join(mrr) + ')' if mrr else ''}; CORR exact (all "
+        f"pairs up to its seeded 4M-pair subsample). Not computed (exact search only): hubness, median ranks, the "
+        f"untruncated MRR. Lowest top-1 agreement measured: {low}; {fallbacks} of {searches} searches fell back to "
+        "exact search. Records say `approximate: true` and carry every search's calibration (`approx_*`)."
+    )
 
 
 def format_meta_table(table: dict[str, dict[str, Any]]) -> str:

@@ -1,0 +1,115 @@
+"""``--approx hnsw|ivf`` (issue #15 item 3) on a small real grid: XLR@K and BkR@K from
+self-calibrating FAISS top-K lists, records that say so and carry the calibration, summaries
+that say what was not computed, and options that are refused up front."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.cli import main
+
+GRID = ["--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "use-m,random", "--n", "200", "--k", "10",
+        "--seeds", "2"]
+SEARCHES = ("approx_xlr_", "approx_xlr_t2s_", "approx_bkr_text_", "approx_bkr_image_")
+
+
+def cli(args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def approx_run(tmp_path_factory, shared_data):
+    out = tmp_path_factory.mktemp("approx")
+    res = cli(["evaluate", *GRID, "--approx", "hnsw", "--out", out, "--quiet"])
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    exact = evaluate(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "random"], n=200, k=10,
+                                seeds=[0, 1]), None, progress=False)
+    return out, res.output, records, exact.records
+
+
+def _perfect(r: dict, prefix: str) -> bool:
+    k = "1" if prefix == "approx_bkr_text_" else "10"
+    return r[f"{prefix}agreement"] == 1.0 and r[f"{prefix}recall@{k}"] == 1.0
+
+
+def test_records_say_approximate_and_carry_the_calibration(approx_run):
+    _, _, records, _ = approx_run
+    assert len(records) == 4
+    for r in records:
+        assert r["approximate"] is True and r["approx"] == "hnsw" and r["approx_target"] == 0.99
+        for p in SEARCHES:
+            assert 0.99 <= r[f"{p}agreement"] <= 1 and 0 < r[f"{p}agreement_low95"] <= r[f"{p}agreement"]
+            assert r[f"{p}ef_search"] >= 1 and r[f"{p}exact_fallback"] is False
+            assert r[f"{p}calibration_seconds"] >= 0 and r[f"{p}calibration_tried"]
+        assert {"xlr@1", "xlr@5", "xlr@10", "xlr_mrr@10", "xlr_t2s@10", "bkr@10", "bkr_mrr@10", "corr"} <= set(r)
+        # exact-only quantities are absent, not made up
+        assert not {"hubness_skew@10", "bkr_median_rank", "xlr_median_rank", "xlr_mrr", "bkr_mrr"} & set(r)
+
+
+def test_recall_at_k_equals_exact_search_where_agreement_is_1(approx_run):
+    _, _, records, exact = approx_run
+    exact = {(r["model"], r["seed"]): r for r in exact}
+    checked = 0
+    for r in records:
+        e = exact[(r["model"], r["seed"])]
+        if _perfect(r, "approx_xlr_"):
+            assert [r[f"xlr@{k}"] for k in (1, 5, 10)] == [e[f"xlr@{k}"] for k in (1, 5, 10)]
+            checked += 1
+        if _perfect(r, "approx_xlr_t2s_"):
+            assert [r[f"xlr_t2s@{k}"] for k in (1, 5, 10)] == [e[f"xlr_t2s@{k}"] for k in (1, 5, 10)]
+            checked += 1
+        if _perfect(r, "approx_bkr_text_") and _perfect(r, "approx_bkr_image_"):
+            assert [r[f"bkr@{k}"] for k in (1, 5, 10)] == [e[f"bkr@{k}"] for k in (1, 5, 10)]
+            checked += 1
+        assert r["corr"] == e["corr"]  # CORR is exact either way
+    assert checked >= 6, checked  # at N=200 HNSW finds the exact lists for (nearly) every search
+
+
+def test_summary_says_what_was_and_was_not_computed(approx_run):
+    out, output, _, _ = approx_run
+    summary = (out / "summary.md").read_text()
+    for text in ("Approximate search (hnsw", "MRR truncated at K", "Not computed (exact search only): hubness",
+                 "0 of 16 searches fell back to exact search", "bkr_mrr@10"):
+        assert text in summary, text
+    assert "| bkr_mrr |" not in summary
+    assert summary in output + "\n"
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["approx"] == "hnsw" and run["config"]["approx_target"] == 0.99
+
+
+def test_compare_ranks_by_approximate_recall(tmp_path, approx_run):
+    res = cli(["compare", *GRID, "--approx", "hnsw", "--metric", "xlr@5", "--n-boot", "100", "--out", tmp_path, "--quiet"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["per_pair"][0]["model"] == "use-m"
+    records = {(r["model"], r["seed"]): r for r in approx_run[2]}
+    est = (records[("use-m", 0)]["xlr@5"] + records[("use-m", 1)]["xlr@5"]) / 2
+    assert doc["per_pair"][0]["estimate"] == pytest.approx(est)
+    assert (tmp_path / "compare.md").read_text().startswith("Approximate search (hnsw")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--approx", "hnsw", "--metric", "bkr_mrr"], "with --approx compare ranks by xlr@K, xlr_t2s@K or bkr@K"),
+    (["--approx", "hnsw", "--metric", "corr"], "MRR and CORR need exact search"),
+    (["--approx", "hnsw", "--metric", "bkr@20", "--k", "10"], "--approx searches the top 10 only"),
+    (["--approx", "hnsw", "--sim", "csls"], "approximate search ranks by cosine only"),
+    (["--approx", "annoy"], "'annoy' is not one of 'hnsw', 'ivf'"),
+    (["--approx", "ivf", "--approx-target", "0"], "--approx-target"),
+])
+def test_bad_approx_options_are_refused_up_front(tmp_path, extra, message):
+    res = cli(["compare", *GRID, *extra, "--out", tmp_path / "out", "--quiet"])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and res.output.startswith("error: "), res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_exact_runs_keep_their_resume_keys():
+    """--approx joined the configuration; exact configurations hash as before, so records in
+    OUT/.partial from earlier versions are still found."""
+    cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m"], n=200, seeds=[0])
+    assert cfg.key() == "d09c05e88488f28e"  # the key of this configuration before --approx existed
+    assert EvalConfig(**{**cfg.__dict__, "approx": "hnsw"}).key() != cfg.key()
