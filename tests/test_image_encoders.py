@@ -59,11 +59,11 @@ def emoji(emoji_tarball, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def emoji_sample(shared_data, tmp_path_factory) -> list[str]:
+def emoji_sample(emoji_tarball, tmp_path_factory) -> list[str]:
     """The first 48 emoji images of the tarball (real PNGs of every kind: faces, flags, objects)."""
     out = tmp_path_factory.mktemp("emoji-sample")
     paths = []
-    with tarfile.open(shared_data / TARBALL) as tar:
+    with tarfile.open(emoji_tarball) as tar:
         for member in tar:
             if member.name.startswith("package/img/google/64/") and member.isfile():
                 path = out / member.name.rsplit("/", 1)[1]
