@@ -124,3 +124,12 @@ def test_replaced_image_bytes_are_re_encoded(tmp_path, shared_data):
     assert second.n_encoded == 1
     np.testing.assert_array_equal(out, get_image_encoder("color-hist").encode_images([paths[1]]))
     assert not np.array_equal(out, first)
+
+
+def test_namespace_names_never_merge():
+    from backretrieval.encoders.cache import _safe
+
+    long_a, long_b = "v" * 130 + "a", "v" * 130 + "b"
+    assert _safe(long_a) != _safe(long_b) and len(_safe(long_a)) <= 120
+    assert _safe("a b") != _safe("a_b") == "a_b"
+    assert _safe("use-m") == "use-m"

@@ -39,7 +39,12 @@ DEFAULT_IMAGE_STEP = 32
 
 
 def _safe(part: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", part)[:120] or "_"
+    """A file-name-safe form of ``part``: readable, and never merging two names -- a name that had
+    to be changed or shortened gets a digest of the original."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", part) or "_"
+    if safe == part and len(safe) <= 120:
+        return safe
+    return f"{safe[:100]}~{content_hash(part, 8)}"
 
 
 class EmbeddingStore:
