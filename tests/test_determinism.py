@@ -227,3 +227,47 @@ def test_blocks_in_threads_equal_blocks_in_sequence(monkeypatch, threads):
     monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 0)
     monkeypatch.setattr(kernels, "PARALLEL_BLOCK_BYTES", 2000)  # many small blocks per thread
     _assert_same(serial, _all_results(src, tgt, si, ti, 3000))
+
+
+@pytest.fixture(scope="module")
+def real_embeddings(shared_data):
+    """Real emoji-cldr embeddings with real ties: 60 en/de items' keywords (many share words) through
+    tfidf-char and use-m, and their colour histograms as images."""
+    from backretrieval.data import load_dataset, non_matching
+    from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+
+    ds = load_dataset("emoji-cldr", langs=["en", "de"], text="keywords")
+    s, t = ds["en"], ds["de"]
+    si, ti = non_matching(s, t, 60, 3)
+    texts_s, texts_t = [s.texts[i] for i in si], [t.texts[i] for i in ti]
+    out = {}
+    tf = get_text_encoder("tfidf-char")
+    tf.fit({"en": texts_s, "de": texts_t})
+    out["tfidf-char"] = (tf.encode(texts_s, "en"), tf.encode(texts_t, "de"))
+    um = get_text_encoder("use-m")
+    out["use-m"] = (um.encode(texts_s, "en"), um.encode(texts_t, "de"))
+    g = get_image_encoder("color-hist")
+    imgs = (g.encode_images([s.image_paths[i] for i in si]), g.encode_images([t.image_paths[i] for i in ti]))
+    return out, imgs
+
+
+@pytest.mark.parametrize("model", ["tfidf-char", "use-m"])
+def test_metrics_equal_the_reference_on_real_embeddings(real_embeddings, model):
+    from scipy import stats as _stats
+
+    from backretrieval.metrics import corr
+
+    texts, (si, ti) = real_embeddings
+    st_, tt = texts[model]
+    n = len(st_)
+    fwd, bwd = xlr_ranks(st_, tt[:n])
+    rf, rb = ref.xlr_ranks(st_, tt[:n])
+    assert fwd.tolist() == rf.tolist() and bwd.tolist() == rb.tolist()
+    assert bkr_ranks(st_, tt, si, ti)[0].tolist() == ref.bkr_ranks(st_, tt, si, ti).tolist()
+    assert bkr_ranks(st_, tt, si, ti, sim="csls", csls_k=5)[0].tolist() == ref.bkr_ranks(st_, tt, si, ti, sim="csls", k=5).tolist()
+    assert corr(st_, tt, si, ti) == pytest.approx(ref.corr(st_, tt, si, ti), abs=1e-12)
+    occ = ref.k_occurrence(st_, tt, 5)
+    assert hubness(st_, tt, 5)["hubness_skew@5"] == pytest.approx(_stats.skew(occ) if occ.std() > 0 else 0.0)
+    # the real data do have ties: colour histograms of look-alike emoji, and shared keywords
+    img = ref.sim_matrix(ti, si)
+    assert (np.sort(img, axis=1)[:, 1:] == np.sort(img, axis=1)[:, :-1]).any()
