@@ -186,6 +186,8 @@ def test_report_content_matches_compare_json(real_report):
     cmp = json.loads((out / "compare.json").read_text())
     rep = json.loads((out / "report.json").read_text())
     assert [m["metric"] for m in rep["metrics"]] == ["bkr@10", "xlr@10"]  # emoji-cldr has ground truth
+    assert sorted(a["pair"] for a in rep["agreement"]["per_pair"]) == ["de->ja", "en->de"]
+    assert "bkr@10 against the ground truth xlr@10" in html
     assert "backretrieval compare --dataset emoji-cldr --pairs en-de,de-ja" in html
     assert rep["command"] == "backretrieval " + " ".join(args)
     # every number of compare.json's ranking is in the page, and the verdicts follow its significance
@@ -209,7 +211,7 @@ def test_report_content_matches_compare_json(real_report):
     assert "chance 0.0833" in html  # K/N = 10/120
     # versions: from the run's environment
     run = json.loads((out / "run.json").read_text())
-    assert f"<td>numpy</td><td>{run['environment']['packages']['numpy']}</td>" in html
+    assert f"<td class=\"l\">numpy</td><td>{run['environment']['packages']['numpy']}</td>" in html
     # self-contained: every image inline, nothing external referenced
     srcs = re.findall(r'<img[^>]* src="([^"]+)"', html)
     assert len(srcs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
@@ -253,3 +255,23 @@ def test_report_in_headless_chromium(real_report):
     assert [u for u in requests if u != url and not u.startswith("data:")] == []
     assert title.startswith("Backretrieval comparison: bkr@10 and xlr@10 on emoji-cldr")
     assert verdict_items >= 2 * 2 * (len(MODELS) - 1)
+
+
+def test_agreement_with_ground_truth_names_reversed_pairs():
+    from backretrieval.report.compare_report import agreement
+
+    res = synthetic_result()
+    for (m, src, tgt, s), r in res.ranks.items():  # the truth: 'random' is the best model, 'good' the worst
+        if m in ("good", "random"):
+            other = "random" if m == "good" else "good"
+            r["xlr"] = res.ranks[(other, src, tgt, s)]["bkr"].copy()
+    cs = {k: compare(res, k, n_boot=100, n_perm=400) for k in ("bkr@10", "xlr@10")}
+    pws = {k: pairwise(res, k, n_boot=100, n_perm=400) for k in cs}
+    agree = agreement(cs["bkr@10"], pws["bkr@10"], cs["xlr@10"], pws["xlr@10"])
+    assert len(agree) == 2
+    for a in agree:
+        assert ["good", "random"] in a["reversed"]
+        assert "bkr@10 puts good above random, xlr@10 puts random above good" in a["text"]
+        assert a["spearman"] < 0.5
+    same = agreement(cs["bkr@10"], pws["bkr@10"], cs["bkr@10"], pws["bkr@10"])
+    assert all(a["reversed"] == [] and a["spearman"] == pytest.approx(1.0) for a in same)

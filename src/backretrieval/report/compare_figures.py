@@ -92,7 +92,7 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
 
     plt = _plt()
     pairs = list(dict.fromkeys(c.per_pair["pair"]))
-    ncol = min(3, len(pairs))
+    ncol = 2 if len(pairs) == 4 else min(3, len(pairs))
     nrow = -(-len(pairs) // ncol)
     n_models = c.per_pair.groupby("pair").size().max()
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, (0.42 * n_models + 1.3) * nrow), squeeze=False)

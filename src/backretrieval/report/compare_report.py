@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..analysis.compare import Comparison, compare, counterpart, has_metric, pairwise, wins
 from ..analysis.evaluate import EvalResult, slug
+from ..analysis.stats import correlations
 from ..core import atomic_write_text
 from ..core.env import environment
 from . import compare_figures as F
@@ -37,6 +38,8 @@ _CSS = """
 .tie { color: #8a5a00; }
 .row { display: flex; flex-wrap: wrap; gap: 1em; }
 .row figure { flex: 1 1 420px; margin: 0; }
+.stack figure { margin: 0 0 1em 0; }
+td.l { text-align: left; }
 figcaption { font-size: .85em; color: #555; }
 pre { background: #f4f4f4; padding: .6em; white-space: pre-wrap; word-break: break-all; }
 """
@@ -93,6 +96,29 @@ def verdicts(c: Comparison, pw: pd.DataFrame, n: int, n_seeds: int, chance: floa
                     out.append({"pair": pair, "at_chance": r.model, "text": (
                         f"{r.model} is {where} ({c.metric} {r.estimate:.3f} "
                         f"[{r.ci_low:.3f}, {r.ci_high:.3f}], chance {chance:.3g})")})
+    return out
+
+
+def agreement(c: Comparison, pw: pd.DataFrame, truth: Comparison, pw_truth: pd.DataFrame) -> list[dict[str, Any]]:
+    """Does the ranked metric order the models as the ground truth does? Per language pair: the
+    Spearman correlation of the two metrics' estimates across models, and the model pairs whose
+    order the two metrics give the other way round with both gaps significant after Holm
+    (over all of the pair's model pairs, :func:`~backretrieval.analysis.compare.pairwise`)."""
+    out = []
+    for pair in dict.fromkeys(c.per_pair["pair"]):
+        x = c.per_pair[c.per_pair["pair"] == pair].set_index("model")["estimate"]
+        y = truth.per_pair[truth.per_pair["pair"] == pair].set_index("model")["estimate"].reindex(x.index)
+        _, rho = correlations(x.to_numpy(float), y.to_numpy(float))
+        sig = pw[(pw["pair"] == pair) & pw["significant"]]
+        sig_t = pw_truth[(pw_truth["pair"] == pair) & pw_truth["significant"]]
+        won_t = set(zip(sig_t["model_a"], sig_t["model_b"]))
+        swapped = [(a, b) for a, b in zip(sig["model_a"], sig["model_b"]) if (b, a) in won_t]
+        if swapped:
+            text = "; ".join(f"{c.metric} puts {a} above {b}, {truth.metric} puts {b} above {a}" for a, b in swapped)
+        else:
+            text = f"no significant gap of {c.metric} is reversed by {truth.metric}"
+        out.append({"pair": pair, "spearman": rho, "reversed": [list(p) for p in swapped],
+                    "text": f"Spearman {rho:.2f} across models; {text}"})
     return out
 
 
@@ -170,9 +196,13 @@ def write_compare_report(comparisons: Comparison | Sequence[Comparison], result:
             "pairwise": pw.to_dict(orient="records"), "wins": w.to_dict(orient="records"),
             "figures": {k: [str(p.relative_to(out)) for p in ps] for k, ps in figs.items()},
         })
+    agree = None
+    if len(blocks) > 1 and blocks[1][0].metric.startswith("xlr"):  # the ranked metric against the ground truth
+        agree = agreement(blocks[0][0], blocks[0][2], blocks[1][0], blocks[1][2])
+        doc["agreement"] = {"metric": blocks[0][0].metric, "truth": blocks[1][0].metric, "per_pair": agree}
     atomic_write_text(out / "report.json", json.dumps(_clean(doc), indent=1))
     path = out / "report.html"
-    atomic_write_text(path, _html(blocks, result, command, n_seeds))
+    atomic_write_text(path, _html(blocks, result, command, n_seeds, agree))
     return path
 
 
@@ -192,19 +222,26 @@ def _e(x: Any) -> str:
     return html.escape(str(x))
 
 
+def _cell(v: Any) -> str:
+    text = str(v)
+    numeric = text[:1].isdigit() or text[:1] in "[-~>" or text == ""
+    return f"<td>{_e(v)}</td>" if numeric else f'<td class="l">{_e(v)}</td>'
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _figures(items: Sequence[tuple[Path, str]]) -> str:
+def _figures(items: Sequence[tuple[Path, str]], wide: bool = False) -> str:
+    """Figures side by side (``wide``: one below the other), each with its caption."""
     figs = "".join(f"<figure>{img_tag(png)}<figcaption>{_e(cap)} (also {_e(png.with_suffix('.svg').name)})"
                    "</figcaption></figure>" for png, cap in items)
-    return f'<div class="row">{figs}</div>'
+    return f'<div class="{"stack" if wide else "row"}">{figs}</div>'
 
 
-def _html(blocks, result: EvalResult, command: str, n_seeds: int) -> str:
+def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[dict[str, Any]] | None) -> str:
     cfg = result.config
     c0, chance0 = blocks[0][0], blocks[0][1]
     names = [b[0].metric for b in blocks]
@@ -219,8 +256,14 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int) -> str:
          f"seed-stratified percentile bootstrap over queries. Gaps: paired sign-flip permutation test, Holm-adjusted, "
          f"alpha = {c0.alpha:g}.{_e(chance_txt)}</p>"]
     if len(blocks) > 1:
-        h.append(f"<p>The data have ground truth: {_e(blocks[1][0].metric)} (with the known translations) is shown "
-                 f"beside {_e(c0.metric)}; where they agree, {_e(c0.metric)} can be trusted on data like these.</p>")
+        h.append(f"<p>{_e(blocks[1][0].metric)} is shown beside {_e(c0.metric)} (the records have what it needs).</p>")
+    if agree:
+        items = "".join(f'<li class="{"tie" if a["reversed"] else "sig"}"><b>{_e(a["pair"])}</b>: {_e(a["text"])}</li>'
+                        for a in agree)
+        h.append(f"<h2>{_e(c0.metric)} against the ground truth {_e(blocks[1][0].metric)}</h2>"
+                 f"<p>These data have known translations, so the ranking {_e(c0.metric)} gives without them can be "
+                 f"checked. Where the two agree, {_e(c0.metric)} can be trusted on similar data without translations; "
+                 f"a reversed pair says which kind of model it misjudges here.</p><ul class=\"verdicts\">{items}</ul>")
     h.append("<h2>Verdicts</h2>")
     for c, _, _, _, _, v in blocks:
         h.append(f"<h3>By {_e(c.metric)}</h3>")
@@ -231,7 +274,7 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int) -> str:
     h.append("<h2>Language pairs x models</h2>")
     h.append(_figures([(b[4]["heatmap"][0], f"{b[0].metric}: estimate ± interval half-width") for b in blocks]))
     h.append("<h2>Per pair: each model with its interval</h2>")
-    h.append(_figures([(b[4]["forest"][0], f"{b[0].metric} per pair; * = significant gap to the next model") for b in blocks]))
+    h.append(_figures([(b[4]["forest"][0], f"{b[0].metric} per pair; * = significant gap to the next model") for b in blocks], wide=True))
     for c, *_ in blocks:
         rows = []
         for _, r in c.per_pair.iterrows():
@@ -245,7 +288,7 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int) -> str:
     h.append("<h2>Wins and mean rank</h2>")
     h.append("<p>A win: on one language pair, the model's gap to one other model is significant after Holm "
              "(over all of that pair's model pairs). Rank 1 = best on a pair.</p>")
-    h.append(_figures([(b[4]["wins"][0], f"{b[0].metric}: significant wins, ties, losses") for b in blocks]))
+    h.append(_figures([(b[4]["wins"][0], f"{b[0].metric}: significant wins, ties, losses") for b in blocks], wide=True))
     for c, _, _, w, _, _ in blocks:
         a = c.across_pairs.merge(w, on="model", suffixes=("", "_sig"))
         rows = [[r["model"], f"{r['mean']:.4f}", f"{r['sd']:.4f}", f"{r['min']:.4f}", f"{r['max']:.4f}",
