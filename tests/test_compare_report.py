@@ -275,3 +275,26 @@ def test_agreement_with_ground_truth_names_reversed_pairs():
         assert a["spearman"] < 0.5
     same = agreement(cs["bkr@10"], pws["bkr@10"], cs["bkr@10"], pws["bkr@10"])
     assert all(a["reversed"] == [] and a["spearman"] == pytest.approx(1.0) for a in same)
+
+
+def test_text_only_and_single_model_reports(tmp_path):
+    """Records without BkR ranks get the XLR report alone; one model gets no verdict and no win."""
+    from backretrieval.report.compare_report import comparisons_for
+
+    res = synthetic_result()
+    for r in res.ranks.values():
+        del r["bkr"]
+    res.text_only = True
+    cs = comparisons_for(res, "xlr@10", n_boot=100)
+    assert [c.metric for c in cs] == ["xlr@10"]
+    write_compare_report(cs, res, tmp_path / "text", n_boot=100, n_perm=200)
+    doc = json.loads((tmp_path / "text" / "report.json").read_text())
+    assert "agreement" not in doc and [m["metric"] for m in doc["metrics"]] == ["xlr@10"]
+
+    one = EvalResult(config=res.config, records=[r for r in res.records if r["model"] == "good"],
+                     ranks={k: v for k, v in res.ranks.items() if k[0] == "good"})
+    write_compare_report(compare(one, "xlr@10", n_boot=100), one, tmp_path / "one", n_boot=100, n_perm=200)
+    doc = json.loads((tmp_path / "one" / "report.json").read_text())
+    m = doc["metrics"][0]
+    assert m["pairwise"] == [] and m["wins"] == [{"model": "good", "wins": 0, "losses": 0, "ties": 0}]
+    assert not [v for v in m["verdicts"] if "better" in v]

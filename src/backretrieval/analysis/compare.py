@@ -288,7 +288,7 @@ def wins(pw: pd.DataFrame, models: list[str] | None = None) -> pd.DataFrame:
     significantly after Holm), ``losses`` (the same, trailing) and ``ties`` (gaps not significant).
     ``models`` fixes the row order (default: order of appearance)."""
     names = models or list(dict.fromkeys([*pw["model_a"], *pw["model_b"]]))
-    sig = pw[pw["significant"]]
+    sig = pw[pw["significant"].astype(bool)]
     return pd.DataFrame({
         "model": names,
         "wins": [int((sig["model_a"] == m).sum()) for m in names],

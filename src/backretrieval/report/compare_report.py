@@ -109,8 +109,8 @@ def agreement(c: Comparison, pw: pd.DataFrame, truth: Comparison, pw_truth: pd.D
         x = c.per_pair[c.per_pair["pair"] == pair].set_index("model")["estimate"]
         y = truth.per_pair[truth.per_pair["pair"] == pair].set_index("model")["estimate"].reindex(x.index)
         _, rho = correlations(x.to_numpy(float), y.to_numpy(float))
-        sig = pw[(pw["pair"] == pair) & pw["significant"]]
-        sig_t = pw_truth[(pw_truth["pair"] == pair) & pw_truth["significant"]]
+        sig = pw[(pw["pair"] == pair) & pw["significant"].astype(bool)]
+        sig_t = pw_truth[(pw_truth["pair"] == pair) & pw_truth["significant"].astype(bool)]
         won_t = set(zip(sig_t["model_a"], sig_t["model_b"]))
         swapped = [(a, b) for a, b in zip(sig["model_a"], sig["model_b"]) if (b, a) in won_t]
         if swapped:
