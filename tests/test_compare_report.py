@@ -298,3 +298,32 @@ def test_text_only_and_single_model_reports(tmp_path):
     m = doc["metrics"][0]
     assert m["pairwise"] == [] and m["wins"] == [{"model": "good", "wins": 0, "losses": 0, "ties": 0}]
     assert not [v for v in m["verdicts"] if "better" in v]
+
+
+def test_pairwise_corr_from_bootstrap_replicates():
+    """CORR gaps: the estimate difference of the seed means, the percentile interval of the paired
+    replicates' difference, and the Wald p-value compare() gives the adjacent gap."""
+    rng = np.random.default_rng(4)
+    res = synthetic_result(seeds=(0, 1))
+    level = {"good": 0.3, "mid": 0.15, "mid-twin": 0.149, "random": 0.0}
+    for r in res.records:
+        r["corr"] = level[r["model"]] + 0.01 * rng.standard_normal()
+    common = {(src, tgt, s): rng.standard_normal(80) * 0.02 for (_, src, tgt, s) in res.ranks}
+    for (m, src, tgt, s), rk in res.ranks.items():
+        rk["corr_boot"] = level[m] + common[(src, tgt, s)] + 0.005 * rng.standard_normal(80)
+    pw = pairwise(res, "corr", level=0.9)
+    c = compare(res, "corr", level=0.9)
+    for _, r in pw.iterrows():
+        src, tgt = r["pair"].split("->")
+        est = {m: np.mean([x["corr"] for x in res.records if (x["model"], x["src_lang"], x["tgt_lang"]) == (m, src, tgt)])
+               for m in (r["model_a"], r["model_b"])}
+        reps = {m: np.mean([res.ranks[(m, src, tgt, s)]["corr_boot"] for s in (0, 1)], axis=0) for m in est}
+        d = reps[r["model_a"]] - reps[r["model_b"]]
+        assert r["diff"] == pytest.approx(est[r["model_a"]] - est[r["model_b"]])
+        assert (r["diff_low"], r["diff_high"]) == pytest.approx(tuple(np.quantile(d, [0.05, 0.95])))
+        row = c.per_pair[(c.per_pair["pair"] == r["pair"]) & (c.per_pair["model"] == r["model_a"])].iloc[0]
+        nxt = c.per_pair[(c.per_pair["pair"] == r["pair"]) & (c.per_pair["rank"] == row["rank"] + 1)]
+        if len(nxt) and nxt.iloc[0]["model"] == r["model_b"]:
+            assert r["p"] == pytest.approx(row["p_vs_next"])
+    good = pw[(pw["model_a"] == "good") & (pw["model_b"] == "mid")]
+    assert good["significant"].all()
