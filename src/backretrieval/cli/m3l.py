@@ -204,7 +204,8 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     from ..encoders.base import get_text_encoder
     from ..encoders.cache import CachedTextEncoder
     from ..encoders.m3l import M3LTextEncoder, load_model
-    from ..train.m3l import collect_images, evaluate_retrieval, model_label, projection_figure
+    from ..report.projection import projection_figure
+    from ..train.m3l import collect_images, evaluate_retrieval, model_label
 
     lang_list = _parse_list(langs, "--langs", "language")
     if plot_langs is None:  # the default never clashes with --langs: plot the languages both have
