@@ -467,17 +467,39 @@ def test_bad_inputs_raise_clear_errors(tmp_path, emoji_small):
 def test_image_retrieval_groups_seeds_but_not_settings(trained):
     """Models that differ only in the training seed are one configuration (averaged); other
     settings make their own rows, named by what differs."""
-    from backretrieval.cli.m3l import _group_key, _labels
+    from backretrieval.analysis.image_retrieval import group_key, group_labels
 
     _, out = trained
     cfg = json.loads((Path(out) / "config.json").read_text())
+    assert cfg["loss_params"]["eta_quantile"] == 0.5  # typed, not only the prose eta_rule
     other_seed = {**cfg, "seed": 7, "loss_params": {**cfg["loss_params"], "eta": cfg["loss_params"]["eta"] * 1.01}}
-    q90 = {**cfg, "loss_params": {**cfg["loss_params"], "eta_rule": "quantile 0.9 of squared distances between distinct training images"}}
+    q90 = {**cfg, "loss_params": {**cfg["loss_params"], "eta_quantile": 0.9}}
     lr = {**cfg, "optimizer": {**cfg["optimizer"], "lr": 0.01}}
-    keys = [_group_key(c) for c in (cfg, other_seed, q90, lr)]
+    keys = [group_key(c) for c in (cfg, other_seed, q90, lr)]
     assert keys[0] == keys[1] and len(set(keys)) == 3
-    names = _labels(list(dict.fromkeys(keys)))
+    names = group_labels(list(dict.fromkeys(keys)))
     assert names[keys[0]] == "use-m PATR (eta_quantile 0.5, lr 0.001)"
     assert names[keys[2]] == "use-m PATR (eta_quantile 0.9, lr 0.001)"
     assert names[keys[3]] == "use-m PATR (eta_quantile 0.5, lr 0.01)"
-    assert _labels([keys[0]]) == {keys[0]: "use-m PATR"}
+    assert group_labels([keys[0]]) == {keys[0]: "use-m PATR"}
+
+
+def test_image_retrieval_reads_old_prose_eta_rule(trained):
+    """Directories written before the typed eta_quantile group exactly as new ones."""
+    from backretrieval.analysis.image_retrieval import eta_quantile_of, group_key
+
+    _, out = trained
+    cfg = json.loads((Path(out) / "config.json").read_text())
+    old_lp = {k: v for k, v in cfg["loss_params"].items() if k != "eta_quantile"}
+    old = {**cfg, "loss_params": old_lp}
+    assert old_lp["eta_rule"].startswith("quantile 0.5 ")
+    assert group_key(old) == group_key(cfg)
+    old90 = {**cfg, "loss_params": {**old_lp, "eta_rule": "quantile 0.9 of squared distances between distinct training images"}}
+    new90 = {**cfg, "loss_params": {**cfg["loss_params"], "eta_quantile": 0.9}}
+    assert group_key(old90) == group_key(new90) != group_key(cfg)
+    given_old = {"eta": 3.0, "eta_rule": "given", "d": "squared euclidean"}
+    given_new = {**given_old, "eta_quantile": None}
+    assert eta_quantile_of(given_old) is None and eta_quantile_of(given_new) is None
+    assert eta_quantile_of({"rho": 4.0}) is None  # M3L
+    with pytest.raises(BackretrievalError, match="unreadable eta_rule 'median'"):
+        eta_quantile_of({"eta": 1.0, "eta_rule": "median"})

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text
+from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, json_default
 from ..core.fingerprint import dir_digest
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
@@ -149,7 +149,7 @@ class Cr5Model:
             "rank": self.rank,
             "vocabulary_sizes": {lang: len(self.bow[lang]) for lang in self.languages},
         }
-        atomic_write_text(path / META_FILE, json.dumps(meta, indent=1, ensure_ascii=False, default=_json_default))
+        atomic_write_text(path / META_FILE, json.dumps(meta, indent=1, ensure_ascii=False, default=json_default))
         return path
 
     @classmethod
@@ -197,14 +197,6 @@ class Cr5Model:
             return cls(vocab, idf, phi, sv, meta)
         except DataError as e:
             raise EncoderError(f"cr5: {p}: {e}") from None
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 class Cr5Encoder(BatchedTextEncoder):

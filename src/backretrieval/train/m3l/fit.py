@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ...core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash
+from ...core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash, json_default
 from ...data import Dataset
 from ...encoders.base import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
@@ -342,6 +342,8 @@ class M3LModel:
                 if self.loss == "m3l"
                 else {
                     "eta": self.eta_,
+                    # typed: the quantile eta was estimated at (None: eta was given); eta_rule is for people
+                    "eta_quantile": None if self.eta is not None else float(self.eta_quantile),
                     "eta_rule": "given" if self.eta is not None else
                     f"quantile {self.eta_quantile} of squared distances between distinct training images",
                     "d": "squared euclidean",
@@ -384,16 +386,8 @@ class M3LModel:
         atomic_write_text(out / "split.json", json.dumps(split))
         cfg = self.config_()
         cfg["weights_hash"] = content_hash((out / "weights.npz").read_bytes())
-        atomic_write_text(out / "config.json", json.dumps(cfg, indent=1, default=_json_default))
+        atomic_write_text(out / "config.json", json.dumps(cfg, indent=1, default=json_default))
         return out
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
 def _val_key(rec: Mapping[str, Any]) -> tuple[float, float]:
