@@ -3,6 +3,7 @@
 Every other layer may import from here; this package imports nothing from the project.
 """
 from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
+from .rows import normalize_rows
 from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "cache_dir",
     "content_hash",
     "json_default",
+    "normalize_rows",
 ]

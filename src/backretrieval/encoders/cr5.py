@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, json_default
+from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, json_default, normalize_rows
 from ..core.fingerprint import dir_digest
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
@@ -241,13 +241,11 @@ class Cr5Encoder(BatchedTextEncoder):
 
     def _encode_batch(self, model: Cr5Model, texts: list[str]) -> np.ndarray:
         v = model.transform(texts, self._lang).astype(np.float64)
-        norms = np.linalg.norm(v, axis=1, keepdims=True)
-        np.divide(v, norms, out=v, where=norms > 0)
+        v = normalize_rows(v)
         out = np.empty((len(texts), v.shape[1] + 1), dtype=np.float64)
         out[:, :-1] = v
         out[:, -1] = BIAS
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out.astype(np.float32)
+        return normalize_rows(out).astype(np.float32)
 
 
 def _factory(arg: str | None = None, **options: Any) -> Cr5Encoder:
