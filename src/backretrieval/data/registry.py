@@ -30,7 +30,7 @@ class DatasetInfo:
 _REGISTRY: dict[str, DatasetInfo] = {}
 # Modules of this package that are not dataset loaders; every other public module is a loader
 # that registers itself when imported: a new dataset is one file.
-_NOT_LOADERS = frozenset({"corpus", "registry", "sampling"})
+_NOT_LOADERS = frozenset({"corpus", "registry", "sampling", "splits"})
 GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...core import BackretrievalError, DataError, content_hash
 from ...data import Corpus, Dataset
+from ...data.splits import hash_split
 from ...encoders.base import get_image_encoder
 from ...encoders.cache import CachedImageEncoder
 from ...encoders.precomputed_image import load_feature_rows
@@ -25,18 +26,21 @@ SPLIT_CODE = {name: i for i, name in enumerate(SPLITS)}
 def assign_splits(keys: Sequence[str], seed: int, test_frac: float, val_frac: float) -> np.ndarray:
     """Split code per image key (0 train, 1 val, 2 test) from a seeded hash of the key.
 
-    ``u = hash(seed, key) / 2**64``; test if ``u < test_frac``, val if ``u < test_frac +
-    val_frac``, else train. An image's split depends only on its key and the seed.
+    :func:`backretrieval.data.splits.hash_split` with bands (test, val): ``u = hash(seed, key) /
+    2**64``; test if ``u < test_frac``, val if ``u < test_frac + val_frac``, else train. An
+    image's split depends only on its key and the seed.
+
+    Raises:
+        BackretrievalError: fractions outside [0, 1) or summing to 1 or more.
     """
     check_fracs(test_frac, val_frac)
-    u = np.array([int(content_hash(f"{int(seed)}\x00{k}", 8), 16) / 2.0**64 for k in keys], dtype=np.float64)
-    out = np.zeros(len(keys), dtype=np.int8)
-    out[u < test_frac + val_frac] = SPLIT_CODE["val"]
-    out[u < test_frac] = SPLIT_CODE["test"]
-    return out
+    band = hash_split(keys, seed, (test_frac, val_frac))
+    codes = np.array([SPLIT_CODE["test"], SPLIT_CODE["val"], SPLIT_CODE["train"]], dtype=np.int8)
+    return codes[band]
 
 
 def check_fracs(test_frac: float, val_frac: float) -> None:
+    """Raise :class:`BackretrievalError` unless both fractions are in [0, 1) and sum to below 1."""
     for name, v in (("test_frac", test_frac), ("val_frac", val_frac)):
         if not isinstance(v, (int, float)) or not 0.0 <= float(v) < 1.0 or math.isnan(float(v)):
             raise BackretrievalError(f"{name} must be in [0, 1), got {v!r}")
