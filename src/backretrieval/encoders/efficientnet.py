@@ -36,7 +36,7 @@ import os
 from typing import Any
 
 from ..core import EncoderError
-from ._cnn import CNNFeatureEncoder, check_image_options
+from ._cnn import CNNFeatureEncoder
 from .base import EncoderInfo, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
@@ -118,7 +118,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
 
 def _factory(variant: int):
     def factory(arg: str | None = None, **options: Any) -> EfficientNetLiteEncoder:
-        check_image_options(f"efficientnet-lite{variant}", options)
+        EfficientNetLiteEncoder.check_options(f"efficientnet-lite{variant}", options)
         return EfficientNetLiteEncoder(variant, **options)
 
     return factory
