@@ -114,7 +114,7 @@ class Group:
 
     def recalls(self, lang: str, k: int) -> list[float]:
         """Recall@k of each seed in ``lang``."""
-        return [r.per_lang[lang][f"r@{k}"] for r in self.results]
+        return [r.per_lang[lang][f"t2i@{k}"] for r in self.results]
 
     def hits(self, lang: str, k: int) -> np.ndarray:
         """Per-query hit at k, averaged over the seeds (queries must align)."""
@@ -228,7 +228,7 @@ def image_retrieval(
         results.append(res)
         if log is not None:
             log(f"{model_label(cfg)} (train {','.join(cfg['train_langs'])}, seed {cfg['seed']}) {m}: "
-                + ", ".join(f"{x} {res.per_lang[x][f'r@{k_list[-1]}']:.3f}" for x in langs))
+                + ", ".join(f"{x} {res.per_lang[x][f't2i@{k_list[-1]}']:.3f}" for x in langs))
     by_key: dict[tuple, list[RetrievalResult]] = {}
     for r in results:
         by_key.setdefault(group_key(r.config), []).append(r)

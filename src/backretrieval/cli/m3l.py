@@ -89,8 +89,8 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     best = next(h for h in model.history_ if h["epoch"] == model.best_epoch_)
     first = model.history_[0]
     val = (
-        f"validation R@10 {best['val_r@10']:.3f} (untrained {first['val_r@10']:.3f}) at epoch {model.best_epoch_}"
-        if "val_r@10" in best else f"epoch {model.best_epoch_}"
+        f"validation R@10 {best['val_t2i@10']:.3f} (untrained {first['val_t2i@10']:.3f}) at epoch {model.best_epoch_}"
+        if "val_t2i@10" in best else f"epoch {model.best_epoch_}"
     )
     eta = f", eta {model.eta_:.4g}" if model.eta_ is not None else ""
     click.echo(

@@ -62,7 +62,7 @@ def image_retrieval_json(run: ImageRetrievalRun, dataset_options: Mapping[str, A
         "groups": [
             {"label": g.label, "base": g.key[0], "loss": g.key[1], "train_langs": g.key[2], "image_model": g.key[3],
              "settings": json.loads(g.key[4]), "n_models": len(g.results),
-             "per_lang": {x: {f"r@{k}": float(np.mean(g.recalls(x, k))) for k in run.ks} for x in run.langs}}
+             "per_lang": {x: {f"t2i@{k}": float(np.mean(g.recalls(x, k))) for k in run.ks} for x in run.langs}}
             for g in run.groups
         ],
         "comparisons": run.comparisons,

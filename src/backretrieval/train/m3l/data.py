@@ -123,6 +123,21 @@ def collect_images(
 
     ``image_model="precomputed"`` reads the dataset's feature file (``image_feature_row``);
     otherwise every language must have image paths, encoded by ``image_model``.
+
+    Args:
+        dataset: the dataset; langs: languages whose captions point at the images.
+        image_model: an image model spec, or ``"precomputed"``.
+        split_seed, test_frac, val_frac: the content-hash split (:func:`assign_splits`).
+        progress: bars.
+
+    Returns:
+        An :class:`ImageTextData`: distinct images sorted by content key, their features and
+        split codes, and each language's row -> image map.
+
+    Raises:
+        BackretrievalError: no language, or bad fractions.
+        DataError: a language without images (or features), an unreadable image (named), or
+            feature files of different dimensions.
     """
     check_fracs(test_frac, val_frac)
     langs = list(dict.fromkeys(langs))

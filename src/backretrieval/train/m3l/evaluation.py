@@ -18,6 +18,7 @@ from .data import ImageTextData, collect_images
 
 VAL_KS = (1, 5, 10)
 RETRIEVAL_SIMS = ("euclidean", "cosine")
+METRIC = "t2i"  # text->image recall: keys t2i@K, t2i_mrr, t2i_median_rank (before: r@K, r_mrr, ...)
 
 
 def retrieval_ranks(
@@ -28,6 +29,18 @@ def retrieval_ranks(
     ``euclidean``: nearest first by squared distance, computed blockwise as the score
     ``2 <q, x> - |x|^2`` (the query's own norm is the same for every image). ``cosine``: by
     cosine similarity.
+
+    Args:
+        queries: (n, d) mapped captions.
+        gallery: (m, d) image features.
+        true_image: (n,) gallery row of each query's image.
+        sim: ``"euclidean"`` or ``"cosine"``.
+
+    Returns:
+        int64 (n,) 1-based ranks (ties count against the query).
+
+    Raises:
+        BackretrievalError: an unknown ``sim``, mismatched shapes, or NaN/inf in a query (named).
     """
     if sim not in RETRIEVAL_SIMS:
         raise BackretrievalError(f"unknown retrieval similarity {sim!r}; choose one of {', '.join(RETRIEVAL_SIMS)}")
@@ -44,10 +57,13 @@ def retrieval_ranks(
 
 
 def recall_summary(ranks: np.ndarray, ks: Sequence[int] = VAL_KS) -> dict[str, float]:
-    """``r@K`` for each K, ``r_mrr`` and ``r_median_rank`` of an array of 1-based ranks."""
+    """Text->image Recall@K, MRR and median rank of 1-based ranks, named like every metric of
+    the project (``name@K``): ``t2i@K`` for each K, ``t2i_mrr``, ``t2i_median_rank`` (NaN for
+    no ranks). Models and results written before this naming used ``r@K`` / ``r_*``."""
     if len(ranks) == 0:
-        return {**{f"r@{k}": float("nan") for k in ks}, "r_mrr": float("nan"), "r_median_rank": float("nan")}
-    return rank_summary(np.asarray(ranks), tuple(ks), "r")
+        return {**{f"{METRIC}@{k}": float("nan") for k in ks}, f"{METRIC}_mrr": float("nan"),
+                f"{METRIC}_median_rank": float("nan")}
+    return rank_summary(np.asarray(ranks), tuple(ks), METRIC)
 
 
 @dataclasses.dataclass
@@ -105,6 +121,21 @@ def evaluate_retrieval(
     are its captions of gallery images. ``data`` may be passed to reuse encoded images across
     models that share an image model and split, and ``base_encoder`` (a cached text encoder of
     the model's base) to load the base model once for several models.
+
+    Args:
+        model_dir: a saved M3L/PATR model directory.
+        dataset: the dataset, with ``langs`` loaded; langs: the query languages.
+        split: ``"test"``, ``"val"`` or ``"all"``; ks: recall cut-offs; sim: see
+            :func:`retrieval_ranks`.
+        data, base_encoder: reuse across models (see above); progress: bars.
+
+    Returns:
+        A :class:`RetrievalResult` (per language ``n_queries`` and :func:`recall_summary`).
+
+    Raises:
+        BackretrievalError: a bad ``split``, or a model whose image model or dimension does not
+            fit the data.
+        DataError: no gallery images left in ``split``.
     """
     from ...encoders.m3l import M3LTextEncoder
 

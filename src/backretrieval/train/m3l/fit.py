@@ -36,8 +36,27 @@ class M3LModel:
     :meth:`save` writes a model directory that ``m3l:DIR`` / ``patr:DIR`` load as a text model.
 
     Learned: ``net_`` (torch module), ``eta_`` (PATR), ``history_`` (one dict per epoch, epoch
-    0 = the untrained network), ``best_epoch_``, ``data_`` (the images and splits),
-    ``in_dim_``, ``image_dim_``.
+    0 = the untrained network; validation keys ``val_t2i@K``, ``val_t2i_mrr``, ...),
+    ``best_epoch_``, ``data_`` (the images and splits), ``in_dim_``, ``image_dim_``.
+
+    Args:
+        loss: ``"m3l"`` (Eq. 1) or ``"patr"`` (Eq. 2).
+        base: the frozen text model spec; image_model: the frozen image model (or ``precomputed``).
+        train_langs: languages whose captions are trained on; val_langs: of the validation
+            captions (None: the training languages).
+        widths: the two hidden widths (the last block's width is the image dimension).
+        dropout: the three blocks' dropout rates.
+        rho, alpha1, alpha2: M3L's exponent and weights.
+        eta: PATR's margin (None: the ``eta_quantile`` of squared distances between distinct
+            training images).
+        lr, beta1, beta2: Adam's settings; batch_size: captions per batch (>= 2); epochs.
+        patience: stop after this many epochs without a better validation R@10 (None: never).
+        select: keep the ``"best"`` epoch by validation R@10 (then MRR) or the ``"last"``.
+        init: the last block's initialisation (``match``, ``mean``, ``default``);
+            standardize: centre and scale the base embeddings (see the package doc).
+        seed: initialisation, dropout and batch order; split_seed, test_frac, val_frac: the
+            content-hash image split.
+        threads: torch threads while fitting (None: torch's choice); progress: bars.
     """
 
     def __init__(
@@ -162,8 +181,19 @@ class M3LModel:
     ) -> "M3LModel":
         """Train on the training images' captions in ``train_langs``; validate each epoch.
 
-        ``source`` (e.g. ``{"dataset": "emoji-cldr", "options": {...}}``) is recorded in the
-        saved config. ``log`` receives one line per epoch.
+        Args:
+            dataset: a dataset with image paths (or precomputed features) in every loaded language.
+            source: how the dataset was named, e.g. ``{"dataset": "emoji-cldr", "options":
+                {...}}``, recorded in the saved config.
+            log: receives one line per epoch.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            BackretrievalError: a bad hyper-parameter (named), or a loss that becomes NaN/inf.
+            DataError: missing images or features, fewer than two training captions or images,
+                or no validation captions.
         """
         import torch
 
@@ -279,7 +309,7 @@ class M3LModel:
             history.append(rec)
             say(_epoch_line(rec))
             if use_val:
-                bar.set_postfix(val_r10=f"{rec['val_r@10']:.3f}", loss=f"{rec['loss']:.4g}")
+                bar.set_postfix(val_t2i10=f"{rec['val_t2i@10']:.3f}", loss=f"{rec['loss']:.4g}")
                 key = _val_key(rec)
                 if key > best_key:
                     best_state, best_key, best_epoch, since_best = copy.deepcopy(net.state_dict()), key, epoch, 0
@@ -303,7 +333,11 @@ class M3LModel:
     def layers_(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The fitted (weight, bias) arrays, float32, weight of shape (out, in), for RAW base
         embeddings: the input standardisation ``(x - mean) / scale`` is folded into the first
-        layer (``W0 / scale``, ``b0 - W0 mean / scale``, computed in float64)."""
+        layer (``W0 / scale``, ``b0 - W0 mean / scale``, computed in float64).
+
+        Returns:
+            One ``(W, b)`` per block: W float32 (out, in), b float32 (out,).
+        """
         out = []
         for i, lin in enumerate(self.net_.linears):
             w = lin.weight.detach().numpy().astype(np.float64)
@@ -315,10 +349,24 @@ class M3LModel:
         return out
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        """Map base text embeddings ``X`` (n, in_dim) into the image space (numpy forward)."""
+        """Map base text embeddings into the image space (numpy forward, dropout off).
+
+        Args:
+            X: (n, in_dim) raw embeddings of the base text model.
+
+        Returns:
+            float32 (n, image_dim) mapped captions.
+        """
         return numpy_forward(np.asarray(X, dtype=np.float32), self.layers_())
 
     def config_(self) -> dict[str, Any]:
+        """The saved ``config.json``: format, hyper-parameters (typed), models and versions,
+        split rule and sizes, source and training history (``weights_hash`` is added by
+        :meth:`save`).
+
+        Returns:
+            A JSON-ready dict.
+        """
         data = self.data_
         counts = {s: int((data.split == SPLIT_CODE[s]).sum()) for s in SPLITS}
         return {
@@ -373,7 +421,17 @@ class M3LModel:
         }
 
     def save(self, out_dir: str | Path) -> Path:
-        """Write ``weights.npz``, ``split.json`` and (last) ``config.json`` into ``out_dir``."""
+        """Write ``weights.npz``, ``split.json`` and (last) ``config.json`` into ``out_dir``.
+
+        Args:
+            out_dir: the model directory (created); files are written atomically.
+
+        Returns:
+            The directory, loadable as the text model ``m3l:DIR`` / ``patr:DIR``.
+
+        Raises:
+            BackretrievalError: the model is not fitted.
+        """
         if not hasattr(self, "net_"):
             raise BackretrievalError("fit the model before saving it")
         out = Path(out_dir)
@@ -392,14 +450,14 @@ class M3LModel:
 
 def _val_key(rec: Mapping[str, Any]) -> tuple[float, float]:
     """Model selection: validation R@10, ties broken by MRR (then the earlier epoch wins)."""
-    return (rec["val_r@10"], rec["val_r_mrr"])
+    return (rec["val_t2i@10"], rec["val_t2i_mrr"])
 
 
 def _epoch_line(rec: Mapping[str, Any]) -> str:
     parts = [f"epoch {rec['epoch']:>3}"]
     if rec.get("loss") is not None:
         parts.append(f"loss {rec['loss']:.4g}")
-    for k in ("val_r@1", "val_r@5", "val_r@10"):
+    for k in ("val_t2i@1", "val_t2i@5", "val_t2i@10"):
         if k in rec:
             parts.append(f"{k} {rec[k]:.3f}")
     if "hinge_active" in rec:
