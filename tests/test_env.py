@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from threadpoolctl import threadpool_info
 
 from backretrieval.cli import main
-from backretrieval.cli._warnings import format_warning, short_warnings
+from backretrieval.cli.warning_format import format_warning, short_warnings
 from backretrieval.core.env import PACKAGES
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -202,6 +202,28 @@ def test_missing_weights_package_gives_pip_hint(monkeypatch):
 def test_unknown_option_is_rejected():
     with pytest.raises(EncoderError, match="colour"):
         get_image_encoder("color-hist", colour=True)
+    # one option check (BatchedImageEncoder.check_options), each model listing what it takes
+    with pytest.raises(EncoderError, match=r"'precomputed': unknown option\(s\) threads \(known: batch_size, progress\)"):
+        get_image_encoder("precomputed", threads=2)
+    with pytest.raises(EncoderError, match=r"'mobilenet-v2': unknown option\(s\) colour \(known: batch_size, progress, backend, device, threads\)"):
+        get_image_encoder("mobilenet-v2", colour=1)
+    with pytest.raises(EncoderError, match="batch_size must be >= 1, got 0"):
+        get_image_encoder("color-hist", batch_size=0)
+    with pytest.raises(EncoderError, match="batch_size must be >= 1, got 0"):
+        get_image_encoder("color-hist").encode_images(["x.png"], batch_size=0)
+
+
+def test_batched_image_encoder_equals_one_image_at_a_time(emoji):
+    """The shared batching loop: any batch size gives, bit for bit, the features of a naive loop
+    over single images (CNNs: test_deterministic_and_batch_size_independent)."""
+    from backretrieval.encoders.color_hist import color_histogram
+
+    paths = sorted(emoji.values())[:11]
+    enc = get_image_encoder("color-hist")
+    naive = np.stack([color_histogram(p) for p in paths]).astype(np.float32)
+    for bs in (1, 3, 64):
+        assert enc.encode_images(paths, batch_size=bs).tobytes() == naive.tobytes()
+    assert enc.encode_images([]).shape == (0, 512)
 
 
 # -- image loading -------------------------------------------------------------------------------

@@ -69,7 +69,8 @@ def test_paired_permutation_test_detects_real_difference_only():
     # under the null, p-values are roughly uniform: few are tiny
     assert np.mean(np.array(ps) < 0.05) <= 0.2
     assert paired_permutation_test(base, base).p_value == 1.0
-    assert same.shape == base.shape
+    # noise alone (no shift) is no evidence: a large p-value for this draw
+    assert paired_permutation_test(same, base, n_perm=2000).p_value > 0.05
 
 
 def test_permutation_test_matches_exact_enumeration():
@@ -154,3 +155,91 @@ def test_compare_ranks_corr_with_bootstrap_intervals(tmp_path, shared_data):
     # without resamples there is nothing to compare
     with pytest.raises(Exception, match="corr_boot"):
         compare(evaluate(EvalConfig(**{**cfg.__dict__, "corr_boot": 0}), None, progress=False), "corr")
+
+
+# --------------------------------------------------------------------------- one sign-flip test
+def _old_paired_p(a, b, n_perm, seed):
+    """The analysis/stats implementation before the sign-flip tests were merged (verbatim)."""
+    d = (np.asarray(a, float) - np.asarray(b, float)).ravel()
+    obs = abs(d.mean())
+    nz = d[d != 0]
+    if nz.size == 0:
+        return 1.0
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    for start in range(0, n_perm, 500):
+        m = min(500, n_perm - start)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(m, nz.size))
+        extreme += int(np.count_nonzero(np.abs(signs @ nz) / d.size >= obs - 1e-12))
+    return (1 + extreme) / (1 + n_perm)
+
+
+def _old_study_p(d, seed, exact_max=20, n_random=200_000):
+    """study/analyze.py's implementation before the merge (verbatim, constants inlined)."""
+    d = np.asarray(d, dtype=np.float64)
+    nz = d[d != 0]
+    obs = abs(nz.sum())
+    if nz.size == 0:
+        return 1.0, "exact sign-flip"
+    if nz.size <= exact_max:
+        extreme, total = 0, 0
+        n = nz.size
+        chunk = 1 << min(n, 16)
+        for start in range(0, 1 << n, chunk):
+            idx = np.arange(start, start + chunk, dtype=np.int64)
+            signs = 1.0 - 2.0 * ((idx[:, None] >> np.arange(n)) & 1)
+            extreme += int(np.count_nonzero(np.abs(signs @ nz) >= obs - 1e-9))
+            total += chunk
+        return extreme / total, "exact sign-flip"
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    for start in range(0, n_random, 4000):
+        m = min(4000, n_random - start)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(m, nz.size))
+        extreme += int(np.count_nonzero(np.abs(signs @ nz) >= obs - 1e-9))
+    return (1 + extreme) / (1 + n_random), f"sign-flip, {n_random} random patterns"
+
+
+def _diffs(rng, n, kind):
+    if kind == "binary":  # hits of two models: ties everywhere
+        return (rng.random(n) < 0.5).astype(float) - (rng.random(n) < 0.4).astype(float)
+    if kind == "thirds":  # hits averaged over three seeds
+        return (rng.integers(0, 4, n) - rng.integers(0, 4, n)) / 3.0
+    return rng.standard_normal(n) + 0.1
+
+
+@pytest.mark.parametrize("kind", ["binary", "thirds", "normal"])
+def test_paired_permutation_test_unchanged_by_the_shared_sign_flip(kind):
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n = int(rng.integers(1, 300))
+        a = _diffs(rng, n, kind)
+        b = np.zeros(n) if trial % 3 else a.copy()  # every third: all differences 0
+        n_perm = int(rng.integers(1, 1700))
+        got = paired_permutation_test(a, b, n_perm=n_perm, seed=trial).p_value
+        assert got == _old_paired_p(a, b, n_perm, trial), (kind, trial, n, n_perm)
+
+
+@pytest.mark.parametrize("kind", ["binary", "thirds", "normal"])
+def test_study_sign_flip_unchanged_by_the_shared_sign_flip(kind):
+    from backretrieval.study.analyze import sign_flip_test
+
+    rng = np.random.default_rng(12)
+    for trial, n in enumerate([0, 1, 5, 14, 20, 21, 40]):
+        d = _diffs(rng, n, kind) if n else np.zeros(3)
+        got = sign_flip_test(d, seed=trial)
+        p, method = _old_study_p(d, trial)
+        assert (got["p"], got["method"]) == (p, method), (kind, n)
+        assert got["nonzero"] == int(np.count_nonzero(d))
+
+
+def test_sign_flip_exact_matches_brute_force_and_rejects_unknown_statistic():
+    from backretrieval.analysis.stats import sign_flip_p
+
+    d = np.array([0.5, -0.2, 0.9, 0.3, 0.0, 0.1, -0.4, 0.7])
+    nz = d[d != 0]
+    signs = np.array(np.meshgrid(*[[-1, 1]] * nz.size)).reshape(nz.size, -1).T
+    brute = np.mean(np.abs(signs @ nz) >= abs(nz.sum()) - 1e-9)
+    assert sign_flip_p(d, statistic="sum", exact_max=20, tol=1e-9) == (brute, "exact", 7)
+    with pytest.raises(ValueError, match="statistic must be"):
+        sign_flip_p(d, statistic="median")

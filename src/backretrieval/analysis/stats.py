@@ -89,28 +89,93 @@ class PairedTest:
     method: str
 
 
-def paired_permutation_test(a: np.ndarray, b: np.ndarray, *, n_perm: int = 10000, seed: int = 0) -> PairedTest:
-    """Two-sided sign-flip test of mean(a - b) = 0 over aligned queries.
+def sign_flip_p(
+    d: np.ndarray,
+    *,
+    statistic: str = "mean",
+    n_random: int = 10000,
+    seed: int = 0,
+    exact_max: int = 0,
+    chunk: int = 500,
+    tol: float = 1e-12,
+) -> tuple[float, str, int]:
+    """Two-sided paired sign-flip test of mean(d) = 0: the project's one implementation.
 
-    The p-value counts the observed statistic itself ((1 + #extreme) / (1 + n_perm)), so it
-    is never 0. When every difference is 0 the p-value is 1.
+    Under the null each non-zero difference's sign is a fair coin. A sign pattern is *extreme*
+    when its statistic reaches the observed one within ``tol``: ``|sum(s * d)| / n >= |mean(d)|
+    - tol`` (``statistic="mean"``) or ``|sum(s * d)| >= |sum(d)| - tol`` (``"sum"``). With at
+    most ``exact_max`` non-zero differences all ``2^n`` patterns are enumerated (exact p =
+    extreme / all); otherwise ``n_random`` random patterns are drawn from
+    ``numpy.random.default_rng(seed)`` in blocks of ``chunk`` (part of the stream, hence of the
+    result) and p = (1 + extreme) / (1 + n_random), never 0.
+
+    Args:
+        d: per-query differences (any shape; flattened).
+        statistic: ``"mean"`` or ``"sum"`` (equivalent up to ``tol``'s scale).
+        n_random: random sign patterns when not exact.
+        seed: seed of the patterns.
+        exact_max: enumerate exactly up to this many non-zero differences (0: never).
+        chunk: patterns drawn per block.
+        tol: tolerance of the "reaches the observed statistic" comparison.
+
+    Returns:
+        ``(p, method, nonzero)``: the p-value (1.0 when every difference is 0), ``"exact"`` or
+        ``"random"``, and the number of non-zero differences.
+
+    Raises:
+        ValueError: an unknown ``statistic``.
+    """
+    if statistic not in ("mean", "sum"):
+        raise ValueError(f"statistic must be 'mean' or 'sum', got {statistic!r}")
+    d = np.asarray(d, dtype=np.float64).ravel()
+    nz = d[d != 0]
+    if nz.size == 0:
+        return 1.0, "exact", 0
+    if statistic == "mean":
+        obs = abs(d.mean())
+        count = lambda signs: int(np.count_nonzero(np.abs(signs @ nz) / d.size >= obs - tol))  # noqa: E731
+    else:
+        obs = abs(nz.sum())
+        count = lambda signs: int(np.count_nonzero(np.abs(signs @ nz) >= obs - tol))  # noqa: E731
+    if nz.size <= exact_max:
+        n = nz.size
+        extreme, total = 0, 0
+        block = 1 << min(n, 16)  # bit j of the pattern index flips the sign of nz[j]
+        for start in range(0, 1 << n, block):
+            idx = np.arange(start, start + block, dtype=np.int64)
+            extreme += count(1.0 - 2.0 * ((idx[:, None] >> np.arange(n)) & 1))
+            total += block
+        return extreme / total, "exact", int(nz.size)
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    for start in range(0, n_random, chunk):
+        m = min(chunk, n_random - start)
+        extreme += count(rng.choice(np.array([-1.0, 1.0]), size=(m, nz.size)))
+    return (1 + extreme) / (1 + n_random), "random", int(nz.size)
+
+
+def paired_permutation_test(a: np.ndarray, b: np.ndarray, *, n_perm: int = 10000, seed: int = 0) -> PairedTest:
+    """Two-sided sign-flip test of mean(a - b) = 0 over aligned queries (:func:`sign_flip_p`).
+
+    Args:
+        a, b: per-query outcomes of two models, (N,) or (seeds, N), aligned.
+        n_perm: random sign patterns.
+        seed: seed of the patterns.
+
+    Returns:
+        A :class:`PairedTest`. The p-value counts the observed statistic itself ((1 + #extreme)
+        / (1 + n_perm)), so it is never 0; when every difference is 0 it is 1.
+
+    Raises:
+        ValueError: ``a`` and ``b`` do not have the same shape.
     """
     a, b = _as_strata(a), _as_strata(b)
     if a.shape != b.shape:
         raise ValueError(f"paired outcomes must align: shapes {a.shape} and {b.shape}")
     d = (a - b).ravel()
-    obs = abs(d.mean())
-    nz = d[d != 0]
-    if nz.size == 0:
-        return PairedTest(float(a.mean()), float(b.mean()), 0.0, 1.0, "sign-flip permutation")
-    rng = np.random.default_rng(seed)
-    extreme = 0
-    for start in range(0, n_perm, 500):
-        m = min(500, n_perm - start)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(m, nz.size))
-        extreme += int(np.count_nonzero(np.abs(signs @ nz) / d.size >= obs - 1e-12))
-    p = (1 + extreme) / (1 + n_perm)
-    return PairedTest(float(a.mean()), float(b.mean()), float(d.mean()), p, "sign-flip permutation")
+    p, _, nonzero = sign_flip_p(d, statistic="mean", n_random=n_perm, seed=seed, chunk=500, tol=1e-12)
+    diff = 0.0 if nonzero == 0 else float(d.mean())
+    return PairedTest(float(a.mean()), float(b.mean()), diff, p, "sign-flip permutation")
 
 
 def mcnemar_exact(hits_a: np.ndarray, hits_b: np.ndarray) -> PairedTest:

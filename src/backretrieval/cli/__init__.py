@@ -1,6 +1,7 @@
 """Command line: a thin shell over the data, encoder, analysis and report layers.
 
-Every public module of this package holds commands and is imported here so they register.
+Every public module of this package is imported here so that its commands register
+(``warning_format`` has none: it formats Python warnings for every command).
 """
 import importlib
 import pkgutil

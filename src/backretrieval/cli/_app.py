@@ -22,7 +22,7 @@ from typing import Any, NoReturn, Sequence
 import click
 
 from ..core import BackretrievalError
-from ._warnings import short_warnings
+from .warning_format import short_warnings
 
 EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
 EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)

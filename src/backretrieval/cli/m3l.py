@@ -1,7 +1,6 @@
 """Zero-shot cross-lingual image retrieval: ``train m3l``, ``train patr`` and ``image-retrieval``."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -90,8 +89,8 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     best = next(h for h in model.history_ if h["epoch"] == model.best_epoch_)
     first = model.history_[0]
     val = (
-        f"validation R@10 {best['val_r@10']:.3f} (untrained {first['val_r@10']:.3f}) at epoch {model.best_epoch_}"
-        if "val_r@10" in best else f"epoch {model.best_epoch_}"
+        f"validation R@10 {best['val_t2i@10']:.3f} (untrained {first['val_t2i@10']:.3f}) at epoch {model.best_epoch_}"
+        if "val_t2i@10" in best else f"epoch {model.best_epoch_}"
     )
     eta = f", eta {model.eta_:.4g}" if model.eta_ is not None else ""
     click.echo(
@@ -130,50 +129,6 @@ def train_patr(eta, eta_quantile, **kw) -> None:
 
 
 # ---------------------------------------------------------------------------- image retrieval
-def _settings(cfg: dict) -> dict:
-    """What was chosen for a model apart from its training seed (a derived eta is left out: it is
-    estimated from the data per run)."""
-    lp = {k: v for k, v in cfg["loss_params"].items() if k != "d"}
-    rule = lp.pop("eta_rule", "given")
-    if rule != "given":  # "quantile Q of squared distances ...": eta itself is estimated per run
-        lp.pop("eta", None)
-        lp["eta_quantile"] = float(rule.split()[1])
-    flat = {**lp, "widths": cfg["widths"], "dropout": cfg["dropout"], "init": cfg["init"],
-            "standardize": cfg["standardize"], "batch": cfg["batch_size"], "epochs": cfg["epochs"],
-            "select": cfg["select"], "patience": cfg["patience"], "val_langs": cfg.get("val_langs")}
-    flat.update({k: v for k, v in cfg["optimizer"].items() if k != "name"})
-    return flat
-
-
-def _group_key(cfg: dict) -> tuple:
-    """Models that differ only in their training seed form one configuration (averaged)."""
-    return (cfg["base"], cfg["loss"], ",".join(cfg["train_langs"]), cfg["image_model"],
-            json.dumps(_settings(cfg), sort_keys=True))
-
-
-def _labels(keys: list[tuple]) -> dict[tuple, str]:
-    """``base LOSS``, plus the settings that tell apart configurations sharing that name."""
-    out = {}
-    for gk in keys:
-        same = [k for k in keys if k[:4] == gk[:4]]
-        name = f"{gk[0]} {gk[1].upper()}"
-        if len(same) > 1:
-            mine, others = json.loads(gk[4]), [json.loads(k[4]) for k in same]
-            diff = [k for k in mine if any(o.get(k) != mine[k] for o in others)]
-            if diff:
-                name += " (" + ", ".join(f"{k} {mine[k]}" for k in diff) + ")"
-        out[gk] = name
-    return out
-
-
-def _cell(vals: list[float]) -> str:
-    import numpy as np
-
-    if len(vals) == 1:
-        return f"{vals[0]:.3f}"
-    return f"{np.mean(vals):.3f} ± {np.std(vals, ddof=1):.3f}"
-
-
 @main.command("image-retrieval")
 @click.option("--model", "models", multiple=True, required=True, type=click.Path(file_okay=False, exists=True), help="Trained model directory (repeat for several; seeds of one configuration are averaged).")
 @click.option("--dataset", required=True, help="Dataset with images: emoji-cldr or a .jsonl/.csv/.parquet file.")
@@ -196,15 +151,11 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     the order of results.json's models) and OUT/projection.png (a t-SNE of captions in several
     languages over the image features, one panel per configuration).
     """
-    import numpy as np
-
-    from ..analysis.stats import paired_permutation_test
-    from ..core import BackretrievalError, atomic_write_text
+    from ..analysis.image_retrieval import image_retrieval as run_image_retrieval
+    from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..encoders.base import get_text_encoder
-    from ..encoders.cache import CachedTextEncoder
-    from ..encoders.m3l import M3LTextEncoder, load_model
-    from ..train.m3l import collect_images, evaluate_retrieval, model_label, projection_figure
+    from ..encoders.m3l import load_model
+    from ..report.image_retrieval import write_image_retrieval
 
     lang_list = _parse_list(langs, "--langs", "language")
     if plot_langs is None:  # the default never clashes with --langs: plot the languages both have
@@ -219,7 +170,7 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
         missing = [x for x in plot_list if x not in lang_list]
         if missing:
             _bad("--plot-langs", f"plot language {missing[0]!r} is not in --langs ({','.join(lang_list)})")
-    k_list = sorted(set(_parse_numbers(ks, "--ks", integer=True, low=1)))
+    k_list = _parse_numbers(ks, "--ks", integer=True, low=1)
     options = _parse_options(dataset_option, dataset)
     for m in models:
         try:
@@ -230,119 +181,10 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     if plot_note:
         _warn(plot_note)
     ds = load_dataset(dataset, langs=lang_list, **options)
-    data_cache: dict[tuple, object] = {}
-    bases: dict[str, object] = {}  # one loaded base text model per spec
-    results = []
-    for m in models:
-        cfg, _ = load_model(m)
-        sp = cfg["split"]
-        key = (cfg["image_model"], sp["seed"], sp["test_frac"], sp["val_frac"])
-        if key not in data_cache:
-            data_cache[key] = collect_images(
-                ds, lang_list, cfg["image_model"], split_seed=sp["seed"], test_frac=sp["test_frac"],
-                val_frac=sp["val_frac"], progress=not quiet,
-            )
-        if cfg["base"] not in bases:
-            bases[cfg["base"]] = CachedTextEncoder(get_text_encoder(cfg["base"], progress=not quiet), progress=not quiet)
-        res = evaluate_retrieval(m, ds, lang_list, split=split, ks=k_list, sim=sim, data=data_cache[key],
-                                 base_encoder=bases[cfg["base"]], progress=not quiet)
-        results.append(res)
-        click.echo(f"{model_label(cfg)} (train {','.join(cfg['train_langs'])}, seed {cfg['seed']}) {m}: "
-                   + ", ".join(f"{x} {res.per_lang[x][f'r@{k_list[-1]}']:.3f}" for x in lang_list), err=True)
-
-    groups: dict[tuple, list] = {}
-    for r in results:
-        groups.setdefault(_group_key(r.config), []).append(r)
-    same_queries = all(
-        r.query_ids[x] == results[0].query_ids[x] for r in results for x in lang_list
-    )
-
-    def recall(grp, lang, k):
-        return [g.per_lang[lang][f"r@{k}"] for g in grp]
-
-    names = _labels(list(groups))
-
-    def label(gk):
-        return names[gk]
-
-    lines = [
-        f"# Text->image retrieval on {dataset} ({split} split, {results[0].n_images} images, ranking: {sim})",
-        "",
-        "Queries are the captions of the gallery images in each language; cells are Recall@K"
-        + (", mean ± sd over training seeds" if any(len(g) > 1 for g in groups.values()) else "")
-        + ". Ties never help (pessimistic ranks).",
-    ]
-    for k in sorted(k_list, reverse=True):
-        lines += ["", f"## Recall@{k}", "", "| model | train langs | seeds | " + " | ".join(lang_list) + " |",
-                  "|---|---|---|" + "---|" * len(lang_list)]
-        for gk, grp in groups.items():
-            lines.append(f"| {label(gk)} | {gk[2]} | {len(grp)} | " + " | ".join(_cell(recall(grp, x, k)) for x in lang_list) + " |")
-    comparisons = {}
-    k_cmp = 10 if 10 in k_list else k_list[-1]
-    if len(groups) > 1 and same_queries:
-        lines += ["", f"## Best configuration per language (Recall@{k_cmp})", "",
-                  "Gap = best minus runner-up; p = two-sided paired sign-flip permutation test over the same queries "
-                  "(per-query hit averaged over seeds).", "",
-                  "| lang | best | R@%d | runner-up | R@%d | gap | p |" % (k_cmp, k_cmp), "|---|---|---|---|---|---|---|"]
-        for x in lang_list:
-            scored = sorted(groups.items(), key=lambda kv: -float(np.mean(recall(kv[1], x, k_cmp))))
-            (g1, r1), (g2, r2) = scored[0], scored[1]
-            h1 = np.mean([(g.ranks[x] <= k_cmp).astype(float) for g in r1], axis=0)
-            h2 = np.mean([(g.ranks[x] <= k_cmp).astype(float) for g in r2], axis=0)
-            t = paired_permutation_test(h1, h2, n_perm=n_perm, seed=0)
-            comparisons[x] = {"best": label(g1) + f" [{g1[2]}]", "runner_up": label(g2) + f" [{g2[2]}]",
-                              "best_recall": float(h1.mean()), "runner_up_recall": float(h2.mean()),
-                              "gap": float(t.diff), "p": float(t.p_value)}
-            lines.append(f"| {x} | {label(g1)} [{g1[2]}] | {h1.mean():.3f} | {label(g2)} [{g2[2]}] | {h2.mean():.3f} | "
-                         f"{t.diff:+.3f} | {t.p_value:.3g} |")
-    elif len(groups) > 1:
-        _warn("the models do not share their test queries (different splits): no paired comparison")
-    md = "\n".join(lines) + "\n"
-    outp = Path(out)
-    outp.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "dataset": dataset,
-        "dataset_options": options,
-        "split": split,
-        "sim": sim,
-        "ks": k_list,
-        "langs": lang_list,
-        "models": [r.to_json() for r in results],
-        "groups": [
-            {"label": label(gk), "base": gk[0], "loss": gk[1], "train_langs": gk[2], "image_model": gk[3],
-             "settings": json.loads(gk[4]), "n_models": len(grp),
-             "per_lang": {x: {f"r@{k}": float(np.mean(recall(grp, x, k))) for k in k_list} for x in lang_list}}
-            for gk, grp in groups.items()
-        ],
-        "comparisons": comparisons,
-    }
-    if plot_list:
-        panels = []
-        for gk, grp in groups.items():
-            r = grp[0]
-            if r.config["image_model"] != results[0].config["image_model"]:
-                continue  # one image space per figure
-            panels.append((f"{label(gk)} (trained on {gk[2]}, seed {r.config['seed']})",
-                           M3LTextEncoder(r.model_dir, base_encoder=bases[r.config["base"]])))
-        first = results[0].config
-        sp = first["split"]
-        data = data_cache[(first["image_model"], sp["seed"], sp["test_frac"], sp["val_frac"])]
-        try:
-            fig = projection_figure(panels, data, plot_list, outp / "projection.png", n_images=plot_images,
-                                    split=split)
-            payload["projection"] = str(fig)
-            md += "\n![t-SNE projection](projection.png)\n"
-        except BackretrievalError as e:
-            _warn(f"no projection plot: {e}")
-    from ..core import atomic_save_npz
-
-    arrays = {}
-    for i, r in enumerate(results):
-        for x in lang_list:
-            arrays[f"m{i}/{x}/ranks"] = np.asarray(r.ranks[x], dtype=np.int64)
-            arrays[f"m{i}/{x}/ids"] = np.asarray(r.query_ids[x], dtype=str)
-    atomic_save_npz(outp / "ranks.npz", **arrays)
-    atomic_write_text(outp / "results.json", json.dumps(payload, indent=1))
-    atomic_write_text(outp / "table.md", md)
+    run = run_image_retrieval(models, ds, dataset, lang_list, split=split, ks=k_list, sim=sim, n_perm=n_perm,
+                              progress=not quiet, log=lambda s: click.echo(s, err=True), warn=_warn)
+    md, payload = write_image_retrieval(run, out, dataset_options=options, plot_langs=plot_list,
+                                        plot_images=plot_images, warn=_warn)
     click.echo(md)
+    outp = Path(out)
     click.echo(f"wrote {outp / 'results.json'}, {outp / 'table.md'}" + (", projection.png" if "projection" in payload else ""))

@@ -3,7 +3,8 @@
 Every other layer may import from here; this package imports nothing from the project.
 """
 from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
-from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash
+from .rows import normalize_rows
+from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default
 
 __all__ = [
     "BackretrievalError",
@@ -16,4 +17,6 @@ __all__ = [
     "atomic_save_npz",
     "cache_dir",
     "content_hash",
+    "json_default",
+    "normalize_rows",
 ]

@@ -176,3 +176,22 @@ def content_hash(data: bytes | str, digest_size: int = 16) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")
     return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
+
+
+def json_default(o: object) -> object:
+    """``default=`` hook of :func:`json.dumps` for numpy values: the project's one JSON encoder.
+
+    Args:
+        o: the object :mod:`json` cannot serialise itself.
+
+    Returns:
+        ``o.item()`` for a numpy scalar (int, float or bool), ``o.tolist()`` for an array.
+
+    Raises:
+        TypeError: for anything else (as :mod:`json` expects), naming the type.
+    """
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -28,9 +28,8 @@ class DatasetInfo:
 
 
 _REGISTRY: dict[str, DatasetInfo] = {}
-# Modules of this package that are not dataset loaders; every other public module is a loader
-# that registers itself when imported: a new dataset is one file.
-_NOT_LOADERS = frozenset({"corpus", "registry", "sampling"})
+# Every public module of this package is imported once; a loader registers itself when imported
+# (a new dataset is one file), a helper module (corpus, sampling, splits, ...) registers nothing.
 GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
@@ -45,7 +44,7 @@ def _load_modules() -> None:
     from .. import data
 
     for mod in pkgutil.iter_modules(data.__path__):
-        if not mod.name.startswith("_") and mod.name not in _NOT_LOADERS:
+        if not mod.name.startswith("_"):
             importlib.import_module(f"{__package__}.{mod.name}")
 
 

@@ -32,20 +32,9 @@ import numpy as np
 from ..core import EncoderError
 from ..core.fingerprint import file_digest
 from . import _onnx
-from ._images import preprocess_batch, progress_bar
-from .base import check_embeddings
+from ._images import BatchedImageEncoder, preprocess_batch
 
 MAX_VERSION_CHARS = 120  # the embedding cache keeps this many characters of a version
-OPTIONS = ("batch_size", "progress", "backend", "device", "threads")
-
-
-def check_image_options(model: str, options: dict[str, Any]) -> None:
-    """EncoderError naming any option a CNN image model does not take."""
-    unknown = set(options) - set(OPTIONS)
-    if unknown:
-        raise EncoderError(
-            f"image model {model!r}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(OPTIONS)})"
-        )
 
 
 def prefetched(chunks: Sequence[Any], load: Callable[[Any], np.ndarray]) -> Iterator[np.ndarray]:
@@ -68,8 +57,9 @@ def prefetched(chunks: Sequence[Any], load: Callable[[Any], np.ndarray]) -> Iter
             pending.cancel()
 
 
-class CNNFeatureEncoder:
-    """Base of the CNN image encoders. Subclasses set ``name``, ``dim``, ``resolution``, ``mean``,
+class CNNFeatureEncoder(BatchedImageEncoder):
+    """Base of the CNN image encoders (a :class:`._images.BatchedImageEncoder` whose batches are
+    decoded ahead in a background thread). Subclasses set ``name``, ``dim``, ``resolution``, ``mean``,
     ``std`` and ``describe`` (the preprocessing part of the version) and implement
     ``weights_path()``, ``build_torch()`` (the ImageNet classifier with weights loaded) and
     ``feature_module(model)`` (a module mapping NCHW pixels to pooled features)."""
@@ -80,6 +70,7 @@ class CNNFeatureEncoder:
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
     describe: str = ""  # e.g. "bicubic-crop/m127s128/white-bg/gap1280"
+    options = ("batch_size", "progress", "backend", "device", "threads")
 
     def __init__(
         self,
@@ -90,10 +81,7 @@ class CNNFeatureEncoder:
         device: str | None = None,
         threads: int | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or int(batch_size) < 1:
-            raise EncoderError(f"{self.name}: batch_size must be >= 1, got {batch_size}")
-        self.batch_size = int(batch_size)
-        self.progress = bool(progress)
+        super().__init__(batch_size=batch_size, progress=progress)
         if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
             raise EncoderError(f"{self.name}: threads must be >= 1, got {threads}")
         from ._text import default_threads
@@ -192,40 +180,15 @@ class CNNFeatureEncoder:
             t = t.to("cuda") if self.device == "cuda" else t
             return feats(t.contiguous(memory_format=torch.channels_last)).float().cpu().numpy()
 
-    def encode_images(
-        self,
-        paths: Sequence[str | os.PathLike[str]],
-        batch_size: int | None = None,
-        progress: bool | None = None,
-    ) -> np.ndarray:
-        """float32 (n, dim) features of the images at ``paths``, in order.
+    # -- BatchedImageEncoder hooks: decode the next batch while the model runs this one
+    def _batches(self, chunks: Sequence[list[Any]]) -> Iterator[np.ndarray]:
+        return prefetched(chunks, self.preprocess)
 
-        Args:
-            paths: image files (any format PIL reads; transparency composited over white).
-            batch_size: images per model call (default: the encoder's ``batch_size``).
-            progress: show a progress bar (default: the encoder's ``progress``).
+    def _encode_batch(self, batch: np.ndarray) -> np.ndarray:
+        return self._run(batch)
 
-        Returns:
-            A C-contiguous float32 array of shape ``(len(paths), dim)``.
-
-        Raises:
-            DataError: an image is missing or unreadable (naming the file).
-            EncoderError: a bad ``batch_size`` or unusable features (NaN, all zero).
-        """
-        paths = list(paths)
-        bs = self.batch_size if batch_size is None else int(batch_size)
-        if bs < 1:
-            raise EncoderError(f"{self.name}: batch_size must be >= 1, got {batch_size}")
-        show = self.progress if progress is None else bool(progress)
-        out = np.empty((len(paths), self.dim), dtype=np.float32)
-        chunks = [(start, paths[start : start + bs]) for start in range(0, len(paths), bs)]
-        if chunks:
-            self._run_ready()  # load or export the model before the first batch is decoded
-        with progress_bar(len(paths), self.name, show) as bar:
-            for (start, chunk), x in zip(chunks, prefetched([c for _, c in chunks], self.preprocess)):
-                out[start : start + len(chunk)] = self._run(x)
-                bar.update(len(chunk))
-        return check_embeddings(out, len(paths), f"{self.name} image embeddings")
+    def _prepare(self) -> None:
+        self._run_ready()  # load or export the model before the first batch is decoded
 
     def _run_ready(self) -> None:
         if self.backend == "onnxruntime":

@@ -7,11 +7,13 @@ background before it is turned into RGB, so a fully transparent pixel becomes pu
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..core import DataError
+from ..core import DataError, EncoderError
+from .base import check_embeddings
 
 WHITE = (255, 255, 255)
 
@@ -84,3 +86,93 @@ def progress_bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="img", disable=not enabled)
+
+
+class BatchedImageEncoder:
+    """Base of the image encoders: options, their checks, and the one batching loop.
+
+    The image counterpart of :class:`._text.BatchedTextEncoder`. Subclasses set ``name``,
+    ``dim`` and ``version``, may extend :attr:`options` (the keyword options their factory
+    accepts) and implement :meth:`_encode_batch`; a subclass that prepares batches ahead of
+    the model (decoding in a background thread) overrides :meth:`_batches`, and one with a
+    model to load before the first batch overrides :meth:`_prepare`.
+    """
+
+    name: str = ""
+    dim: int | None = 0
+    version: str = ""
+    options: tuple[str, ...] = ("batch_size", "progress")
+
+    def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
+        self.batch_size = self._batch_size(batch_size)
+        self.progress = bool(progress)
+
+    @classmethod
+    def check_options(cls, model: str, options: dict[str, Any]) -> None:
+        """Raise :class:`EncoderError` naming any option ``model``'s factory does not take.
+
+        Args:
+            model: the registered name, for the message.
+            options: the keyword options given.
+
+        Raises:
+            EncoderError: an unknown option (the known ones are listed).
+        """
+        unknown = set(options) - set(cls.options)
+        if unknown:
+            raise EncoderError(
+                f"image model {model!r}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(cls.options)})"
+            )
+
+    def _batch_size(self, value: Any) -> int:
+        if isinstance(value, bool) or int(value) < 1:
+            raise EncoderError(f"{self.name}: batch_size must be >= 1, got {value}")
+        return int(value)
+
+    # -- subclass hooks
+    def _encode_batch(self, batch: Any) -> np.ndarray:
+        """(len(batch), dim) features of one prepared batch."""
+        raise NotImplementedError
+
+    def _batches(self, chunks: Sequence[list[Any]]) -> Iterator[Any]:
+        """The prepared batch of each chunk of paths, in order (default: the paths themselves)."""
+        return iter(chunks)
+
+    def _prepare(self) -> None:
+        """Called once before the first batch of a non-empty call (load a model)."""
+
+    # -- encoding
+    def encode_images(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        batch_size: int | None = None,
+        progress: bool | None = None,
+    ) -> np.ndarray:
+        """float32 (n, dim) features of the images at ``paths``, in order.
+
+        Args:
+            paths: image files (any format PIL reads; transparency composited over white).
+            batch_size: images per batch (default: the encoder's ``batch_size``).
+            progress: show a progress bar (default: the encoder's ``progress``).
+
+        Returns:
+            A C-contiguous float32 array of shape ``(len(paths), dim)``.
+
+        Raises:
+            DataError: an image is missing or unreadable (naming the file).
+            EncoderError: a bad ``batch_size`` or unusable features (NaN, all zero).
+        """
+        paths = list(paths)
+        bs = self.batch_size if batch_size is None else self._batch_size(batch_size)
+        show = self.progress if progress is None else bool(progress)
+        out = np.empty((len(paths), self.dim), dtype=np.float32)
+        chunks = [paths[start : start + bs] for start in range(0, len(paths), bs)]
+        if chunks:
+            self._prepare()
+        start = 0
+        with progress_bar(len(paths), self.name, show) as bar:
+            for chunk, batch in zip(chunks, self._batches(chunks)):
+                out[start : start + len(chunk)] = self._encode_batch(batch)
+                start += len(chunk)
+                bar.update(len(chunk))
+        return check_embeddings(out, len(paths), f"{self.name} image embeddings")

@@ -49,9 +49,9 @@ class EncoderInfo:
 
 _TEXT: dict[str, EncoderInfo] = {}
 _IMAGE: dict[str, EncoderInfo] = {}
-# Modules of this package that are not encoders; every other public module (no leading "_")
-# is imported on first use of the registry and registers its models: a new encoder is one file.
-_NOT_ENCODERS = frozenset({"base", "cache", "variants"})
+# Every public module of this package (no leading "_") is imported on first use of the registry;
+# an encoder module registers its models (a new encoder is one file), a helper module (base,
+# cache, variants) registers nothing.
 
 
 def register_text(info: EncoderInfo) -> EncoderInfo:
@@ -77,7 +77,7 @@ def _load() -> None:
     from .. import encoders
 
     for mod in pkgutil.iter_modules(encoders.__path__):
-        if not mod.name.startswith("_") and mod.name not in _NOT_ENCODERS:
+        if not mod.name.startswith("_"):
             importlib.import_module(f"{__package__}.{mod.name}")
     _loaded = True
 

@@ -13,14 +13,12 @@ vector at bin 511, never all zeros. No torch needed.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..core import EncoderError
-from ._images import load_rgb, progress_bar
-from .base import EncoderInfo, check_embeddings, package_version, register_image
+from ._images import BatchedImageEncoder, load_rgb
+from .base import EncoderInfo, package_version, register_image
 
 BINS = 8
 DIM = BINS**3
@@ -36,38 +34,21 @@ def color_histogram(path: str | os.PathLike[str]) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-class ColorHistEncoder:
+class ColorHistEncoder(BatchedImageEncoder):
     """Joint RGB histogram, 8 bins per channel, Hellinger (sqrt) then unit L2 norm."""
 
     def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.name = "color-hist"
         self.dim = DIM
         self.version = f"color-hist/rgb8x8x8/hellinger-l2/native-res/white-bg/pillow{package_version('pillow')}"
-        self.batch_size = int(batch_size)  # accepted for a uniform interface; unused
-        self.progress = bool(progress)
+        super().__init__(batch_size=batch_size, progress=progress)
 
-    def encode_images(
-        self,
-        paths: Sequence[str | os.PathLike[str]],
-        batch_size: int | None = None,
-        progress: bool | None = None,
-    ) -> np.ndarray:
-        paths = list(paths)
-        show = self.progress if progress is None else bool(progress)
-        out = np.empty((len(paths), DIM), dtype=np.float32)
-        with progress_bar(len(paths), self.name, show) as bar:
-            for i, p in enumerate(paths):
-                out[i] = color_histogram(p)
-                bar.update(1)
-        return check_embeddings(out, len(paths), f"{self.name} image embeddings")
+    def _encode_batch(self, batch: list[str | os.PathLike[str]]) -> np.ndarray:
+        return np.stack([color_histogram(p) for p in batch])
 
 
 def _factory(arg: str | None = None, **options: Any) -> ColorHistEncoder:
-    unknown = set(options) - {"batch_size", "progress"}
-    if unknown:
-        raise EncoderError(
-            f"image model 'color-hist': unknown option(s) {', '.join(sorted(unknown))} (known: batch_size, progress)"
-        )
+    ColorHistEncoder.check_options("color-hist", options)
     return ColorHistEncoder(**options)
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text
+from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, json_default, normalize_rows
 from ..core.fingerprint import dir_digest
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
@@ -149,7 +149,7 @@ class Cr5Model:
             "rank": self.rank,
             "vocabulary_sizes": {lang: len(self.bow[lang]) for lang in self.languages},
         }
-        atomic_write_text(path / META_FILE, json.dumps(meta, indent=1, ensure_ascii=False, default=_json_default))
+        atomic_write_text(path / META_FILE, json.dumps(meta, indent=1, ensure_ascii=False, default=json_default))
         return path
 
     @classmethod
@@ -199,14 +199,6 @@ class Cr5Model:
             raise EncoderError(f"cr5: {p}: {e}") from None
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
 class Cr5Encoder(BatchedTextEncoder):
     """A saved Cr5 model directory as a text encoder (``rank + 1`` dims, see the module docstring)."""
 
@@ -249,13 +241,11 @@ class Cr5Encoder(BatchedTextEncoder):
 
     def _encode_batch(self, model: Cr5Model, texts: list[str]) -> np.ndarray:
         v = model.transform(texts, self._lang).astype(np.float64)
-        norms = np.linalg.norm(v, axis=1, keepdims=True)
-        np.divide(v, norms, out=v, where=norms > 0)
+        v = normalize_rows(v)
         out = np.empty((len(texts), v.shape[1] + 1), dtype=np.float64)
         out[:, :-1] = v
         out[:, -1] = BIAS
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out.astype(np.float32)
+        return normalize_rows(out).astype(np.float32)
 
 
 def _factory(arg: str | None = None, **options: Any) -> Cr5Encoder:

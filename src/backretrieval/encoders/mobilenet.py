@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from ..core import EncoderError
-from ._cnn import CNNFeatureEncoder, check_image_options
+from ._cnn import CNNFeatureEncoder
 from .base import EncoderInfo, register_image
 
 MEAN = (0.485, 0.456, 0.406)
@@ -146,7 +146,7 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
 
 
 def _factory(arg: str | None = None, **options: Any) -> MobileNetV2Encoder:
-    check_image_options("mobilenet-v2", options)
+    MobileNetV2Encoder.check_options("mobilenet-v2", options)
     return MobileNetV2Encoder(**options)
 
 

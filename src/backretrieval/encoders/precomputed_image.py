@@ -20,18 +20,21 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError, EncoderError
+from ._images import BatchedImageEncoder
 from .base import EncoderInfo, check_embeddings, register_image
 
 
-class PrecomputedImageFeatures:
-    """Marker encoder for ``--image-model precomputed``."""
+class PrecomputedImageFeatures(BatchedImageEncoder):
+    """Marker encoder for ``--image-model precomputed`` (takes the common image-model options,
+    has no images to batch)."""
 
     is_precomputed = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.name = "precomputed"
         self.version = "precomputed"
         self.dim: int | None = None  # known only once the dataset's file is read
+        super().__init__(batch_size=batch_size, progress=progress)
 
     def encode_images(self, paths: Sequence[str], batch_size: int | None = None, progress: bool | None = None) -> np.ndarray:
         raise EncoderError(
@@ -145,12 +148,8 @@ def _is_int(v: Any) -> bool:
 
 
 def _factory(arg: str | None = None, **options: Any) -> PrecomputedImageFeatures:
-    unknown = set(options) - {"batch_size", "progress"}
-    if unknown:
-        raise EncoderError(
-            f"image model 'precomputed': unknown option(s) {', '.join(sorted(unknown))} (known: batch_size, progress)"
-        )
-    return PrecomputedImageFeatures()
+    PrecomputedImageFeatures.check_options("precomputed", options)
+    return PrecomputedImageFeatures(**options)
 
 
 register_image(

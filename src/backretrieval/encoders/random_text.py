@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import EncoderError
+from ..core import EncoderError, normalize_rows
 from .base import EncoderInfo, register_text
 from ._text import BatchedTextEncoder, check_options, positive_int
 
@@ -51,8 +51,7 @@ class RandomTextEncoder(BatchedTextEncoder):
 
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         x = np.stack([text_vector(t, self.seed, self.dim) for t in texts])
-        x /= np.linalg.norm(x, axis=1, keepdims=True)
-        return x.astype(np.float32)
+        return normalize_rows(x).astype(np.float32)
 
 
 def _factory(arg: str | None = None, **options: Any) -> RandomTextEncoder:

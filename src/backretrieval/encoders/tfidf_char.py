@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, content_hash
+from ..core import DataError, EncoderError, content_hash, normalize_rows
 from .base import EncoderInfo, package_version, register_text
 from ._text import (
     BatchedTextEncoder,
@@ -105,8 +105,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
         out = np.empty((len(texts), x.shape[1] + 1), dtype=np.float32)
         out[:, :-1] = x.toarray()
         out[:, -1] = BIAS
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
+        return normalize_rows(out)
 
 
 def _factory(arg: str | None = None, **options: Any) -> TfidfCharEncoder:

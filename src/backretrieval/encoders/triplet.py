@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core import DataError, EncoderError, atomic_save_npz, atomic_write_text, content_hash
+from ..core import DataError, EncoderError, atomic_save_npz, atomic_write_text, content_hash, normalize_rows
 from ._text import as_texts, check_options
 from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
 
@@ -103,8 +103,7 @@ def head_forward(params: Params, x: np.ndarray, final_relu: bool = True) -> np.n
 
 
 def _unit_halves(h: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(h, axis=1, keepdims=True)
-    return np.divide(h, norms, out=np.zeros_like(h), where=norms > 0)
+    return normalize_rows(h)
 
 
 def represent(x_rt: np.ndarray, x_rb: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core import EncoderError
+from ..core import EncoderError, normalize_rows
 
 OPS = ("trunc", "pca", "noise", "mix", "seed")
 
@@ -53,7 +53,7 @@ def text_rng(text: str, seed: int, salt: str) -> np.random.Generator:
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    return normalize_rows(x)
 
 
 class VariantEncoder:

@@ -21,6 +21,17 @@ def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
     float32 scores every metric decides on (``backretrieval.search.exact``).
 
     Holds the whole matrix: meant for inspection and small inputs.
+
+    Args:
+        src: (n_s, d) source embeddings.
+        tgt: (n_t, d) target embeddings.
+        k: neighbours of the penalties ``r_S``, ``r_T``.
+
+    Returns:
+        float32 (n_s, n_t) CSLS scores.
+
+    Raises:
+        MetricInputError: bad matrices (named), mismatched dimensions, or ``k`` out of range.
     """
     from ..search.exact import scores_block
     from ._inputs import check_pair, similarity

@@ -128,7 +128,22 @@ def xlr_approx(
     same method), to share it with :func:`bkr_approx` instead of building it twice (it is
     calibrated here, so pass ``retrieved`` to :func:`bkr_approx` rather than the index).
     ``target_agreement``, ``check_sample``, ``seed``: the self-check (module doc). ``found_at``:
-    also return the per-query outcomes ``found_at`` (and ``t2s_found_at``), see the module doc."""
+    also return the per-query outcomes ``found_at`` (and ``t2s_found_at``), see the module doc.
+
+    Args:
+        src, tgt: (N, d) aligned embeddings; ``ks``: cut-offs (at most the lists' length).
+        method, options: the FAISS index (``hnsw``, ...) and its settings.
+        both_directions: also ``xlr_t2s@K``.
+        tgt_index, target_agreement, check_sample, seed, found_at: see above.
+
+    Returns:
+        ``xlr@K``, ``xlr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate``, ``retrieved`` and,
+        with ``found_at``, the per-query outcomes.
+
+    Raises:
+        MetricInputError: bad matrices (named as in :func:`~backretrieval.metrics.xlr`), misaligned
+            rows, a given index whose size or dimension does not fit, or bad ``retrieved`` rows.
+    """
     _check(src, "source embeddings")
     _check(tgt, "target embeddings")
     _dims(src, tgt, ("source embeddings", "target embeddings"))
@@ -184,7 +199,20 @@ def bkr_approx(
     ``retrieved`` (the first of its K found, the same as a top-1 search of the same index); then
     no text search is done here. ``target_agreement``, ``check_sample``, ``seed``: the self-check
     (module doc): the text index on top-1 agreement, the source-image index on top-1 agreement and
-    recall of the K nearest. ``found_at``: also return the per-query outcomes (module doc)."""
+    recall of the K nearest. ``found_at``: also return the per-query outcomes (module doc).
+
+    Args:
+        src_text, tgt_text, src_img, tgt_img: as :func:`~backretrieval.metrics.bkr`.
+        ks: cut-offs; method, options: the FAISS index and its settings.
+        tgt_text_index, retrieved, target_agreement, check_sample, seed, found_at: see above.
+
+    Returns:
+        ``bkr@K``, ``bkr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate`` and ``retrieved``.
+
+    Raises:
+        MetricInputError: bad matrices (named as in :func:`~backretrieval.metrics.xlr`), misaligned
+            rows, a given index whose size or dimension does not fit, or bad ``retrieved`` rows.
+    """
     for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
                     (src_img, "source image features"), (tgt_img, "target image features")):
         _check(x, name)

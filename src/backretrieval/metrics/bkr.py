@@ -41,7 +41,26 @@ def bkr_ranks(
     block_bytes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-query pessimistic rank of the query's own image, and the retrieved target per query
-    (the lowest-index one where several tie; the rank already accounts for all of them)."""
+    (the lowest-index one where several tie; the rank already accounts for all of them).
+
+    Args:
+        src_text: (N, d) source text embeddings (the queries).
+        tgt_text: (M, d) target text embeddings, a non-matching sample.
+        src_img: (N, e) image features of the source items, row-aligned with ``src_text``.
+        tgt_img: (M, e) image features of the target items, row-aligned with ``tgt_text``.
+        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
+        block_bytes: memory bound of one block of scores (None: the default). (text side; images are compared by cosine)
+
+    Returns:
+        ``(ranks, retrieved)``: int64 (N,) 1-based ranks of each query's own image among the
+        source images, seen from the retrieved target's image; int64 (N,) retrieved target rows.
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
+            ``sim``.
+    """
     src_text, tgt_text, src_img, tgt_img = _checked(src_text, tgt_text, src_img, tgt_img)
     sc = similarity(src_text, tgt_text, sim, csls_k, block_bytes)
     indptr, retrieved = nearest_with_ties(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
@@ -69,6 +88,21 @@ def bkr(
     """BkR@K for each K, MRR and median rank (keys ``bkr@K``, ``bkr_mrr``, ``bkr_median_rank``).
 
     For a model that retrieves at random, E[BkR@K] ~= K/N.
+
+    Args:
+        src_text, tgt_text, src_img, tgt_img: as :func:`bkr_ranks`.
+        ks: cut-offs K (each in [1, N]).
+        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
+        block_bytes: memory bound of one block of scores (None: the default).
+
+    Returns:
+        ``bkr@K`` per K, ``bkr_mrr``, ``bkr_median_rank`` (floats).
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
+            ``sim``.
 
     >>> import numpy as np
     >>> t = np.eye(4, dtype=np.float32); img = np.eye(4, dtype=np.float32)

@@ -73,19 +73,58 @@ def _side(A: np.ndarray, B: np.ndarray, names: tuple[str, str], max_pairs: int, 
 
 def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0,
                keep_order: bool = False) -> CorrSide:
-    """The image half of CORR for a sample: reusable across text models."""
+    """The image half of CORR for a sample: reusable across text models.
+
+    Args:
+        src_img: (N, e) source image features.
+        tgt_img: (M, e) target image features.
+        max_pairs: at most this many of the N x M pairs (a seeded subsample above it).
+        seed: seed of the subsample.
+        keep_order: keep the sort order (needed by :func:`corr_bootstrap`).
+
+    Returns:
+        A :class:`CorrSide` (standardised ranks of the pairs' cosine distances).
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), or two halves computed on different samples.
+    """
     return _side(src_img, tgt_img, ("source image features", "target image features"), max_pairs, seed, keep_order)
 
 
 def text_side(src_text: np.ndarray, tgt_text: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0,
               keep_order: bool = False) -> CorrSide:
-    """The text half of CORR for a sample: reusable across image models."""
+    """The text half of CORR for a sample: reusable across image models.
+
+    Args:
+        src_text: (N, d) source text embeddings.
+        tgt_text: (M, d) target text embeddings.
+        max_pairs, seed, keep_order: as :func:`image_side` (use the same values).
+
+    Returns:
+        A :class:`CorrSide`.
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), or two halves computed on different samples.
+    """
     return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed, keep_order)
 
 
 def corr_from_sides(text: CorrSide, image: CorrSide) -> dict[str, float]:
     """``{"corr": rho, "corr_pairs": pairs used, "corr_subsampled": 0 or 1}`` from two halves
-    computed on the same sample with the same ``max_pairs`` and ``seed``."""
+    computed on the same sample with the same ``max_pairs`` and ``seed``.
+
+    Args:
+        text: :func:`text_side` of the sample.
+        image: :func:`image_side` of the same sample.
+
+    Returns:
+        The three floats above; ``corr`` is NaN when a side's distances are all equal.
+
+    Raises:
+        MetricInputError: the halves have different numbers of pairs.
+    """
     if text.z.size != image.z.size:
         raise MetricInputError(f"CORR: the text side has {text.z.size} pairs, the image side {image.z.size}: samples differ")
     # Spearman rho = Pearson correlation of the ranks; distances are 1 - similarity on both
@@ -105,7 +144,21 @@ def corr_details(
     image: CorrSide | None = None,
 ) -> dict[str, float]:
     """CORR with its bookkeeping (see :func:`corr_from_sides`). Pass either the image features
-    or ``image=image_side(...)`` computed with the same ``max_pairs`` and ``seed``."""
+    or ``image=image_side(...)`` computed with the same ``max_pairs`` and ``seed``.
+
+    Args:
+        src_text, tgt_text: text embeddings of the sample.
+        src_img, tgt_img: its image features (unless ``image`` is given).
+        max_pairs, seed: as :func:`image_side`.
+        image: a precomputed image half.
+
+    Returns:
+        ``corr``, ``corr_pairs``, ``corr_subsampled``.
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), or two halves computed on different samples.
+    """
     if image is None:
         image = image_side(src_img, tgt_img, max_pairs=max_pairs, seed=seed)
     return corr_from_sides(text_side(src_text, tgt_text, max_pairs=max_pairs, seed=seed), image)
@@ -120,7 +173,20 @@ def corr(
     max_pairs: int = DEFAULT_MAX_PAIRS,
     seed: int = 0,
 ) -> float:
-    """Spearman rho between text and image cosine distances over source x target pairs."""
+    """Spearman rho between text and image cosine distances over source x target pairs.
+
+    Args:
+        src_text, tgt_text: (N, d) and (M, d) text embeddings.
+        src_img, tgt_img: (N, e) and (M, e) image features, row-aligned with the texts.
+        max_pairs, seed: as :func:`image_side`.
+
+    Returns:
+        rho in [-1, 1] (NaN when a side's distances are all equal).
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), or two halves computed on different samples.
+    """
     return corr_details(src_text, tgt_text, src_img, tgt_img, max_pairs=max_pairs, seed=seed)["corr"]
 
 
@@ -130,7 +196,16 @@ def corr(
 def bootstrap_row_weights(n_rows: int, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n_rows) multiplicities: how often each source row (query) is drawn when
     ``n_rows`` rows are resampled with replacement; seeded, the same for every model of a sample
-    (which makes the bootstrap paired)."""
+    (which makes the bootstrap paired).
+
+    Args:
+        n_rows: source rows of the sample.
+        n_boot: resamples.
+        seed: the sample's seed.
+
+    Returns:
+        float64 (n_boot, n_rows) counts, each row summing to ``n_rows``.
+    """
     rng = np.random.default_rng([seed, 0xB0075])
     return np.stack([np.bincount(rng.integers(0, n_rows, n_rows), minlength=n_rows) for _ in range(n_boot)]).astype(np.float64)
 
@@ -147,7 +222,20 @@ def corr_bootstrap(
 
     A resample repeats source row i ``weights[b, i]`` times, so each of its pairs counts that
     often: the ranks of the resampled multiset are weighted average ranks over the original sort
-    order (no re-sorting) and Spearman's rho is their weighted Pearson correlation."""
+    order (no re-sorting) and Spearman's rho is their weighted Pearson correlation.
+
+    Args:
+        text_sides: ``{key: CorrSide}`` text halves of the sample.
+        image: the image half.
+        n_src, n_tgt: source and target rows of the sample.
+        weights: :func:`bootstrap_row_weights` (n_boot, n_src).
+
+    Returns:
+        ``{key: float64 (n_boot,)}`` CORR per resample.
+
+    Raises:
+        MetricInputError: a side built without ``keep_order=True``.
+    """
     sides = {"\x00image": image, **text_sides}
     for key, side in sides.items():
         if side.order is None:

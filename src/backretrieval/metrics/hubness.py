@@ -25,7 +25,24 @@ def hubness(
 ) -> dict[str, float]:
     """``hubness_skew@k`` (skewness of N_k), ``hub_max@k`` (largest N_k / k, i.e. how many queries'
     worth of neighbour lists the biggest hub appears in, relative to the fair share) and
-    ``antihub_share@k`` (share of targets that are nobody's neighbour)."""
+    ``antihub_share@k`` (share of targets that are nobody's neighbour).
+
+    Args:
+        src: (N, d) query embeddings.
+        tgt: (M, d) target embeddings; N_k(y) counts the queries with y among their k nearest.
+        k: neighbours per query, in [1, M].
+        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
+        block_bytes: memory bound of one block of scores (None: the default).
+
+    Returns:
+        The three values above (floats), keyed with ``@k``.
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
+            ``sim``.
+    """
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"))
     (k,) = check_ks(k, tgt.shape[0], "hubness k")
     sc = similarity(src, tgt, sim, csls_k, block_bytes)

@@ -21,7 +21,23 @@ def xlr_ranks(
     csls_k: int = 10,
     block_bytes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pessimistic 1-based ranks ``(source->target, target->source)`` of the true partners."""
+    """Pessimistic 1-based ranks ``(source->target, target->source)`` of the true partners.
+
+    Args:
+        src: (N, d) source embeddings; row i is the translation of ``tgt`` row i.
+        tgt: (N, d) target embeddings.
+        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
+        block_bytes: memory bound of one block of scores (None: the default).
+
+    Returns:
+        Two int64 arrays of N ranks (1 = the partner is the nearest; ties count against it).
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
+            ``sim``.
+    """
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"), same_rows=True)
     sc = similarity(src, tgt, sim, csls_k, block_bytes)
     # cosine and CSLS are symmetric: one pass over the N x N scores serves both directions
@@ -39,8 +55,22 @@ def xlr(
 ) -> dict[str, float]:
     """Recall@K, MRR and median rank in both directions.
 
-    Keys: ``xlr@K``, ``xlr_mrr``, ``xlr_median_rank`` (source->target) and the same with
-    ``xlr_t2s`` (target->source).
+    Args:
+        src: (N, d) source embeddings; row i is the translation of ``tgt`` row i.
+        tgt: (N, d) target embeddings.
+        ks: cut-offs K (each in [1, N]).
+        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
+        block_bytes: memory bound of one block of scores (None: the default).
+
+    Returns:
+        ``xlr@K``, ``xlr_mrr``, ``xlr_median_rank`` (source->target) and the same with
+        ``xlr_t2s`` (target->source), floats.
+
+    Raises:
+        MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
+            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
+            ``sim``.
 
     >>> import numpy as np
     >>> x = np.eye(3, dtype=np.float32)

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ..analysis.stats import holm
+from ..analysis.stats import holm, sign_flip_p
 from ..core import BackretrievalError, atomic_write_text
 from . import files as study_files
 from . import store
@@ -57,35 +57,16 @@ N_RANDOM_SIGNS = 200_000
 
 
 def sign_flip_test(d: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
-    """Two-sided paired sign-flip test of mean(d) = 0: exact when at most :data:`EXACT_MAX`
-    differences are non-zero, else Monte Carlo with :data:`N_RANDOM_SIGNS` draws (p counts the
-    observed pattern). Ties: patterns whose |sum| equals the observed one (within 1e-9) count
-    as extreme."""
+    """Two-sided paired sign-flip test of mean(d) = 0 (:func:`backretrieval.analysis.stats.sign_flip_p`
+    on the sum): exact when at most :data:`EXACT_MAX` differences are non-zero, else Monte Carlo
+    with :data:`N_RANDOM_SIGNS` draws (p counts the observed pattern). Ties: patterns whose |sum|
+    equals the observed one (within 1e-9) count as extreme."""
     d = np.asarray(d, dtype=np.float64)
-    nz = d[d != 0]
-    obs = abs(nz.sum())
-    if nz.size == 0:
-        return {"p": 1.0, "n": int(d.size), "nonzero": 0, "mean_diff": 0.0, "method": "exact sign-flip"}
-    if nz.size <= EXACT_MAX:
-        extreme, total = 0, 0
-        n = nz.size
-        # patterns in chunks of 2^16: bit j of the pattern index flips the sign of nz[j]
-        chunk = 1 << min(n, 16)
-        for start in range(0, 1 << n, chunk):
-            idx = np.arange(start, start + chunk, dtype=np.int64)
-            signs = 1.0 - 2.0 * ((idx[:, None] >> np.arange(n)) & 1)
-            extreme += int(np.count_nonzero(np.abs(signs @ nz) >= obs - 1e-9))
-            total += chunk
-        p, method = extreme / total, "exact sign-flip"
-    else:
-        rng = np.random.default_rng(seed)
-        extreme = 0
-        for start in range(0, N_RANDOM_SIGNS, 4000):
-            m = min(4000, N_RANDOM_SIGNS - start)
-            signs = rng.choice(np.array([-1.0, 1.0]), size=(m, nz.size))
-            extreme += int(np.count_nonzero(np.abs(signs @ nz) >= obs - 1e-9))
-        p, method = (1 + extreme) / (1 + N_RANDOM_SIGNS), f"sign-flip, {N_RANDOM_SIGNS} random patterns"
-    return {"p": float(p), "n": int(d.size), "nonzero": int(nz.size), "mean_diff": float(d.mean()), "method": method}
+    p, how, nonzero = sign_flip_p(d, statistic="sum", n_random=N_RANDOM_SIGNS, seed=seed, exact_max=EXACT_MAX,
+                                  chunk=4000, tol=1e-9)
+    method = "exact sign-flip" if how == "exact" else f"sign-flip, {N_RANDOM_SIGNS} random patterns"
+    return {"p": float(p), "n": int(d.size), "nonzero": nonzero, "mean_diff": float(d.mean()) if nonzero else 0.0,
+            "method": method}
 
 
 def _finite(x: Any) -> Any:

@@ -1,0 +1,465 @@
+"""The M3L/PATR estimator: hyper-parameter checks, the training loop with online hardest
+negatives and validation, and the saved model directory."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ...core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash, json_default
+from ...data import Dataset
+from ...encoders.base import get_text_encoder
+from ...encoders.cache import CachedTextEncoder
+from ...encoders.m3l import FORMAT, FORMAT_VERSION, forward as numpy_forward
+from .data import SPLIT_CODE, SPLITS, ImageTextData, check_fracs, collect_images
+from .evaluation import recall_summary, retrieval_ranks
+from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
+from .model import build_network, init_last_block, input_standardization
+
+LOSSES = ("m3l", "patr")
+DEFAULT_WIDTHS = (1024, 2048)
+DEFAULT_DROPOUT = (0.2, 0.1, 0.0)
+ETA_PAIRS = 200_000  # image pairs sampled to estimate the eta quantile
+INITS = ("match", "mean", "default")
+
+
+class M3LModel:
+    """Maps frozen multilingual text embeddings into a frozen image-feature space.
+
+    scikit-learn style: ``__init__`` stores hyper-parameters, :meth:`fit` trains on a
+    :class:`~backretrieval.data.Dataset` with images, learned attributes end in ``_``,
+    :meth:`save` writes a model directory that ``m3l:DIR`` / ``patr:DIR`` load as a text model.
+
+    Learned: ``net_`` (torch module), ``eta_`` (PATR), ``history_`` (one dict per epoch, epoch
+    0 = the untrained network; validation keys ``val_t2i@K``, ``val_t2i_mrr``, ...),
+    ``best_epoch_``, ``data_`` (the images and splits), ``in_dim_``, ``image_dim_``.
+
+    Args:
+        loss: ``"m3l"`` (Eq. 1) or ``"patr"`` (Eq. 2).
+        base: the frozen text model spec; image_model: the frozen image model (or ``precomputed``).
+        train_langs: languages whose captions are trained on; val_langs: of the validation
+            captions (None: the training languages).
+        widths: the two hidden widths (the last block's width is the image dimension).
+        dropout: the three blocks' dropout rates.
+        rho, alpha1, alpha2: M3L's exponent and weights.
+        eta: PATR's margin (None: the ``eta_quantile`` of squared distances between distinct
+            training images).
+        lr, beta1, beta2: Adam's settings; batch_size: captions per batch (>= 2); epochs.
+        patience: stop after this many epochs without a better validation R@10 (None: never).
+        select: keep the ``"best"`` epoch by validation R@10 (then MRR) or the ``"last"``.
+        init: the last block's initialisation (``match``, ``mean``, ``default``);
+            standardize: centre and scale the base embeddings (see the package doc).
+        seed: initialisation, dropout and batch order; split_seed, test_frac, val_frac: the
+            content-hash image split.
+        threads: torch threads while fitting (None: torch's choice); progress: bars.
+    """
+
+    def __init__(
+        self,
+        loss: str = "m3l",
+        *,
+        base: str = "use-m",
+        image_model: str = "efficientnet-lite0",
+        train_langs: Sequence[str] = ("en",),
+        val_langs: Sequence[str] | None = None,
+        widths: Sequence[int] = DEFAULT_WIDTHS,
+        dropout: Sequence[float] = DEFAULT_DROPOUT,
+        rho: float = 4.0,
+        alpha1: float = 0.5,
+        alpha2: float = 1.0,
+        eta: float | None = None,
+        eta_quantile: float = 0.5,
+        lr: float = 1e-3,
+        beta1: float = 0.99,
+        beta2: float = 0.999,
+        batch_size: int = 128,
+        epochs: int = 50,
+        patience: int | None = None,
+        select: str = "best",
+        init: str = "match",
+        standardize: bool = True,
+        seed: int = 0,
+        split_seed: int = 0,
+        test_frac: float = 0.25,
+        val_frac: float = 0.1,
+        threads: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.loss = loss
+        self.base = base
+        self.image_model = image_model
+        self.train_langs = tuple(train_langs)
+        self.val_langs = None if val_langs is None else tuple(val_langs)
+        self.widths = tuple(widths)
+        self.dropout = tuple(dropout)
+        self.rho, self.alpha1, self.alpha2 = rho, alpha1, alpha2
+        self.eta, self.eta_quantile = eta, eta_quantile
+        self.lr, self.beta1, self.beta2 = lr, beta1, beta2
+        self.batch_size, self.epochs, self.patience, self.select = batch_size, epochs, patience, select
+        self.init = init
+        self.standardize = standardize
+        self.seed, self.split_seed, self.test_frac, self.val_frac = seed, split_seed, test_frac, val_frac
+        self.threads = threads
+        self.progress = progress
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self) -> None:
+        if self.loss not in LOSSES:
+            raise BackretrievalError(f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+        if not self.train_langs:
+            raise BackretrievalError("give at least one training language")
+        if len(self.widths) != 2 or any(int(w) < 1 for w in self.widths):
+            raise BackretrievalError(f"widths: two positive hidden widths expected (the last is the image dimension), got {self.widths}")
+        if len(self.dropout) != 3 or any(not 0.0 <= float(p) < 1.0 for p in self.dropout):
+            raise BackretrievalError(f"dropout: three rates in [0, 1) expected, got {self.dropout}")
+        for name in ("lr", "rho", "alpha1", "alpha2"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+                raise BackretrievalError(f"{name} must be a positive number, got {v!r}")
+        for name in ("beta1", "beta2"):
+            v = getattr(self, name)
+            if not 0.0 <= float(v) < 1.0:
+                raise BackretrievalError(f"{name} must be in [0, 1), got {v!r}")
+        if self.eta is not None and not (float(self.eta) > 0 and math.isfinite(float(self.eta))):
+            raise BackretrievalError(f"eta must be a positive number, got {self.eta!r}")
+        if not 0.0 < float(self.eta_quantile) < 1.0:
+            raise BackretrievalError(f"eta_quantile must be in (0, 1), got {self.eta_quantile!r}")
+        if int(self.batch_size) < 2:
+            raise BackretrievalError(f"batch_size must be at least 2 (negatives come from the batch), got {self.batch_size}")
+        if int(self.epochs) < 0:
+            raise BackretrievalError(f"epochs must be >= 0, got {self.epochs}")
+        if self.patience is not None and int(self.patience) < 1:
+            raise BackretrievalError(f"patience must be a positive number of epochs, got {self.patience}")
+        if self.init not in INITS:
+            raise BackretrievalError(f"unknown init {self.init!r}; choose one of {', '.join(INITS)}")
+        if self.select not in ("best", "last"):
+            raise BackretrievalError(f"select must be 'best' (validation R@10) or 'last', got {self.select!r}")
+        if self.threads is not None and int(self.threads) < 1:
+            raise BackretrievalError(f"threads must be a positive integer, got {self.threads}")
+        check_fracs(self.test_frac, self.val_frac)
+        if self.val_frac == 0 and (self.select == "best" or self.patience is not None):
+            raise BackretrievalError("val_frac=0 leaves no validation images: use select='last' and no patience")
+
+    # ------------------------------------------------------------------ data
+    def _texts(self, data: ImageTextData, encoder: Any, langs: Sequence[str], split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        xs, imgs, where = [], [], []
+        for lang in langs:
+            rows = data.rows(lang, split)
+            if len(rows) == 0:
+                continue
+            c = data.corpora[lang].subset(rows)
+            xs.append(encoder.encode(c.texts, lang, ids=c.ids))
+            imgs.append(data.image_of[lang][rows])
+            where += [f"{lang}:{i}" for i in c.ids]
+        if not xs:
+            return np.zeros((0, 0), np.float32), np.zeros(0, np.int64), []
+        return np.concatenate(xs).astype(np.float32, copy=False), np.concatenate(imgs), where
+
+    def _eta_from_images(self, feats: np.ndarray) -> float:
+        n = len(feats)
+        if n < 2:
+            raise DataError("PATR needs at least two distinct training images to scale eta")
+        rng = np.random.default_rng(self.seed)
+        m = min(ETA_PAIRS, n * (n - 1) // 2)
+        i = rng.integers(0, n, size=m)
+        j = (i + rng.integers(1, n, size=m)) % n  # j != i
+        d = np.einsum("ij,ij->i", feats[i] - feats[j], feats[i] - feats[j], dtype=np.float64)
+        return float(np.quantile(d, float(self.eta_quantile)))
+
+    # ------------------------------------------------------------------ training
+    def fit(
+        self,
+        dataset: Dataset,
+        *,
+        source: Mapping[str, Any] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> "M3LModel":
+        """Train on the training images' captions in ``train_langs``; validate each epoch.
+
+        Args:
+            dataset: a dataset with image paths (or precomputed features) in every loaded language.
+            source: how the dataset was named, e.g. ``{"dataset": "emoji-cldr", "options":
+                {...}}``, recorded in the saved config.
+            log: receives one line per epoch.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            BackretrievalError: a bad hyper-parameter (named), or a loss that becomes NaN/inf.
+            DataError: missing images or features, fewer than two training captions or images,
+                or no validation captions.
+        """
+        import torch
+
+        self._check_params()
+        say = log or (lambda s: None)
+        val_langs = list(self.val_langs) if self.val_langs is not None else list(self.train_langs)
+        langs = list(dict.fromkeys([*self.train_langs, *val_langs]))
+        data = collect_images(
+            dataset, langs, self.image_model,
+            split_seed=self.split_seed, test_frac=self.test_frac, val_frac=self.val_frac, progress=self.progress,
+        )
+        text_enc = CachedTextEncoder(get_text_encoder(self.base, progress=self.progress), progress=self.progress)
+        x_tr, img_tr, _ = self._texts(data, text_enc, self.train_langs, "train")
+        if len(x_tr) < 2:
+            raise DataError(f"{dataset.name}: {len(x_tr)} training captions in {', '.join(self.train_langs)}; need at least 2")
+        if len(np.unique(img_tr)) < 2:
+            raise DataError(f"{dataset.name}: the training captions show a single image; negatives need at least two")
+        use_val = self.val_frac > 0
+        x_va, img_va, _ = self._texts(data, text_enc, val_langs, "val") if use_val else (None, None, None)
+        val_images = data.images("val")
+        if use_val and (len(x_va) == 0 or len(val_images) == 0):
+            raise DataError(f"{dataset.name}: no validation captions in {', '.join(val_langs)}; raise val_frac")
+        # validation gallery: the val images only; true image = position inside it
+        val_pos = np.full(len(data.keys), -1, dtype=np.int64)
+        val_pos[val_images] = np.arange(len(val_images))
+        feats = data.features
+        train_images = np.unique(img_tr)
+        if self.loss == "patr":
+            self.eta_ = float(self.eta) if self.eta is not None else self._eta_from_images(feats[train_images])
+        else:
+            self.eta_ = None
+        self.in_dim_, self.image_dim_ = int(x_tr.shape[1]), int(feats.shape[1])
+        self.input_mean_, self.input_scale_ = input_standardization(x_tr, self.standardize)
+        x_tr = ((x_tr - self.input_mean_) / self.input_scale_).astype(np.float32)
+        if x_va is not None:
+            x_va = ((x_va - self.input_mean_) / self.input_scale_).astype(np.float32)
+        self.base_version_ = text_enc.version
+        self.data_ = data
+        self.source_ = dict(source or {"dataset": dataset.name})
+        self.n_train_captions_, self.n_val_captions_ = int(len(x_tr)), int(0 if x_va is None else len(x_va))
+
+        saved_threads = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(int(self.threads))
+        try:
+            return self._train(torch, x_tr, img_tr, x_va, img_va, val_images, val_pos, feats, use_val, say)
+        finally:
+            torch.set_num_threads(saved_threads)
+
+    def _train(self, torch, x_tr, img_tr, x_va, img_va, val_images, val_pos, feats, use_val, say) -> "M3LModel":
+        from tqdm.auto import tqdm
+
+        torch.manual_seed(int(self.seed))
+        net = build_network(self.in_dim_, [*self.widths, self.image_dim_], self.dropout)
+        self.init_scale_ = init_last_block(net, x_tr, feats[img_tr], self.init)
+        opt = torch.optim.Adam(net.parameters(), lr=float(self.lr), betas=(float(self.beta1), float(self.beta2)))
+        X = torch.from_numpy(x_tr)
+        IMG = torch.from_numpy(feats)
+        ids_tr = torch.from_numpy(img_tr)
+        rng = np.random.default_rng(int(self.seed))
+
+        def validate() -> dict[str, float]:
+            if not use_val:
+                return {}
+            net.eval()
+            with torch.no_grad():
+                out = net(torch.from_numpy(x_va)).numpy()
+            net.train()
+            ranks = retrieval_ranks(out, feats[val_images], val_pos[img_va])
+            return {f"val_{k}": v for k, v in recall_summary(ranks).items()}
+
+        t0 = time.perf_counter()
+        history = [{"epoch": 0, "loss": None, **validate(), "seconds": 0.0}]
+        say(_epoch_line(history[-1]))
+        best_state, best_key, best_epoch, since_best = None, None, 0, 0
+        if use_val:
+            best_state, best_key = copy.deepcopy(net.state_dict()), _val_key(history[-1])
+        bs = int(self.batch_size)
+        bar = tqdm(range(1, int(self.epochs) + 1), desc=f"train {self.loss}", unit="epoch", disable=not self.progress)
+        for epoch in bar:
+            net.train()
+            order = torch.from_numpy(rng.permutation(len(X)))
+            total, n_used, active = 0.0, 0, 0
+            for start in range(0, len(order), bs):
+                b = order[start : start + bs]
+                if len(b) < 2:
+                    continue
+                anchor = net(X[b])
+                pos = IMG[ids_tr[b]]
+                j = hardest_negatives(anchor, pos, ids_tr[b])
+                keep = j >= 0
+                if not bool(keep.any()):
+                    continue
+                a, p, jn = anchor[keep], pos[keep], j[keep]
+                if self.loss == "m3l":
+                    loss = m3l_loss(a, p, pos[jn], anchor[jn], rho=float(self.rho), alpha1=float(self.alpha1), alpha2=float(self.alpha2))
+                else:
+                    loss = patr_loss(a, p, pos[jn], eta=self.eta_)
+                    with torch.no_grad():
+                        active += int((sq_dist(a, pos[jn]) < self.eta_).sum())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if not math.isfinite(float(loss.detach())):
+                    raise BackretrievalError(
+                        f"{self.loss}: the loss became {float(loss)} in epoch {epoch}; lower the learning rate"
+                    )
+                total += float(loss.detach()) * int(keep.sum())
+                n_used += int(keep.sum())
+            rec = {"epoch": epoch, "loss": total / max(1, n_used), **validate(), "seconds": round(time.perf_counter() - t0, 2)}
+            if self.loss == "patr":
+                rec["hinge_active"] = active / max(1, n_used)
+            history.append(rec)
+            say(_epoch_line(rec))
+            if use_val:
+                bar.set_postfix(val_t2i10=f"{rec['val_t2i@10']:.3f}", loss=f"{rec['loss']:.4g}")
+                key = _val_key(rec)
+                if key > best_key:
+                    best_state, best_key, best_epoch, since_best = copy.deepcopy(net.state_dict()), key, epoch, 0
+                else:
+                    since_best += 1
+                if self.patience is not None and since_best >= int(self.patience):
+                    say(f"early stop after epoch {epoch}: no better validation R@10 for {self.patience} epochs")
+                    break
+        bar.close()
+        if self.select == "best" and best_state is not None:
+            net.load_state_dict(best_state)
+            self.best_epoch_ = best_epoch
+        else:
+            self.best_epoch_ = history[-1]["epoch"]
+        net.eval()
+        self.net_ = net
+        self.history_ = history
+        return self
+
+    # ------------------------------------------------------------------ inference and saving
+    def layers_(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The fitted (weight, bias) arrays, float32, weight of shape (out, in), for RAW base
+        embeddings: the input standardisation ``(x - mean) / scale`` is folded into the first
+        layer (``W0 / scale``, ``b0 - W0 mean / scale``, computed in float64).
+
+        Returns:
+            One ``(W, b)`` per block: W float32 (out, in), b float32 (out,).
+        """
+        out = []
+        for i, lin in enumerate(self.net_.linears):
+            w = lin.weight.detach().numpy().astype(np.float64)
+            b = lin.bias.detach().numpy().astype(np.float64)
+            if i == 0:
+                w = w / self.input_scale_
+                b = b - w @ self.input_mean_
+            out.append((w.astype(np.float32), b.astype(np.float32)))
+        return out
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """Map base text embeddings into the image space (numpy forward, dropout off).
+
+        Args:
+            X: (n, in_dim) raw embeddings of the base text model.
+
+        Returns:
+            float32 (n, image_dim) mapped captions.
+        """
+        return numpy_forward(np.asarray(X, dtype=np.float32), self.layers_())
+
+    def config_(self) -> dict[str, Any]:
+        """The saved ``config.json``: format, hyper-parameters (typed), models and versions,
+        split rule and sizes, source and training history (``weights_hash`` is added by
+        :meth:`save`).
+
+        Returns:
+            A JSON-ready dict.
+        """
+        data = self.data_
+        counts = {s: int((data.split == SPLIT_CODE[s]).sum()) for s in SPLITS}
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "loss": self.loss,
+            "base": self.base,
+            "base_version": self.base_version_,
+            "in_dim": self.in_dim_,
+            "image_model": self.image_model,
+            "image_model_version": data.image_model_version,
+            "image_dim": self.image_dim_,
+            "widths": [*map(int, self.widths), self.image_dim_],
+            "dropout": [float(p) for p in self.dropout],
+            "init": self.init,
+            "init_scale": self.init_scale_,
+            "standardize": bool(self.standardize),
+            "input_scale": float(self.input_scale_),
+            "loss_params": (
+                {"rho": float(self.rho), "alpha1": float(self.alpha1), "alpha2": float(self.alpha2), "d": "squared euclidean"}
+                if self.loss == "m3l"
+                else {
+                    "eta": self.eta_,
+                    # typed: the quantile eta was estimated at (None: eta was given); eta_rule is for people
+                    "eta_quantile": None if self.eta is not None else float(self.eta_quantile),
+                    "eta_rule": "given" if self.eta is not None else
+                    f"quantile {self.eta_quantile} of squared distances between distinct training images",
+                    "d": "squared euclidean",
+                }
+            ),
+            "optimizer": {"name": "adam", "lr": float(self.lr), "beta1": float(self.beta1), "beta2": float(self.beta2)},
+            "batch_size": int(self.batch_size),
+            "epochs": int(self.epochs),
+            "epochs_run": int(self.history_[-1]["epoch"]),
+            "patience": self.patience,
+            "select": self.select,
+            "best_epoch": int(self.best_epoch_),
+            "seed": int(self.seed),
+            "train_langs": list(self.train_langs),
+            "val_langs": list(self.val_langs) if self.val_langs is not None else list(self.train_langs),
+            "source": self.source_,
+            "split": {
+                "seed": int(self.split_seed),
+                "test_frac": float(self.test_frac),
+                "val_frac": float(self.val_frac),
+                "images": counts,
+                "rule": "sha: u = blake2b(seed NUL image key) / 2^64; test if u < test_frac, val if u < test_frac + val_frac",
+            },
+            "n_train_captions": self.n_train_captions_,
+            "n_val_captions": self.n_val_captions_,
+            "history": self.history_,
+        }
+
+    def save(self, out_dir: str | Path) -> Path:
+        """Write ``weights.npz``, ``split.json`` and (last) ``config.json`` into ``out_dir``.
+
+        Args:
+            out_dir: the model directory (created); files are written atomically.
+
+        Returns:
+            The directory, loadable as the text model ``m3l:DIR`` / ``patr:DIR``.
+
+        Raises:
+            BackretrievalError: the model is not fitted.
+        """
+        if not hasattr(self, "net_"):
+            raise BackretrievalError("fit the model before saving it")
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        arrays = {}
+        for i, (w, b) in enumerate(self.layers_()):
+            arrays[f"W{i}"], arrays[f"b{i}"] = w, b
+        atomic_save_npz(out / "weights.npz", **arrays)
+        split = {s: [k for k, c in zip(self.data_.keys, self.data_.split.tolist()) if c == SPLIT_CODE[s]] for s in SPLITS}
+        atomic_write_text(out / "split.json", json.dumps(split))
+        cfg = self.config_()
+        cfg["weights_hash"] = content_hash((out / "weights.npz").read_bytes())
+        atomic_write_text(out / "config.json", json.dumps(cfg, indent=1, default=json_default))
+        return out
+
+
+def _val_key(rec: Mapping[str, Any]) -> tuple[float, float]:
+    """Model selection: validation R@10, ties broken by MRR (then the earlier epoch wins)."""
+    return (rec["val_t2i@10"], rec["val_t2i_mrr"])
+
+
+def _epoch_line(rec: Mapping[str, Any]) -> str:
+    parts = [f"epoch {rec['epoch']:>3}"]
+    if rec.get("loss") is not None:
+        parts.append(f"loss {rec['loss']:.4g}")
+    for k in ("val_t2i@1", "val_t2i@5", "val_t2i@10"):
+        if k in rec:
+            parts.append(f"{k} {rec[k]:.3f}")
+    if "hinge_active" in rec:
+        parts.append(f"hinge active {rec['hinge_active']:.2f}")
+    return ", ".join(parts)
