@@ -343,3 +343,74 @@ def test_cli_prepare_train_and_case_study(emoji_model, tmp_path):
     js = json.loads((rep / "case_study.json").read_text())
     assert {m["model"] for m in js["metrics"]} == {"use-m", "triplet", "tripletxl"}
     assert (rep / "case_study.png").stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------- residual tower
+def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
+    """x + f(x) with f's last layer at zero: the torch tower, the numpy head and a saved model
+    that was never trained all give the base encoder's own vectors."""
+    from backretrieval.encoders.triplet import save_model
+    from backretrieval.train.triplet import _params_of, _tower
+
+    xt, xb, _ = _synthetic(n=50, d=16)
+    torch.manual_seed(0)
+    tower = _tower(16, (12, 8), True, "residual")
+    with torch.no_grad():
+        np.testing.assert_array_equal(tower(torch.from_numpy(xt)).numpy(), xt)
+    params = _params_of(tower)
+    assert [w.shape for w, _ in params] == [(12, 16), (8, 12), (16, 8)]
+    assert not params[-1][0].any() and not params[-1][1].any() and params[0][0].any()
+    np.testing.assert_array_equal(head_forward(params, xb, tower="residual"), xb)
+    # the same weights read as an mlp tower are not the identity (all-zero output)
+    assert not head_forward(params, xb, tower="mlp").any()
+    # an untrained residual model directory encodes texts exactly as the base encoder does
+    base = get_text_encoder("random")
+    titles, bodies = ["cat", "dog face", "red apple"], ["pet, cat", "dog, pet", "fruit, apple"]
+    vt, vb = base.encode(titles, "en"), base.encode(bodies, "en")
+    d = vt.shape[1]
+    save_model(tmp_path, {"method": "triplet", "base": "random", "tower": "residual", "final_relu": True},
+               _params_of(_tower(d, (32,), True, "residual")))
+    enc = get_text_encoder(f"triplet:{tmp_path}")
+    assert enc.dim == 2 * d and enc.tower == "residual"
+    got = enc.encode(["x"] * 3, "en", extra={"title": titles, "body": bodies})
+    unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)  # noqa: E731
+    np.testing.assert_allclose(got, np.concatenate([unit(vt), unit(vb)], axis=1), atol=1e-6)
+
+
+def test_residual_tower_trains_and_round_trips(tmp_path):
+    xt, xb, langs = _synthetic(n=240, d=16)
+    est = TripletModel("tripletxl", tower="residual", layers=(24,), epochs=6, batch_size=32, k=3, seed=1).fit_vectors(xt, xb, langs)
+    h = est.history_
+    assert h[0]["epoch"] == 0 and min(r["val_loss"] for r in h[1:]) < 0.9 * h[0]["val_loss"]  # it learns
+    assert [w.shape for w, _ in est.params_] == [(24, 16), (16, 24)]
+    assert np.abs(est.params_[-1][0]).max() > 1e-3  # f moved away from zero
+    out = est.transform_vectors(xt, xb)
+    assert out.shape == (240, 32)
+    assert not np.allclose(out, represent(xt, xb), atol=1e-3)  # no longer the identity
+    # save / load: the same vectors through the encoder's numpy head; the tower kind is saved
+    est.save(tmp_path)
+    cfg = json.loads((tmp_path / "model.json").read_text())
+    assert cfg["tower"] == "residual" and cfg["hyper"]["tower"] == "residual"
+    from backretrieval.encoders.triplet import TripletEncoder
+
+    enc = TripletEncoder(tmp_path, "tripletxl")
+    np.testing.assert_array_equal(enc.embed_vectors(xt, xb), out)
+    with torch.no_grad():
+        np.testing.assert_allclose(represent(est._tower(torch.from_numpy(xt)).numpy(), est._tower(torch.from_numpy(xb)).numpy()), out, atol=1e-5)
+    # a directory written before the option existed (no "tower" key) loads as the mlp tower
+    mlp = TripletModel("triplet", layers=(8,), epochs=1, batch_size=32, seed=1).fit_vectors(xt, xb, langs)
+    old = tmp_path / "old"
+    mlp.save(old)
+    cfg = json.loads((old / "model.json").read_text())
+    del cfg["tower"], cfg["hyper"]
+    (old / "model.json").write_text(json.dumps(cfg))
+    enc = TripletEncoder(old, "triplet")
+    assert enc.tower == "mlp"
+    np.testing.assert_array_equal(enc.embed_vectors(xt, xb), mlp.transform_vectors(xt, xb))
+    # bad settings and broken files are named
+    with pytest.raises(Exception, match="tower"):
+        TripletModel(tower="dense").fit_vectors(xt, xb, langs)
+    cfg["tower"] = "dense"
+    (old / "model.json").write_text(json.dumps(cfg))
+    with pytest.raises(EncoderError, match="unknown tower 'dense'"):
+        TripletEncoder(old, "triplet")

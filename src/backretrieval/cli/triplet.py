@@ -40,6 +40,8 @@ def _train_options(fn):
         click.option("--alpha", type=NON_NEGATIVE_NUMBER, default=0.1, show_default=True, help="Margin of Eq. 1."),
         click.option("--batch-size", type=click.IntRange(min=2), default=128, show_default=True, help="Items per batch, at least 2 (the negative is another item of the batch)."),
         click.option("--layers", default="300,300", show_default=True, help="Widths of the dense ReLU layers of the siamese tower."),
+        click.option("--tower", type=click.Choice(["mlp", "residual"]), default="mlp", show_default=True,
+                     help="mlp: the paper's tower; residual: x + f(x), f's last layer zero-initialised, so training starts at the base's own vectors."),
         click.option("--negatives", type=click.Choice(["batch", "language"]), default="batch", show_default=True,
                      help="Eq. 1's negative title: any other item of the mini-batch (paper) or one of the same language."),
         click.option("--val-frac", type=UNIT_FROM_0, default=0.1, show_default=True, help="Random validation share, in [0, 1)."),
@@ -99,7 +101,7 @@ def plot_curves(history: Sequence[dict[str, Any]], path: Path, title: str, best_
 
 
 def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_per_lang, epochs, lr, alpha, batch_size,
-               layers, negatives, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
+               layers, tower, negatives, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
     from ..data import load_dataset
     from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, TripletModel
 
@@ -107,7 +109,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     wanted = _langs(langs)
     widths = _parse_numbers(layers, "--layers", integer=True, low=1)
     est = TripletModel(
-        method, base=base, layers=widths, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
+        method, base=base, layers=widths, tower=tower, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
         refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
     )
     est._check()  # every setting, before any data is read
