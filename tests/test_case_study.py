@@ -113,6 +113,8 @@ def test_summary_averages_training_seeds_and_answers_the_questions(tmp_path):
     # TripletXL is flat across pairs: a smaller spread than Triplet's and the base's, with CIs below 0
     sp = s["spread"]["BkR@10 (fake): tripletxl vs triplet"]
     assert sp["sd_diff_high"] < 0 and sp["sd_a"] < 0.05 < sp["sd_b"]
+    assert s["spread"]["BkR@10 (fake): triplet vs base"]["sd_diff_low"] > 0  # Triplet widens the spread (0.3 vs 0.15 gaps)
+    assert {k.split(": ")[1] for k in s["spread"]} == {"triplet vs base", "tripletxl vs triplet", "tripletxl vs base"}
     # the worst quartile by the base = 3 pairs with ja; TripletXL lifts them by ~0.4, Triplet not at all
     w = s["worst"]["BkR@10 (fake): tripletxl"]
     assert len(w["pairs"]) == 3 and all("ja" in p for p in w["pairs"]) and w["lift_low"] > 0.3

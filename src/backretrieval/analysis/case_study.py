@@ -210,7 +210,7 @@ def case_study_summary(
         ``metrics`` (one row per metric and model: mean with CI, lift over the base with CI, sd / IQR /
         min / quartile across pairs, pairs significantly better / worse), ``per_pair`` (estimate and CI
         tables per metric), ``truth`` (did BkR tell the truth: correlations, sign agreement, rankings,
-        per-pair ordering agreement), ``spread`` (TripletXL vs Triplet / base), ``worst`` (lift on the
+        per-pair ordering agreement), ``spread`` (Triplet vs base, TripletXL vs Triplet / base), ``worst`` (lift on the
         base's worst pairs).
     """
     names = dict(names or {"bkr": "image data", "xlr": "held-out data"})
@@ -240,10 +240,10 @@ def case_study_summary(
     out["truth"] = _truth(out["per_pair"], list(groups), base)
     trip = [g for g in groups if g.split(":")[0].split("-")[0] == "triplet"]
     xls = [g for g in groups if g.split(":")[0].split("-")[0] == "tripletxl"]
+    comparisons = [(a, base) for a in trip] + [(a, other) for a in xls for other in trip[:1] + [base]]
     for title, d in out["per_pair"].items():
-        for a in xls:
-            for other in trip[:1] + [base]:
-                out["spread"][f"{title}: {a} vs {other}"] = spread_stats(d["estimate"][a].to_numpy(), d["estimate"][other].to_numpy(), n_boot=n_boot)
+        for a, other in comparisons:  # is Triplet's spread larger than the base's? does TripletXL narrow it?
+            out["spread"][f"{title}: {a} vs {other}"] = spread_stats(d["estimate"][a].to_numpy(), d["estimate"][other].to_numpy(), n_boot=n_boot)
     return out
 
 
