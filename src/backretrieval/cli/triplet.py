@@ -4,7 +4,10 @@ group (``prepare`` a held-out ddtp split, ``report`` the Fig. 3 analog).
 The case study (Backretrieval paper, Sec. 3.2, Table 2 / Fig. 3): a base encoder vs Triplet vs
 TripletXL, per directed language pair, with BkR on emoji-cldr (images as the pivot, no ground
 truth used) and ground-truth XLR on emoji-cldr and on held-out ddtp documents to check that BkR
-told the truth. Heavy libraries are imported inside the commands.
+told the truth. The commands only parse and check their options and call the layers: training
+in ``train/triplet.py``, the held-out split in ``data/splits.py``, evaluation and statistics in
+``analysis/case_study.py``, tables and figures in ``report/case_study.py``. Heavy libraries are
+imported inside the commands.
 """
 from __future__ import annotations
 
