@@ -122,10 +122,13 @@ def test_summary_averages_training_seeds_and_answers_the_questions(tmp_path):
     # (selecting pairs by the base's noisy score favours pairs where the base was unlucky, so a model
     # as good as the base shows a small positive lift there: regression to the mean)
     assert w["pairs"] == s["worst"]["BkR@10 (fake): tripletxl"]["pairs"] and abs(w["lift"]) < 0.05
+    xt = s["xl_vs_triplet"]["BkR@10 (fake): tripletxl - triplet"]
+    assert xt["lift"] == pytest.approx(float((stacked_hits(res, models[3:], pairs, "bkr", 10) - st).mean()))
+    assert xt["share_pairs_higher"] == 0.5 and xt["lift_low"] < xt["lift"] < xt["lift_high"]  # +0.4 on ja pairs, -0.2 elsewhere
     o = s["truth"]["XLR@10 (fake)"]["ordering"]
     assert o["n_defined"] == 12 and o["mean_rho"] > 0
     md = case_study_markdown(s, "# fake")
-    for part in ("lift vs base", "## The worst pairs", "identical order", "IQR(A) - IQR(B)", "## Per pair: BkR@10 (fake)"):
+    for part in ("lift vs base", "## TripletXL vs Triplet", "## The worst pairs", "identical order", "IQR(A) - IQR(B)", "## Per pair: BkR@10 (fake)"):
         assert part in md, part
     assert case_study_figure(s, tmp_path / "f.png").stat().st_size > 1000
 

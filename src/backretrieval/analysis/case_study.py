@@ -211,14 +211,14 @@ def case_study_summary(
         min / quartile across pairs, pairs significantly better / worse), ``per_pair`` (estimate and CI
         tables per metric), ``truth`` (did BkR tell the truth: correlations, sign agreement, rankings,
         per-pair ordering agreement), ``spread`` (Triplet vs base, TripletXL vs Triplet / base), ``worst`` (lift on the
-        base's worst pairs).
+        base's worst pairs), ``xl_vs_triplet`` (mean per-query lift of each TripletXL over the first Triplet, with CI).
     """
     names = dict(names or {"bkr": "image data", "xlr": "held-out data"})
     groups = groups_of(models, labels)
     base = labels[models[0]]
     if len(groups[base]) != 1:
         raise ValueError(f"the base encoder {base!r} must be a single model")
-    out: dict[str, Any] = {"metrics": [], "per_pair": {}, "truth": {}, "spread": {}, "worst": {}}
+    out: dict[str, Any] = {"metrics": [], "per_pair": {}, "truth": {}, "spread": {}, "worst": {}, "xl_vs_triplet": {}}
     index = [f"{s}->{t}" for s, t in pairs]
     for title, which, key, kk in _views(results, k, truth_k, names):
         res = results[which]
@@ -231,6 +231,10 @@ def case_study_summary(
             lows[lab], highs[lab] = [c.low for c in cis], [c.high for c in cis]
         out["metrics"].extend(_metric_rows(title, stacks, per_seed, base, n_boot, pairs))
         out["per_pair"][title] = {"estimate": est, "low": pd.DataFrame(lows, index=index), "high": pd.DataFrame(highs, index=index)}
+        trip = [g for g in groups if _kind(g) == "triplet"]
+        for lab in (g for g in groups if _kind(g) == "tripletxl" and trip):
+            lift = mean_lift(stacks[lab], stacks[trip[0]], n_boot=n_boot, seed=4)
+            out["xl_vs_triplet"][f"{title}: {lab} - {trip[0]}"] = {**lift, "share_pairs_higher": float((est[lab] > est[trip[0]]).mean())}
         bottom = worst_pairs(est[base].to_numpy(), worst_frac)
         for lab in groups:
             if lab != base:
@@ -238,13 +242,18 @@ def case_study_summary(
                 out["worst"][f"{title}: {lab}"] = {"pairs": [index[i] for i in bottom], "base_mean": float(est[base].iloc[bottom].mean()),
                                                    "model_mean": float(est[lab].iloc[bottom].mean()), **lift}
     out["truth"] = _truth(out["per_pair"], list(groups), base)
-    trip = [g for g in groups if g.split(":")[0].split("-")[0] == "triplet"]
-    xls = [g for g in groups if g.split(":")[0].split("-")[0] == "tripletxl"]
+    trip = [g for g in groups if _kind(g) == "triplet"]
+    xls = [g for g in groups if _kind(g) == "tripletxl"]
     comparisons = [(a, base) for a in trip] + [(a, other) for a in xls for other in trip[:1] + [base]]
     for title, d in out["per_pair"].items():
         for a, other in comparisons:  # is Triplet's spread larger than the base's? does TripletXL narrow it?
             out["spread"][f"{title}: {a} vs {other}"] = spread_stats(d["estimate"][a].to_numpy(), d["estimate"][other].to_numpy(), n_boot=n_boot)
     return out
+
+
+def _kind(label: str) -> str:
+    """``triplet`` / ``tripletxl`` / other, from a label such as ``tripletxl-beta1`` or ``triplet:b1``."""
+    return label.split(":")[0].split("-")[0]
 
 
 def _truth(per_pair: Mapping[str, Any], labs: list[str], base: str) -> dict[str, Any]:

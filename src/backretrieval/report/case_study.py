@@ -64,6 +64,12 @@ def case_study_markdown(summary: dict[str, Any], header: str) -> str:
         ts = f"{r['training_seeds']}" + ("" if math.isnan(r["sd_over_training_seeds"]) else f" ({r['sd_over_training_seeds']:.4f})")
         lines.append(f"| {r['metric']} | {r['model']} | {r['mean']:.4f} | {_ci(r['ci_low'], r['ci_high'])} | {lift} | {r['sd']:.4f} | "
                      f"{r['iqr']:.4f} | {r['min']:.4f} ({r['worst_pair']}) | {r['q25']:.4f} | {r['max']:.4f} | {ts} | {bw} |")
+    if summary.get("xl_vs_triplet"):
+        lines += ["", "## TripletXL vs Triplet", "", "Mean per-query difference TripletXL - Triplet (95% CI, queries resampled within "
+                  "every pair and seed) and the share of pairs where TripletXL's estimate is higher.", "",
+                  "| metric: comparison | difference [95% CI] | pairs where TripletXL is higher |", "|---|---|---|"]
+        for name, d in summary["xl_vs_triplet"].items():
+            lines.append(f"| {name} | {d['lift']:+.4f} {_ci(d['lift_low'], d['lift_high'], True)} | {d['share_pairs_higher']:.0%} |")
     if summary.get("worst"):
         lines += ["", "## The worst pairs", "",
                   "The bottom quartile of pairs by the base encoder's score, and each model's mean lift over the base on "
@@ -107,6 +113,7 @@ def case_study_markdown(summary: dict[str, Any], header: str) -> str:
 def case_study_json(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary with its tables as plain dicts (for ``json.dumps(..., default=float)``)."""
     return {"metrics": summary["metrics"], "truth": summary["truth"], "spread": summary["spread"], "worst": summary.get("worst", {}),
+            "xl_vs_triplet": summary.get("xl_vs_triplet", {}),
             "per_pair": {t: {k: v.to_dict() for k, v in d.items()} for t, d in summary["per_pair"].items()}}
 
 
