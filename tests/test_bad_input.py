@@ -437,7 +437,7 @@ def test_training_options_are_refused_before_the_data_is_read(tmp_path, feature_
         (["--langs", "en"], ("Invalid value for '--langs': 'en': give at least two languages",)),
         (["--n-boot", "0"], ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
         (["--k", "20", "--bkr-n", "10"], ("Invalid value for '--k': K=20 is larger than N=10 (--bkr-n)",)),
-        (["--labels", "a,a"], ("Invalid value for '--labels': one distinct, non-empty label per model",)),
+        (["--labels", "a,a"], ("Invalid value for '--labels': one non-empty label per model", "the base's label used once")),
         (["--bkr-dataset", "emoji"], ("unknown dataset 'emoji'",)),
         (["--image-model", "colour-hist"], ("Invalid value for '--image-model': unknown image model 'colour-hist'",)),
         (["--models", "random,triplet"], ("Invalid value for '--models': text model 'triplet' needs an argument",)),

@@ -12,6 +12,15 @@ Model directory (written atomically by :func:`save_model`):
   "input_dim": d, "layers": [h1, h2], "final_relu": true, "hyper": {...}, ...}``;
 * ``weights.npz`` -- plain float32 arrays ``w0, b0, w1, b1, ...`` (``w`` is (out, in), as in
   ``torch.nn.Linear``); no pickled objects.
+* ``"tower"`` in ``model.json``: ``"mlp"`` (the paper's tower, ``relu(... relu(x W0^T + b0) ...)``)
+  or ``"residual"`` (``x + f(x)``, ``f`` the dense ReLU layers without a final ReLU, its last
+  layer mapping back to the base dimension); a directory without the key (written before the
+  option existed) is an ``"mlp"`` tower.
+
+Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the
+identity: the untrained model's representation is exactly the base encoder's title and body
+vectors (normalised and concatenated), so training starts from the base's own cross-lingual
+geometry and can only move away from it as far as the losses ask (issue 18, item 3).
 
 Representation. Each half is L2-normalised before the concatenation, so the cosine of two
 items is the mean of their title-title and body-body cosines (each half counts equally; the
@@ -49,6 +58,7 @@ FORMAT = 1
 MODEL_FILE = "model.json"
 WEIGHTS_FILE = "weights.npz"
 METHODS = ("triplet", "tripletxl")
+TOWERS = ("mlp", "residual")
 
 
 # ----------------------------------------------------------------------------- titles and bodies
@@ -92,13 +102,34 @@ def titles_and_bodies(
 Params = list[tuple[np.ndarray, np.ndarray]]  # [(W (out, in), b (out,)), ...]
 
 
-def head_forward(params: Params, x: np.ndarray, final_relu: bool = True) -> np.ndarray:
-    """The siamese tower in numpy: ``relu(... relu(x W0^T + b0) ... W_last^T + b_last)``."""
-    h = np.asarray(x, dtype=np.float32)
+def head_forward(params: Params, x: np.ndarray, final_relu: bool = True, tower: str = "mlp") -> np.ndarray:
+    """The siamese tower in numpy.
+
+    Args:
+        params: ``[(W (out, in), b (out,)), ...]`` of the dense layers, input first.
+        x: (n, d) base-encoder vectors.
+        final_relu: whether the ``"mlp"`` tower's last layer has a ReLU (ignored by ``"residual"``).
+        tower: ``"mlp"`` -- ``relu(... relu(x W0^T + b0) ... W_last^T + b_last)``; ``"residual"`` --
+            ``x + f(x)`` with ``f`` the same stack without a final ReLU (its output has x's width).
+
+    Returns:
+        (n, out) float32 outputs.
+
+    Raises:
+        EncoderError: an unknown tower, or a residual tower whose output width is not d.
+    """
+    if tower not in TOWERS:
+        raise EncoderError(f"unknown tower {tower!r}; use one of {', '.join(TOWERS)}")
+    x = np.asarray(x, dtype=np.float32)
+    h = x
     for i, (w, b) in enumerate(params):
         h = h @ w.T + b
-        if i < len(params) - 1 or final_relu:
+        if i < len(params) - 1 or (final_relu and tower == "mlp"):
             np.maximum(h, 0, out=h)
+    if tower == "residual":
+        if h.shape != x.shape:
+            raise EncoderError(f"residual tower: output width {h.shape[1]} differs from the input width {x.shape[1]}")
+        h = x + h
     return h.astype(np.float32, copy=False)
 
 
@@ -162,6 +193,11 @@ def load_model(model_dir: str | Path) -> tuple[dict[str, Any], Params]:
         prev = w.shape[0]
     if not params:
         raise EncoderError(f"triplet model: {cfg_path} lists no layers")
+    cfg.setdefault("tower", "mlp")  # directories written before the option existed
+    if cfg["tower"] not in TOWERS:
+        raise EncoderError(f"triplet model: {cfg_path} names an unknown tower {cfg['tower']!r} (known: {', '.join(TOWERS)})")
+    if cfg["tower"] == "residual" and prev != int(cfg["input_dim"]):
+        raise EncoderError(f"triplet model: residual tower of {cfg_path} ends at width {prev}, not the input width {cfg['input_dim']}")
     return cfg, params
 
 
@@ -191,6 +227,7 @@ class TripletEncoder:
         self.method = method
         self.base_spec = str(self.config["base"])
         self.final_relu = bool(self.config.get("final_relu", True))
+        self.tower = str(self.config["tower"])
         self.progress = bool(progress)
         self._base_options = dict(base_options or {})
         self._base: Any = None
@@ -215,7 +252,8 @@ class TripletEncoder:
 
     def embed_vectors(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
         """Representations from base-encoder vectors of titles and bodies."""
-        return represent(head_forward(self.params, x_title, self.final_relu), head_forward(self.params, x_body, self.final_relu))
+        return represent(head_forward(self.params, x_title, self.final_relu, self.tower),
+                         head_forward(self.params, x_body, self.final_relu, self.tower))
 
     def encode(
         self,

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..core import BackretrievalError, DataError, atomic_write, content_hash
 from ..encoders._text import default_threads
-from ..encoders.triplet import METHODS, Params, head_forward, represent, save_model, titles_and_bodies
+from ..encoders.triplet import METHODS, TOWERS, Params, head_forward, represent, save_model, titles_and_bodies
 from ..search import l2_normalize, topk
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -301,25 +301,46 @@ def find_neighbours(
 
 
 # ----------------------------------------------------------------------------- the estimator
-def _tower(d_in: int, layers: Sequence[int], final_relu: bool):
+def _tower(d_in: int, layers: Sequence[int], final_relu: bool, kind: str = "mlp"):
+    """The siamese tower (torch). ``"mlp"``: dense ReLU layers of the given widths (the paper's).
+    ``"residual"``: ``x + f(x)``, ``f`` = the dense ReLU layers of the given widths followed by a
+    linear layer back to ``d_in`` whose weights and bias start at zero -- the identity at
+    initialisation (see :mod:`backretrieval.encoders.triplet`)."""
     import torch.nn as nn
 
     mods: list[Any] = []
     prev = d_in
     for i, width in enumerate(layers):
         mods.append(nn.Linear(prev, int(width)))
-        if i < len(layers) - 1 or final_relu:
+        if i < len(layers) - 1 or final_relu or kind == "residual":
             mods.append(nn.ReLU())
         prev = int(width)
-    return nn.Sequential(*mods)
+    if kind == "mlp":
+        return nn.Sequential(*mods)
+    last = nn.Linear(prev, d_in)
+    nn.init.zeros_(last.weight)
+    nn.init.zeros_(last.bias)
+
+    class Residual(nn.Module):
+        """``x + f(x)``."""
+
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, x):
+            return x + self.f(x)
+
+    return Residual(nn.Sequential(*mods, last))
 
 
 def _params_of(tower) -> Params:
+    """The dense layers' weights as numpy arrays, input layer first (both tower kinds)."""
     import torch.nn as nn
 
     return [
         (m.weight.detach().cpu().numpy().astype(np.float32, copy=True), m.bias.detach().cpu().numpy().astype(np.float32, copy=True))
-        for m in tower
+        for m in tower.modules()
         if isinstance(m, nn.Linear)
     ]
 
@@ -333,6 +354,11 @@ class TripletModel:
     losses and their parts, seconds), ``best_epoch_``, ``languages_``, ``n_train_``, ``n_val_``,
     ``stopped_early_``. ``save(dir)`` writes a model directory that ``triplet:DIR`` /
     ``tripletxl:DIR`` load as a text encoder.
+
+    ``tower="mlp"`` is the paper's tower (dense ReLU layers of widths ``layers``);
+    ``tower="residual"`` is ``x + f(x)``, ``f`` = dense ReLU layers of widths ``layers`` and a
+    zero-initialised linear layer back to the base dimension, so training starts at the base
+    encoder's own vectors (``final_relu`` applies to the mlp tower only).
     """
 
     def __init__(
@@ -342,6 +368,7 @@ class TripletModel:
         base: str = "use-m",
         layers: Sequence[int] = (300, 300),
         final_relu: bool = True,
+        tower: str = "mlp",
         lr: float = 0.01,
         alpha: float = 0.1,
         batch_size: int = 128,
@@ -361,6 +388,7 @@ class TripletModel:
         self.base = base
         self.layers = tuple(int(w) for w in layers)
         self.final_relu = final_relu
+        self.tower = tower
         self.lr = lr
         self.alpha = alpha
         self.batch_size = batch_size
@@ -383,6 +411,8 @@ class TripletModel:
         out = {key: getattr(self, key) for key in keys}
         if self.negatives != "batch":  # not part of the key of runs made before the option existed
             out["negatives"] = self.negatives
+        if self.tower != "mlp":  # likewise
+            out["tower"] = self.tower
         out["layers"] = list(self.layers)
         return out
 
@@ -401,6 +431,8 @@ class TripletModel:
             raise BackretrievalError("lr must be > 0, alpha and beta >= 0")
         if not 0 <= self.val_frac < 1:
             raise BackretrievalError(f"val_frac must be in [0, 1), got {self.val_frac!r}")
+        if self.tower not in TOWERS:
+            raise BackretrievalError(f"tower must be one of {', '.join(TOWERS)}, got {self.tower!r}")
         if self.negatives not in ("batch", "language"):
             raise BackretrievalError(f"negatives must be 'batch' or 'language', got {self.negatives!r}")
         if self.patience is not None and self.patience < 1:
@@ -478,7 +510,7 @@ class TripletModel:
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            tower = _tower(x_title.shape[1], self.layers, self.final_relu)
+            tower = _tower(x_title.shape[1], self.layers, self.final_relu, self.tower)
         opt = torch.optim.Adam(tower.parameters(), lr=self.lr)
         gen = torch.Generator().manual_seed(self.seed + 1)
 
@@ -656,7 +688,8 @@ class TripletModel:
     def transform_vectors(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
         """Item representations from base vectors -- the same numpy code as the saved encoder."""
         self._require_fitted()
-        return represent(head_forward(self.params_, x_title, self.final_relu), head_forward(self.params_, x_body, self.final_relu))
+        return represent(head_forward(self.params_, x_title, self.final_relu, self.tower),
+                         head_forward(self.params_, x_body, self.final_relu, self.tower))
 
     def _require_fitted(self) -> None:
         if not hasattr(self, "params_"):
@@ -681,6 +714,7 @@ class TripletModel:
             "method": self.method,
             "base": self.base,
             "final_relu": self.final_relu,
+            "tower": self.tower,
             "hyper": {**self.hyper_params(), "negatives": self.negatives},
             "languages": self.languages_,
             "n_train": self.n_train_,
