@@ -156,13 +156,20 @@ def test_a_sentence_transformer_object_gives_the_records_of_its_spec(tmp_path, e
     assert any("model ours changed" in m for m in logs), logs
 
 
+class Unpicklable(Counting):
+    """A user's model that refuses to be pickled (it might hold a GPU handle or a lock)."""
+
+    def __reduce__(self):
+        raise TypeError("this model cannot be pickled")
+
+
 def test_processes_executor_runs_unpicklable_models_here(tmp_path, emoji, usem):
-    """A lambda cannot be pickled: it is encoded in this process, the metric tasks (arrays) in workers."""
-    models = {"use-m": "use-m", "lambda": lambda texts: usem.encode(texts, "en")}
+    """An object that cannot be pickled is encoded in this process, the metric tasks (arrays) in workers."""
+    models = {"use-m": "use-m", "mine": Unpicklable(usem)}
     local = evaluate(cfg_for(models), None, progress=False)
     spawned = evaluate(cfg_for(models), None, progress=False, executor="processes:2")
     assert [strip(r) for r in spawned.records] == [strip(r) for r in local.records]
-    assert_same_records(spawned, "use-m", "lambda")
+    assert_same_records(spawned, "use-m", "mine")
 
 
 def test_compare_and_meta_take_objects(tmp_path, emoji, usem):

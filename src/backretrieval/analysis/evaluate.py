@@ -16,6 +16,11 @@ changed; ``OUT/.partial/manifest/inputs.json`` keeps the inputs of the last run,
 input changed ("data for de changed since the records in OUT were computed: recomputing 12
 records"). A damaged record file is recomputed with a warning naming it.
 
+Models are spec strings or Python objects under the user's name (``models={"ours": obj,
+"use-m": "use-m"}``, see :mod:`.models`); every record carries ``model`` (the name) and
+``model_identity`` (the model fingerprint its key holds). A run-only object (no torch weights,
+no version) is never resumed from ``OUT/.partial`` nor stored there; the run says so once.
+
 ``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
 ``OUT/run.json``: the configuration, the input fingerprints and the software environment
 (:func:`backretrieval.core.env.environment`).
