@@ -191,3 +191,32 @@ def test_bad_model_collections_are_named(tmp_path):
         evaluate(cfg_for({"thing": object()}), None, progress=False)
     with pytest.raises(BackretrievalError, match="unknown metric"):
         compare(cfg_for(["random"]), "bkr@ten")
+
+
+def chars(texts):
+    """A user's function: character counts (no identity beyond this run)."""
+    out = np.zeros((len(texts), 64), np.float32)
+    for i, text in enumerate(texts):
+        for ch in text:
+            out[i, ord(ch) % 64] += 1
+    return out
+
+
+def test_meta_over_several_files_says_run_only_once(tmp_path, emoji):
+    from backretrieval.analysis.meta import run_meta_datasets
+
+    row = {lang: {e: i for i, e in enumerate(emoji[lang].ids)} for lang in ("en", "de")}
+    shared = [e for e in emoji["en"].ids if e in row["de"]]
+    files = []
+    for name, ids in (("a.jsonl", shared[:60]), ("b.jsonl", shared[60:120])):
+        items = [{"id": e, "lang": lang, "text": emoji[lang].texts[row[lang][e]], "concept": e,
+                  "image": emoji[lang].image_paths[row[lang][e]]} for lang in ("en", "de") for e in ids]
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items), encoding="utf-8")
+        files.append((str(path), {}))
+    logs: list[str] = []
+    cfg = cfg_for({"chars": chars, "random": "random", "tfidf-char": "tfidf-char"}, dataset=files[0][0])
+    m = run_meta_datasets(cfg, files, tmp_path / "meta", progress=False, log=logs.append)
+    assert sum("'chars': no stable identity" in line for line in logs) == 1, logs
+    assert {r["model"] for r in m.main.records} == {"chars", "random", "tfidf-char"}
+    assert len(m.main.records) == 2 * 3 * 2  # 2 files x 3 models x 2 seeds

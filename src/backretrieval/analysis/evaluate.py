@@ -64,7 +64,7 @@ from ..metrics import (
     bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, hubness, image_side, rank_summary, text_side,
     xlr_ranks,
 )
-from .models import describe_models, grid_models
+from .models import describe_models, grid_models, run_only_note
 
 XLR_KS = (1, 5, 10)
 
@@ -711,13 +711,7 @@ def evaluate(
     encoders = {name: m.encoder for name, m in models.items()}
     run_only = [name for name, m in models.items() if m.run_only]
     if run_only:
-        many = len(run_only) > 1
-        log(
-            f"model{'s' * many} {', '.join(map(repr, run_only))}: no stable identity (a Python object that is not a "
-            f"torch module, given no version), so {'their' if many else 'its'} records and vectors are computed afresh "
-            "in every run and never stored for resuming or caching; give PythonTextModel(name, model, version=...) "
-            "to keep them"
-        )
+        log(run_only_note(run_only))
     langs = list(dict.fromkeys(lang for pair in cfg.pairs for lang in pair))
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:

@@ -29,6 +29,19 @@ from ..encoders.base import get_text_encoder
 from ..encoders.python_model import PythonTextModel
 
 
+RUN_ONLY_NOTE = "no stable identity"  # in the one log line that names the run-only models
+
+
+def run_only_note(names: list[str]) -> str:
+    """The line a run logs once about its run-only models ``names``."""
+    many = len(names) > 1
+    return (
+        f"model{'s' * many} {', '.join(map(repr, names))}: {RUN_ONLY_NOTE} (a Python object that is not a torch "
+        f"module, given no version), so {'their' if many else 'its'} records and vectors are computed afresh in "
+        "every run and never stored for resuming or caching; give PythonTextModel(name, model, version=...) to keep them"
+    )
+
+
 @dataclasses.dataclass
 class GridModel:
     """One text model of the grid.
