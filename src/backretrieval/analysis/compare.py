@@ -22,7 +22,7 @@ from scipy import stats
 
 from ..core import BackretrievalError
 from .evaluate import EvalConfig, EvalResult
-from .stats import bootstrap_ci, hits, holm, paired_permutation_test, reciprocal
+from .stats import bootstrap_ci, hits, holm, paired_bootstrap_diff, paired_permutation_test, reciprocal
 
 _METRIC = re.compile(r"^(bkr|xlr|xlr_t2s)(?:@(\d+)|_(mrr))$")
 METRICS_HELP = "bkr@K, bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, xlr_t2s_mrr, corr"
@@ -210,3 +210,122 @@ def _compare_corr(result: EvalResult, *, level: float, alpha: float) -> Comparis
             )
     return _finish("corr", level, alpha, rows)
 
+
+
+def counterpart(metric: str) -> str | None:
+    """The same measure on the other side: ``bkr@10`` <-> ``xlr@10``, ``bkr_mrr`` <-> ``xlr_mrr``
+    (what a report shows beside the ranked metric where ground truth exists); None otherwise."""
+    m = _METRIC.match(metric)
+    if not m or m.group(1) == "xlr_t2s":
+        return None
+    other = "xlr" if m.group(1) == "bkr" else "bkr"
+    return f"{other}@{m.group(2)}" if m.group(2) else f"{other}_mrr"
+
+
+def has_metric(result: EvalResult, metric: str) -> bool:
+    """Whether every record of ``result`` has what ranking by ``metric`` needs (per-query ranks,
+    or CORR bootstrap replicates)."""
+    if metric == "corr":
+        key = "corr_boot"
+    else:
+        try:
+            key, _ = outcome_fn(metric)
+        except BackretrievalError:
+            return False
+    return bool(result.records) and all(
+        result.ranks.get((r["model"], r["src_lang"], r["tgt_lang"], r["seed"]), {}).get(key) is not None
+        for r in result.records
+    )
+
+
+def pairwise(
+    result: EvalResult,
+    metric: str = "bkr@10",
+    *,
+    n_boot: int = 1000,
+    n_perm: int = 5000,
+    level: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every two models on every language pair: the gap and whether it is significant.
+
+    For each pair of models ``(a, b)`` on a language pair (``a`` the one with the higher
+    estimate) the gap ``diff = estimate(a) - estimate(b)`` gets a paired, seed-stratified
+    bootstrap interval of the per-query difference (:func:`.stats.paired_bootstrap_diff`) and the
+    paired sign-flip permutation p-value (:func:`.stats.paired_permutation_test`, same ``seed``
+    and ``n_perm`` as :func:`compare`, so an adjacent gap gets the same raw p-value); p-values are
+    Holm-adjusted over all ``m(m-1)/2`` gaps of the language pair. For ``corr`` the interval and
+    the p-value come from the stored bootstrap replicates (the percentile interval of the
+    replicates' difference; the Wald p-value of :func:`compare`).
+
+    Returns:
+        One row per language pair and model pair: ``pair, model_a, model_b, diff, diff_low,
+        diff_high, p, p_adj, significant`` (``significant``: ``p_adj < alpha``).
+    """
+    models = list(dict.fromkeys(r["model"] for r in result.records))
+    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
+    seeds = sorted({r["seed"] for r in result.records})
+    rows = []
+    for src, tgt in pairs:
+        gaps = _corr_gaps(result, models, src, tgt, seeds, level) if metric == "corr" else _rank_gaps(
+            result, metric, models, src, tgt, seeds, n_boot=n_boot, n_perm=n_perm, level=level, seed=seed)
+        p_adj = holm([g["p"] for g in gaps]) if gaps else []
+        for g, pa in zip(gaps, p_adj):
+            rows.append({"pair": f"{src}->{tgt}", **g, "p_adj": pa, "significant": bool(pa < alpha)})
+    cols = ["pair", "model_a", "model_b", "diff", "diff_low", "diff_high", "p", "p_adj", "significant"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _rank_gaps(result, metric, models, src, tgt, seeds, *, n_boot, n_perm, level, seed) -> list[dict[str, Any]]:
+    key, fn = outcome_fn(metric)
+    outcomes = {}
+    for m in models:
+        per_seed = [result.ranks.get((m, src, tgt, s), {}).get(key) for s in seeds]
+        if all(x is not None for x in per_seed):
+            outcomes[m] = np.stack([fn(x) for x in per_seed])
+    order = sorted(outcomes, key=lambda m: -float(outcomes[m].mean()))
+    gaps = []
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            ci = paired_bootstrap_diff(outcomes[a], outcomes[b], n_boot=n_boot, level=level, seed=seed)
+            p = paired_permutation_test(outcomes[a], outcomes[b], n_perm=n_perm, seed=seed).p_value
+            gaps.append({"model_a": a, "model_b": b, "diff": ci.estimate, "diff_low": ci.low, "diff_high": ci.high, "p": p})
+    return gaps
+
+
+def _corr_gaps(result, models, src, tgt, seeds, level) -> list[dict[str, Any]]:
+    value = {(r["model"], r["src_lang"], r["tgt_lang"], r["seed"]): r.get("corr") for r in result.records}
+    reps, est = {}, {}
+    for m in models:
+        boots = [result.ranks.get((m, src, tgt, s), {}).get("corr_boot") for s in seeds]
+        vals = [value.get((m, src, tgt, s)) for s in seeds]
+        if all(b is not None for b in boots) and all(v is not None for v in vals):
+            reps[m] = np.mean(np.stack(boots), axis=0)
+            est[m] = float(np.mean(vals))
+    order = sorted(reps, key=lambda m: -est[m])
+    q = (1 - level) / 2
+    gaps = []
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            d = reps[a] - reps[b]
+            diff = est[a] - est[b]
+            se = float(np.nanstd(d, ddof=1))
+            p = float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else (1.0 if diff == 0 else 0.0)
+            lo, hi = np.nanquantile(d, [q, 1 - q])
+            gaps.append({"model_a": a, "model_b": b, "diff": diff, "diff_low": float(lo), "diff_high": float(hi), "p": p})
+    return gaps
+
+
+def wins(pw: pd.DataFrame, models: list[str] | None = None) -> pd.DataFrame:
+    """Per model, from :func:`pairwise`: ``wins`` (language pair x opponent gaps it leads
+    significantly after Holm), ``losses`` (the same, trailing) and ``ties`` (gaps not significant).
+    ``models`` fixes the row order (default: order of appearance)."""
+    names = models or list(dict.fromkeys([*pw["model_a"], *pw["model_b"]]))
+    sig = pw[pw["significant"].astype(bool)]
+    return pd.DataFrame({
+        "model": names,
+        "wins": [int((sig["model_a"] == m).sum()) for m in names],
+        "losses": [int((sig["model_b"] == m).sum()) for m in names],
+        "ties": [int(((pw["model_a"] == m) | (pw["model_b"] == m)).sum() - ((sig["model_a"] == m) | (sig["model_b"] == m)).sum()) for m in names],
+    })

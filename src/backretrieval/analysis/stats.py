@@ -6,6 +6,8 @@ stacked as rows of a (seeds, N) array; resampling is *stratified by seed* (queri
 with replacement within each seed's sample), so the interval is that of the mean over seeds.
 
 * :func:`bootstrap_ci` -- percentile bootstrap interval of the mean.
+* :func:`paired_bootstrap_diff` -- percentile bootstrap interval of the mean per-query
+  difference between two models on the same queries (both resampled with the same indices).
 * :func:`paired_permutation_test` -- two models on the same queries: a sign-flip permutation
   test of the mean per-query difference (exact under the null that the two models'
   outcomes are exchangeable query by query), two-sided.
@@ -62,6 +64,20 @@ def bootstrap_ci(
     alpha = (1 - level) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return Interval(float(x.mean()), float(lo), float(hi), level)
+
+
+def paired_bootstrap_diff(
+    a: np.ndarray, b: np.ndarray, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0, chunk: int = 200
+) -> Interval:
+    """Percentile bootstrap CI of ``mean(a) - mean(b)`` for outcomes aligned query by query
+    ((N,) or (seeds, N), stratified by seed like :func:`bootstrap_ci`): each replicate draws one
+    set of query indices per seed and applies it to both models, so the interval is that of the
+    paired difference (narrower than two separate intervals when the models agree on queries).
+    This is :func:`bootstrap_ci` of the per-query difference ``a - b``."""
+    a, b = _as_strata(a), _as_strata(b)
+    if a.shape != b.shape:
+        raise ValueError(f"paired outcomes must align: shapes {a.shape} and {b.shape}")
+    return bootstrap_ci(a - b, n_boot=n_boot, level=level, seed=seed, chunk=chunk)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,10 @@ def _os_message(e: OSError) -> str:
 class _Group(click.Group):
     """Turns every user-facing error into one ``error:`` line (no usage block, no traceback)."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta.setdefault("backretrieval.argv", list(args))  # the command line as given (report provenance)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -179,6 +183,14 @@ def _parse_options(items: tuple[str, ...], dataset: str | None = None, option: s
 
 
 # ------------------------------------------------------------------------------ checks before work
+def command_line() -> str:
+    """The command being run, as typed (``backretrieval ARGS``, shell-quoted); for provenance."""
+    import shlex
+
+    argv = click.get_current_context().meta.get("backretrieval.argv")
+    return shlex.join(["backretrieval", *(argv if argv is not None else sys.argv[1:])])
+
+
 def _check_outputs(*locations: tuple[str | Path, str], files: Sequence[tuple[str | Path, str]] = (), cache: bool = True) -> None:
     """Before any work: every ``(folder, option)`` and ``(file, option)`` can be written, and so can
     the cache folder (``cache``). Nothing is created."""

@@ -130,12 +130,15 @@ def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
-def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n_boot, **grid) -> None:
+@click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
+              "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
+def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n_boot, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
     OUT/compare.md, OUT/compare.json and the evaluation records. With --metric corr the CORR
-    baseline is ranked, its intervals from bootstrap resamples of the source queries.
+    baseline is ranked, its intervals from bootstrap resamples of the source queries. With
+    --report also OUT/report.html, a page to share (see docs/your-data.md).
     """
     import json
 
@@ -164,6 +167,13 @@ def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n
     atomic_write_text(Path(out) / "compare.md", md + "\n")
     atomic_write_text(Path(out) / "compare.json", json.dumps(c.to_json(), indent=1, default=float))
     click.echo(md)
+    if report:
+        from ..report.compare_report import comparisons_for, write_compare_report
+        from ._app import command_line
+
+        cs = comparisons_for(result, metric, n_boot=n_boot, level=level, alpha=alpha, first=c)
+        path = write_compare_report(cs, result, out, command=command_line(), n_boot=n_boot)
+        click.echo(f"\nwrote {path} (figures in {Path(out) / 'figures'})")
 
 
 @main.command()

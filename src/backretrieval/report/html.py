@@ -24,11 +24,26 @@ code { background: #f4f4f4; padding: 0 .25em; }
 """
 
 
+def img_tag(png: Path, alt: str | None = None) -> str:
+    """An ``<img>`` with the PNG file embedded as a base64 data URI."""
+    data = base64.b64encode(Path(png).read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(alt or Path(png).stem)}" src="data:image/png;base64,{data}">'
+
+
+def page(title: str, body: str, css: str = "") -> str:
+    """A complete HTML document: ``title``, the house style plus ``css`` inline, ``body`` (HTML)."""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_CSS}{css}</style></head>\n<body>\n"
+        + body
+        + "\n</body></html>\n"
+    )
+
+
 def _render(part: str | Path) -> str:
     """A :class:`~pathlib.Path` is a PNG to embed; a str is Markdown."""
     if isinstance(part, Path):
-        data = base64.b64encode(part.read_bytes()).decode("ascii")
-        return f'<figure><img alt="{html.escape(part.stem)}" src="data:image/png;base64,{data}"></figure>'
+        return f"<figure>{img_tag(part)}</figure>"
     import markdown
 
     return markdown.markdown(part, extensions=["tables", "fenced_code"])
@@ -41,12 +56,7 @@ def build_html(title: str, sections: Sequence[tuple[str, Sequence[str | Path]]],
     for heading, parts in sections:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         body.extend(_render(p) for p in parts)
-    doc = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )
+    doc = page(title, "\n".join(body))
     path = Path(path)
     atomic_write_text(path, doc)
     return path

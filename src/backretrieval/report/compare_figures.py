@@ -1,0 +1,180 @@
+"""Figures of a model comparison (``compare --report``), each written as PNG and SVG.
+
+* :func:`heatmap_ci` -- language pair x model table of the ranked metric, the estimate and the
+  half-width of its bootstrap interval in each cell, chance level marked on the colour bar.
+* :func:`forest` -- one panel per language pair: each model's estimate with its interval, best
+  first; a bracket with ``*`` joins two neighbours whose gap is significant after Holm; chance
+  level as a dashed line.
+* :func:`spread` -- the paper's Fig. 3: one box per model over language pairs (each point a
+  pair's estimate, the mean over seeds), chance level as a dashed line.
+* :func:`wins_chart` -- per model, significant pairwise wins / ties / losses after Holm, and
+  the mean rank over pairs.
+
+Every function takes a :class:`~backretrieval.analysis.compare.Comparison` (and the frames
+derived from it), writes ``STEM.png`` and ``STEM.svg`` atomically and returns both paths.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.compare import Comparison
+from ..core import atomic_write
+from .figures import DPI, _plt, _short
+
+
+def _save(fig, stem: Path) -> tuple[Path, Path]:
+    """``stem``.png and ``stem``.svg (SVG without a date and with fixed element ids, so the same
+    figure gives the same file)."""
+    import matplotlib
+
+    plt = _plt()
+    out = []
+    with matplotlib.rc_context({"svg.hashsalt": "backretrieval", "svg.fonttype": "path"}):
+        for fmt in ("png", "svg"):
+            buf = io.BytesIO()
+            kw = {"dpi": DPI} if fmt == "png" else {"metadata": {"Date": None}}
+            fig.savefig(buf, format=fmt, bbox_inches="tight", **kw)
+            path = stem.with_suffix(f".{fmt}")
+            with atomic_write(path, "wb") as fh:
+                fh.write(buf.getvalue())
+            out.append(path)
+    plt.close(fig)
+    return out[0], out[1]
+
+
+def model_order(c: Comparison) -> list[str]:
+    """Models best first by their mean over pairs (the order of ``across_pairs``)."""
+    return c.across_pairs["model"].tolist()
+
+
+def _chance_label(chance: float | None) -> str:
+    return "" if chance is None else f"chance {chance:.3g}"
+
+
+def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
+    """Pairs (rows) x models (columns, best on average first): estimate and ± CI half-width."""
+    plt = _plt()
+    d = c.per_pair
+    models = model_order(c)
+    pairs = list(dict.fromkeys(d["pair"]))
+    est = d.pivot(index="pair", columns="model", values="estimate").reindex(index=pairs, columns=models)
+    half = ((d["ci_high"] - d["ci_low"]) / 2).to_frame("h").assign(pair=d["pair"], model=d["model"])
+    half = half.pivot(index="pair", columns="model", values="h").reindex(index=pairs, columns=models)
+    v = est.to_numpy(float)
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.05 * len(models) + 2.5), max(2.6, 0.5 * len(pairs) + 1.8)))
+    lo = np.nanmin(v) if chance is None else min(np.nanmin(v), chance)
+    hi = np.nanmax(v)
+    im = ax.imshow(v, cmap="viridis", aspect="auto", vmin=lo, vmax=hi if hi > lo else lo + 1e-9)
+    for (i, j), x in np.ndenumerate(v):
+        if np.isfinite(x):
+            light = (x - lo) < 0.6 * (hi - lo)
+            ax.text(j, i, f"{x:.3f}\n±{half.iat[i, j]:.3f}", ha="center", va="center", fontsize=7.5,
+                    color="white" if light else "black")
+    ax.set_xticks(range(len(models)), [_short(m) for m in models], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(pairs)), pairs, fontsize=8)
+    cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric)
+    if chance is not None:
+        cb.ax.axhline(chance, color="red", linewidth=2)
+        cb.ax.text(1.05, chance, " chance", transform=cb.ax.get_yaxis_transform(), color="red", fontsize=7, va="center")
+    pct = int(round(c.level * 100))
+    ax.set_title(f"{c.metric}: estimate ± half-width of its {pct}% bootstrap interval", fontsize=10)
+    return _save(fig, stem)
+
+
+def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
+    """One panel per pair: models (best at the top) with their intervals; ``*`` brackets mark
+    gaps to the next model that are significant after Holm."""
+    from matplotlib.transforms import blended_transform_factory
+
+    plt = _plt()
+    pairs = list(dict.fromkeys(c.per_pair["pair"]))
+    ncol = 2 if len(pairs) == 4 else min(3, len(pairs))
+    nrow = -(-len(pairs) // ncol)
+    n_models = c.per_pair.groupby("pair").size().max()
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, (0.42 * n_models + 1.3) * nrow), squeeze=False)
+    xmin = min(c.per_pair["ci_low"].min(), chance if chance is not None else np.inf)
+    xmax = c.per_pair["ci_high"].max()
+    pad = 0.05 * (xmax - xmin if xmax > xmin else 1.0)
+    for ax, pair in zip(axes.ravel(), pairs):
+        g = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank")
+        y = np.arange(len(g))[::-1]
+        err = np.vstack([g["estimate"] - g["ci_low"], g["ci_high"] - g["estimate"]])
+        ax.errorbar(g["estimate"], y, xerr=err, fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3, ms=5)
+        ax.set_yticks(y, [_short(m, 20) for m in g["model"]], fontsize=8)
+        ax.set_ylim(-0.6, len(g) - 0.4)
+        ax.set_xlim(xmin - pad, xmax + pad)
+        if chance is not None:
+            ax.axvline(chance, color="red", linestyle="--", linewidth=1, label=_chance_label(chance))
+        trans = blended_transform_factory(ax.transAxes, ax.transData)
+        for k, (_, r) in enumerate(g.iterrows()):
+            if r["significant"]:  # gap between this model (y[k]) and the next (y[k] - 1)
+                top, bottom = y[k] - 0.1, y[k] - 0.9
+                ax.plot([1.01, 1.03, 1.03, 1.01], [top, top, bottom, bottom], transform=trans, color="black",
+                        linewidth=1, clip_on=False)
+                ax.text(1.04, y[k] - 0.5, "*", transform=trans, va="center", fontsize=12)
+        ax.set_title(pair, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel(c.metric, fontsize=8)
+    for ax in axes.ravel()[len(pairs):]:
+        ax.axis("off")
+    pct = int(round(c.level * 100))
+    fig.suptitle(f"{c.metric} per pair with {pct}% intervals; * = gap to the next model significant after Holm "
+                 f"(alpha {c.alpha:g}); red dashes: {_chance_label(chance) or 'no chance level'}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
+def spread(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
+    """The average over pairs with its spread across pairs: a box per model (best at the top),
+    one point per pair, the mean as a diamond."""
+    plt = _plt()
+    models = model_order(c)[::-1]  # boxplot draws bottom-up: best at the top
+    data = [c.per_pair.loc[c.per_pair["model"] == m, "estimate"].to_numpy(float) for m in models]
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(models) + 1.8))
+    ax.boxplot(data, orientation="horizontal", widths=0.6, showmeans=True,
+               meanprops=dict(marker="D", markerfacecolor="white", markeredgecolor="black", markersize=5))
+    rng = np.random.default_rng(0)
+    for i, vals in enumerate(data, start=1):
+        ax.scatter(vals, i + rng.uniform(-0.15, 0.15, len(vals)), s=14, color="tab:blue", alpha=0.7, zorder=3)
+    if chance is not None:
+        ax.axvline(chance, color="red", linestyle="--", linewidth=1, label=_chance_label(chance))
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_yticks(range(1, len(models) + 1), [_short(m, 28) for m in models], fontsize=8)
+    ax.set_xlabel(f"{c.metric} (one point per language pair; ◇ = mean over pairs)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"{c.metric} across {c.per_pair['pair'].nunique()} language pairs", fontsize=10)
+    return _save(fig, stem)
+
+
+def wins_chart(c: Comparison, w: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
+    """Left: significant pairwise wins, ties and losses after Holm per model; right: mean rank."""
+    plt = _plt()
+    models = model_order(c)[::-1]
+    w = w.set_index("model").reindex(models)
+    ranks = c.across_pairs.set_index("model").reindex(models)["mean_rank"]
+    y = np.arange(len(models))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 0.45 * len(models) + 1.8), sharey=True,
+                                 gridspec_kw={"width_ratios": [2, 1]})
+    left = np.zeros(len(models))
+    for col, color in (("wins", "tab:green"), ("ties", "lightgray"), ("losses", "tab:red")):
+        vals = w[col].to_numpy(float)
+        a1.barh(y, vals, left=left, color=color, edgecolor="black", linewidth=0.4, label=col)
+        for yi, (l, v) in enumerate(zip(left, vals)):
+            if v > 0:
+                a1.text(l + v / 2, yi, f"{int(v)}", ha="center", va="center", fontsize=8)
+        left += vals
+    a1.set_yticks(y, [_short(m, 28) for m in models], fontsize=8)
+    a1.set_xlabel("language pair x opponent comparisons")
+    a1.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    a2.barh(y, ranks.to_numpy(float), color="tab:blue", edgecolor="black", linewidth=0.4)
+    for yi, v in enumerate(ranks.to_numpy(float)):
+        a2.text(v, yi, f" {v:.2f}", va="center", fontsize=8)
+    a2.set_xlabel("mean rank over pairs (1 = best)")
+    a2.set_xlim(0, len(models) + 0.8)
+    fig.suptitle(f"{c.metric}: significant pairwise wins after Holm (alpha {c.alpha:g}) and mean rank", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, stem)

@@ -1,0 +1,318 @@
+"""The shareable report of a model comparison: ``compare --report`` and its Python form.
+
+:func:`write_compare_report` turns one or more :class:`~backretrieval.analysis.compare.Comparison`
+(the ranked metric, e.g. BkR@10, and where ground truth exists its XLR counterpart) and the
+:class:`~backretrieval.analysis.evaluate.EvalResult` behind them into ``OUT/report.html`` (one
+self-contained file: inline CSS, figures embedded as base64 PNG, no script, nothing fetched),
+``OUT/report.json`` (the verdicts and every pairwise gap, machine-readable) and the figures as
+PNG and SVG under ``OUT/figures/``. :func:`compare_report` runs the comparison(s) first.
+
+Verdicts: for each language pair, each model against the next in the ranking, the gap with its
+paired bootstrap interval (:func:`~backretrieval.analysis.compare.pairwise`) and the significance
+of :func:`~backretrieval.analysis.compare.compare` (Holm over the pair's adjacent gaps, as in
+compare.json): "A beats B by x [lo, hi], significant after Holm" or "A and B indistinguishable at
+this N ...". Wins count every two models of a pair (Holm over all of the pair's model pairs).
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from ..analysis.compare import Comparison, compare, counterpart, has_metric, pairwise, wins
+from ..analysis.evaluate import EvalResult, slug
+from ..analysis.stats import correlations
+from ..core import atomic_write_text
+from ..core.env import environment
+from . import compare_figures as F
+from .html import img_tag, page
+
+_CSS = """
+.verdicts li { margin: .25em 0; }
+.sig { color: #0a6e0a; font-weight: 600; }
+.tie { color: #8a5a00; }
+.row { display: flex; flex-wrap: wrap; gap: 1em; }
+.row figure { flex: 1 1 420px; margin: 0; }
+.stack figure { margin: 0 0 1em 0; }
+td.l { text-align: left; }
+figcaption { font-size: .85em; color: #555; }
+pre { background: #f4f4f4; padding: .6em; white-space: pre-wrap; word-break: break-all; }
+"""
+
+
+def chance_level(metric: str, n: int) -> float | None:
+    """The expected value of ``metric`` for a model that ranks at random among ``n`` candidates:
+    K/N for ``...@K``, the mean of 1/r over r = 1..N for ``..._mrr``, 0 for CORR."""
+    if metric == "corr":
+        return 0.0
+    if "@" in metric:
+        return min(1.0, int(metric.rsplit("@", 1)[1]) / n)
+    if metric.endswith("_mrr"):
+        return sum(1.0 / r for r in range(1, n + 1)) / n
+    return None
+
+
+def _gap(pw: pd.DataFrame, pair: str, a: str, b: str) -> dict[str, float]:
+    """The gap a - b on ``pair`` from :func:`pairwise` (either orientation)."""
+    g = pw[(pw["pair"] == pair) & (pw["model_a"] == a) & (pw["model_b"] == b)]
+    if len(g):
+        r = g.iloc[0]
+        return {"diff": r["diff"], "low": r["diff_low"], "high": r["diff_high"]}
+    r = pw[(pw["pair"] == pair) & (pw["model_a"] == b) & (pw["model_b"] == a)].iloc[0]  # an exact tie
+    return {"diff": -r["diff"], "low": -r["diff_high"], "high": -r["diff_low"]}
+
+
+def verdicts(c: Comparison, pw: pd.DataFrame, n: int, n_seeds: int, chance: float | None = None) -> list[dict[str, Any]]:
+    """One plain-language sentence per language pair and adjacent gap of the ranking.
+
+    Returns:
+        Dicts with ``pair, better, worse, diff, low, high, p_adj, significant, text``; plus one
+        ``at_chance`` entry per model whose interval reaches down to the chance level ("below chance"
+        when all of it is below).
+    """
+    out = []
+    for pair, g in c.per_pair.groupby("pair", sort=False):
+        g = g.sort_values("rank")
+        rows = list(g.itertuples(index=False))
+        for a, b in zip(rows, rows[1:]):
+            gap = _gap(pw, pair, a.model, b.model)
+            span = f"{gap['diff']:.3f} [{gap['low']:.3f}, {gap['high']:.3f}]"
+            if a.significant:
+                text = f"{a.model} beats {b.model} by {span}, significant after Holm (p = {a.p_adj:.2g})"
+            else:
+                text = (f"{a.model} and {b.model} indistinguishable at this N ({n} queries x {n_seeds} seed"
+                        f"{'s' if n_seeds != 1 else ''}): raise N or seeds (gap {span}, Holm p = {a.p_adj:.2g})")
+            out.append({"pair": pair, "better": a.model, "worse": b.model, **gap, "p_adj": float(a.p_adj),
+                        "significant": bool(a.significant), "text": text})
+        if chance is not None and c.metric != "corr":
+            for r in rows:
+                if r.ci_low <= chance:
+                    where = "below chance" if r.ci_high < chance else "not distinguishable from chance"
+                    out.append({"pair": pair, "at_chance": r.model, "text": (
+                        f"{r.model} is {where} ({c.metric} {r.estimate:.3f} "
+                        f"[{r.ci_low:.3f}, {r.ci_high:.3f}], chance {chance:.3g})")})
+    return out
+
+
+def agreement(c: Comparison, pw: pd.DataFrame, truth: Comparison, pw_truth: pd.DataFrame) -> list[dict[str, Any]]:
+    """Does the ranked metric order the models as the ground truth does? Per language pair: the
+    Spearman correlation of the two metrics' estimates across models, and the model pairs whose
+    order the two metrics give the other way round with both gaps significant after Holm
+    (over all of the pair's model pairs, :func:`~backretrieval.analysis.compare.pairwise`)."""
+    out = []
+    for pair in dict.fromkeys(c.per_pair["pair"]):
+        x = c.per_pair[c.per_pair["pair"] == pair].set_index("model")["estimate"]
+        y = truth.per_pair[truth.per_pair["pair"] == pair].set_index("model")["estimate"].reindex(x.index)
+        _, rho = correlations(x.to_numpy(float), y.to_numpy(float))
+        sig = pw[(pw["pair"] == pair) & pw["significant"].astype(bool)]
+        sig_t = pw_truth[(pw_truth["pair"] == pair) & pw_truth["significant"].astype(bool)]
+        won_t = set(zip(sig_t["model_a"], sig_t["model_b"]))
+        swapped = [(a, b) for a, b in zip(sig["model_a"], sig["model_b"]) if (b, a) in won_t]
+        if swapped:
+            text = "; ".join(f"{c.metric} puts {a} above {b}, {truth.metric} puts {b} above {a}" for a, b in swapped)
+        else:
+            text = f"no significant gap of {c.metric} is reversed by {truth.metric}"
+        out.append({"pair": pair, "spearman": rho, "reversed": [list(p) for p in swapped],
+                    "text": f"Spearman {rho:.2f} across models; {text}"})
+    return out
+
+
+def comparisons_for(result: EvalResult, metric: str, *, n_boot: int = 1000, level: float = 0.95, alpha: float = 0.05,
+                    first: Comparison | None = None) -> list[Comparison]:
+    """The comparison by ``metric`` (``first`` when already computed) and, where the records have
+    what it needs (ground truth for XLR, images for BkR), its counterpart (:func:`counterpart`)."""
+    main = first if first is not None else compare(result, metric, n_boot=n_boot, level=level, alpha=alpha)
+    other = counterpart(metric)
+    if other is not None and has_metric(result, other):
+        return [main, compare(result, other, n_boot=n_boot, level=level, alpha=alpha)]
+    return [main]
+
+
+def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None = None, *, n_boot: int = 1000,
+                   level: float = 0.95, alpha: float = 0.05, command: str | None = None) -> Path:
+    """Rank the models of ``result`` by ``metric`` (default ``bkr@K``, or ``xlr@10`` for
+    text-only results), add the XLR/BkR counterpart where the data allow, and write the report
+    (see :func:`write_compare_report`). Returns the path of ``report.html``."""
+    if metric is None:
+        metric = "xlr@10" if result.text_only else f"bkr@{result.config.k}"
+    cs = comparisons_for(result, metric, n_boot=n_boot, level=level, alpha=alpha)
+    if command is None:
+        command = (f"Python: backretrieval.report.compare_report.compare_report(result, out_dir, metric={metric!r}, "
+                   f"n_boot={n_boot}, level={level}, alpha={alpha})")
+    return write_compare_report(cs, result, out_dir, command=command, n_boot=n_boot)
+
+
+def write_compare_report(comparisons: Comparison | Sequence[Comparison], result: EvalResult, out_dir: str | Path, *,
+                         command: str | Sequence[str] | None = None, n_boot: int = 1000, n_perm: int = 5000,
+                         seed: int = 0) -> Path:
+    """Write ``report.html``, ``report.json`` and ``figures/*.png|svg`` into ``out_dir``.
+
+    Args:
+        comparisons: the ranked metric first, then metrics shown beside it (e.g. XLR beside BkR).
+        result: the evaluation the comparisons were computed from (per-query ranks for the gap
+            intervals and pairwise tests; configuration and provenance for the header).
+        out_dir: the folder (created).
+        command: what produced it, shown verbatim (a list is shell-quoted); default: this
+            Python call with its arguments.
+        n_boot, n_perm, seed: bootstrap resamples, permutations and seed of the pairwise gaps.
+
+    Returns:
+        The path of ``report.html`` (written last, atomically: figures and report.json first).
+    """
+    cs = [comparisons] if isinstance(comparisons, Comparison) else list(comparisons)
+    if not cs:
+        raise ValueError("no comparison to report")
+    out = Path(out_dir)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    cfg = result.config
+    n_seeds = len({r["seed"] for r in result.records})
+    if command is None:
+        command = (f"Python: backretrieval.report.compare_report.write_compare_report(<comparisons by "
+                   f"{', '.join(c.metric for c in cs)}>, result, out_dir, n_boot={n_boot}, n_perm={n_perm}, seed={seed})")
+    elif not isinstance(command, str):
+        command = shlex.join(list(command))
+    blocks, doc = [], {"metric": cs[0].metric, "command": command, "metrics": []}
+    for c in cs:
+        chance = chance_level(c.metric, cfg.n)
+        pw = pairwise(result, c.metric, n_boot=n_boot, n_perm=n_perm, level=c.level, alpha=c.alpha, seed=seed)
+        w = wins(pw, F.model_order(c))
+        stem = fig_dir / f"compare_{slug(c.metric)}"
+        figs = {
+            "heatmap": F.heatmap_ci(c, stem.with_name(stem.name + "_heatmap"), chance),
+            "forest": F.forest(c, stem.with_name(stem.name + "_forest"), chance),
+            "spread": F.spread(c, stem.with_name(stem.name + "_spread"), chance),
+            "wins": F.wins_chart(c, w, stem.with_name(stem.name + "_wins")),
+        }
+        v = verdicts(c, pw, cfg.n, n_seeds, chance)
+        blocks.append((c, chance, pw, w, figs, v))
+        doc["metrics"].append({
+            "metric": c.metric, "level": c.level, "alpha": c.alpha, "chance": chance, "verdicts": v,
+            "pairwise": pw.to_dict(orient="records"), "wins": w.to_dict(orient="records"),
+            "figures": {k: [str(p.relative_to(out)) for p in ps] for k, ps in figs.items()},
+        })
+    agree = None
+    if len(blocks) > 1 and blocks[1][0].metric.startswith("xlr"):  # the ranked metric against the ground truth
+        agree = agreement(blocks[0][0], blocks[0][2], blocks[1][0], blocks[1][2])
+        doc["agreement"] = {"metric": blocks[0][0].metric, "truth": blocks[1][0].metric, "per_pair": agree}
+    atomic_write_text(out / "report.json", json.dumps(_clean(doc), indent=1))
+    path = out / "report.html"
+    atomic_write_text(path, _html(blocks, result, command, n_seeds, agree))
+    return path
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if hasattr(x, "item"):  # numpy scalars
+        return _clean(x.item())
+    return x
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _cell(v: Any) -> str:
+    text = str(v)
+    numeric = text[:1].isdigit() or text[:1] in "[-~>" or text == ""
+    return f"<td>{_e(v)}</td>" if numeric else f'<td class="l">{_e(v)}</td>'
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figures(items: Sequence[tuple[Path, str]], wide: bool = False) -> str:
+    """Figures side by side (``wide``: one below the other), each with its caption."""
+    figs = "".join(f"<figure>{img_tag(png)}<figcaption>{_e(cap)} (also {_e(png.with_suffix('.svg').name)})"
+                   "</figcaption></figure>" for png, cap in items)
+    return f'<div class="{"stack" if wide else "row"}">{figs}</div>'
+
+
+def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[dict[str, Any]] | None) -> str:
+    cfg = result.config
+    c0, chance0 = blocks[0][0], blocks[0][1]
+    names = [b[0].metric for b in blocks]
+    pct = int(round(c0.level * 100))
+    models = F.model_order(c0)
+    pairs = list(dict.fromkeys(c0.per_pair["pair"]))
+    what = "text only" if result.text_only else f"image model g = {cfg.image_model}"
+    chance_txt = "" if chance0 is None else f" Chance level of {c0.metric}: {chance0:.4g} (red line on the figures)."
+    h = [f"<h1>Which model? {_e(' and '.join(names))} on {_e(cfg.dataset)}</h1>",
+         f"<p>{len(models)} models, {len(pairs)} language pairs, N = {cfg.n} queries per pair and seed, "
+         f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, {_e(what)}, similarity {_e(cfg.sim)}. Intervals: {pct}% "
+         f"seed-stratified percentile bootstrap over queries. Gaps: paired sign-flip permutation test, Holm-adjusted, "
+         f"alpha = {c0.alpha:g}.{_e(chance_txt)}</p>"]
+    if len(blocks) > 1:
+        h.append(f"<p>{_e(blocks[1][0].metric)} is shown beside {_e(c0.metric)} (the records have what it needs).</p>")
+    if agree:
+        items = "".join(f'<li class="{"tie" if a["reversed"] else "sig"}"><b>{_e(a["pair"])}</b>: {_e(a["text"])}</li>'
+                        for a in agree)
+        h.append(f"<h2>{_e(c0.metric)} against the ground truth {_e(blocks[1][0].metric)}</h2>"
+                 f"<p>These data have known translations, so the ranking {_e(c0.metric)} gives without them can be "
+                 f"checked. Where the two agree, {_e(c0.metric)} can be trusted on similar data without translations; "
+                 f"a reversed pair says which kind of model it misjudges here.</p><ul class=\"verdicts\">{items}</ul>")
+    h.append("<h2>Verdicts</h2>")
+    for c, _, _, _, _, v in blocks:
+        h.append(f"<h3>By {_e(c.metric)}</h3>")
+        for pair in dict.fromkeys(x["pair"] for x in v) if v else []:
+            items = "".join(
+                f'<li class="{"sig" if x.get("significant") else "tie"}">{_e(x["text"])}</li>' for x in v if x["pair"] == pair)
+            h.append(f'<p><b>{_e(pair)}</b></p><ul class="verdicts">{items}</ul>')
+    h.append("<h2>Language pairs x models</h2>")
+    h.append(_figures([(b[4]["heatmap"][0], f"{b[0].metric}: estimate ± interval half-width") for b in blocks]))
+    h.append("<h2>Per pair: each model with its interval</h2>")
+    h.append(_figures([(b[4]["forest"][0], f"{b[0].metric} per pair; * = significant gap to the next model") for b in blocks], wide=True))
+    for c, *_ in blocks:
+        rows = []
+        for _, r in c.per_pair.iterrows():
+            gap = "" if pd.isna(r["p_adj"]) else (">" if r["significant"] else "~")
+            rows.append([r["pair"], r["rank"], r["model"], f"{r['estimate']:.4f}", f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+                         gap, "" if pd.isna(r["p_adj"]) else f"{r['p_adj']:.3g}"])
+        h.append(f"<h3>Ranking by {_e(c.metric)}</h3>")
+        h.append(_table(["pair", "rank", "model", c.metric, f"{pct}% CI", "gap to next", "p (Holm)"], rows))
+    h.append("<h2>Average over pairs and its spread</h2>")
+    h.append(_figures([(b[4]["spread"][0], f"{b[0].metric}: one point per language pair") for b in blocks]))
+    h.append("<h2>Wins and mean rank</h2>")
+    h.append("<p>A win: on one language pair, the model's gap to one other model is significant after Holm "
+             "(over all of that pair's model pairs). Rank 1 = best on a pair.</p>")
+    h.append(_figures([(b[4]["wins"][0], f"{b[0].metric}: significant wins, ties, losses") for b in blocks], wide=True))
+    for c, _, _, w, _, _ in blocks:
+        a = c.across_pairs.merge(w, on="model", suffixes=("", "_sig"))
+        rows = [[r["model"], f"{r['mean']:.4f}", f"{r['sd']:.4f}", f"{r['min']:.4f}", f"{r['max']:.4f}",
+                 f"{r['mean_rank']:.2f}", r["wins"], r["wins_sig"], r["ties"], r["losses"]] for _, r in a.iterrows()]
+        h.append(f"<h3>By {_e(c.metric)}</h3>")
+        h.append(_table(["model", "mean", "sd over pairs", "min", "max", "mean rank", "rank-1 pairs",
+                         "significant wins", "ties", "losses"], rows))
+    h.append("<h2>How to read this</h2><ul>"
+             "<li>An interval is where the score would land on most other samples of N queries from the same data; "
+             "two overlapping intervals do not mean a tie: the gap's own (paired) interval and its test decide.</li>"
+             "<li>'Indistinguishable at this N' is a statement about the sample, not the models: more queries (N) or "
+             "seeds narrow the intervals.</li>"
+             "<li>BkR (Backretrieval) needs no translations: it retrieves images through the texts. Trust its ranking "
+             "where it has been checked against ground truth on similar data (docs/meta.md, calibration), and confirm "
+             "a close call with the human study (docs/study.md).</li></ul>")
+    h.append("<h2>Provenance</h2>")
+    h.append(f"<p>Command:</p><pre>{_e(command)}</pre>")
+    env = result.run.get("environment") or environment()
+    pkgs = env.get("packages", {}) if isinstance(env.get("packages"), dict) else {}
+    rows = [[k, v] for k, v in env.items() if not isinstance(v, (dict, list))]
+    rows += [[k, v] for k, v in pkgs.items() if v is not None]
+    rows += [[f"BLAS {i}", ", ".join(f"{k}={v}" for k, v in b.items())] for i, b in enumerate(env.get("blas") or [])]
+    h.append(_table(["software", "version"], rows))
+    inputs = result.run.get("inputs")
+    if inputs:
+        h.append(f"<p>Inputs (fingerprints):</p><pre>{_e(json.dumps(inputs, indent=1, default=str))}</pre>")
+    return page(f"Backretrieval comparison: {' and '.join(names)} on {cfg.dataset}", "\n".join(h), _CSS)
