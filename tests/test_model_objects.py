@@ -169,8 +169,14 @@ def test_compare_and_meta_take_objects(tmp_path, emoji, usem):
     assert set(c.across_pairs["model"]) == {"ours-v2", "random", "tfidf-char"}
     assert c.run["config"]["models"]["random"] == "random"
     # the same as comparing a finished grid
-    again = compare(evaluate(cfg_for(models), tmp_path / "cmp", progress=False), "bkr@10", n_boot=200, n_perm=200)
+    result = evaluate(cfg_for(models), tmp_path / "cmp", progress=False)
+    again = compare(result, "bkr@10", n_boot=200, n_perm=200)
     assert again.per_pair.equals(c.per_pair)
+    from backretrieval.report.compare_report import compare_report
+
+    html = compare_report(result, tmp_path / "report", n_boot=200).read_text(encoding="utf-8")
+    assert html.count("ours-v2") >= 3  # verdicts, rankings, provenance: the user's name
+    assert f"python:{Counting.__module__}.Counting:2" in html.split("Inputs (fingerprints)")[1]  # and its identity
     m = run_meta(cfg_for(models), tmp_path / "meta", progress=False)
     assert {r["model"] for r in m.main.records} == {"ours-v2", "random", "tfidf-char"}
     assert set(m.table) == {"en->de"} and m.table["en->de"]["n_models"] == 3
