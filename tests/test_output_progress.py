@@ -76,4 +76,4 @@ def test_grid_encoding_bar_moves(every_update, capsys, tmp_path, shared_data):
     img = _frames(err, "color-hist images")  # color-hist: batch size 64
     first = [int(m.group(1)) for f in img if (m := re.search(r"\| *(\d+)/197 \[", f))]
     assert first[:4] == [0, 64, 128, 192] and first[-1] == 197, img
-    assert all(re.search(r"img/s\]$", f) for f in img if "| 0/" not in f), img
+    assert all(re.search(r"img/s\]\s*$", f) for f in img if "| 0/" not in f), img  # tqdm pads a frame shorter than the last

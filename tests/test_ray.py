@@ -46,3 +46,30 @@ def test_ray_data_encoder_equals_local_model(ray_local):
     # fitted and seeded models stay local
     assert type(ex.text_encoder("tfidf-char")).__name__ != "RayDataTextEncoder"
     assert type(ex.text_encoder("random")).__name__ != "RayDataTextEncoder"
+
+
+class _Unpicklable:
+    """A user's model that refuses to be pickled (e.g. it holds a GPU handle or a lock)."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __reduce__(self):
+        raise TypeError("this model cannot be pickled")
+
+    def encode(self, sentences):
+        return self.base.encode(sentences, "en")
+
+
+def test_ray_runs_python_object_models_in_the_driver(ray_local, tmp_path, shared_data):
+    """An object model is encoded in this process (never shipped to the cluster); the records
+    equal the local run's and those of its spec string."""
+    models = {"use-m": "use-m", "mine": _Unpicklable(get_text_encoder("use-m"))}
+    cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=models, image_model="color-hist", n=40, seeds=[0])
+    via_ray = evaluate(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
+    local = evaluate(cfg, tmp_path / "local", progress=False)
+    assert _strip(via_ray.records) == _strip(local.records)
+    mine, usem = (_strip([r for r in via_ray.records if r["model"] == m]) for m in ("mine", "use-m"))
+    for a, b in zip(mine, usem):
+        assert {k: v for k, v in a.items() if k not in ("model", "model_identity")} == \
+            {k: v for k, v in b.items() if k not in ("model", "model_identity")}

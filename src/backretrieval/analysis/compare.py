@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from ..core import BackretrievalError
-from .evaluate import EvalResult
+from .evaluate import EvalConfig, EvalResult
 from .stats import bootstrap_ci, hits, holm, paired_bootstrap_diff, paired_permutation_test, reciprocal
 
 _METRIC = re.compile(r"^(bkr|xlr|xlr_t2s)(?:@(\d+)|_(mrr))$")
@@ -59,7 +60,7 @@ class Comparison:
 
 
 def compare(
-    result: EvalResult,
+    result: EvalResult | EvalConfig,
     metric: str = "bkr@10",
     *,
     n_boot: int = 1000,
@@ -67,7 +68,40 @@ def compare(
     level: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    out_dir: str | Path | None = None,
+    executor: Any = None,
+    progress: bool = False,
+    log: Callable[[str], None] = lambda msg: None,
 ) -> Comparison:
+    """Rank the models of each pair by ``metric`` with bootstrap intervals and Holm-adjusted gaps.
+
+    Args:
+        result: a finished grid, or an :class:`EvalConfig` to evaluate first (its ``models`` may
+            name Python objects: ``models={"ours-v2": model, "use-m": "use-m"}``; with
+            ``metric="corr"`` and ``corr_boot=0`` it gets 200 CORR bootstrap resamples).
+        metric: ``bkr@K``, ``bkr_mrr``, ``xlr@K``, ``xlr_mrr``, ``xlr_t2s@K``, ``xlr_t2s_mrr`` or ``corr``.
+        n_boot, n_perm: bootstrap resamples and permutations.
+        level, alpha: the intervals' confidence level and the significance level of the gaps.
+        seed: the resampling seed.
+        out_dir, executor, progress, log: for a configuration, as for :func:`~.evaluate.evaluate`.
+
+    Returns:
+        The :class:`Comparison` (``per_pair`` and ``across_pairs`` name models as the records do).
+
+    Raises:
+        BackretrievalError: an unknown metric, or a pair without what the metric needs.
+    """
+    if isinstance(result, EvalConfig):
+        from .evaluate import evaluate
+
+        cfg = result
+        if metric == "corr" and cfg.corr_boot == 0:
+            cfg = dataclasses.replace(cfg, corr_boot=200)
+        elif metric != "corr":
+            outcome_fn(metric)  # an unknown metric fails before anything is computed
+        needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
+        result = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
+                          purpose=f"compare by {metric}")
     if metric == "corr":
         return dataclasses.replace(_compare_corr(result, level=level, alpha=alpha), run=result.run)
     key, fn = outcome_fn(metric)

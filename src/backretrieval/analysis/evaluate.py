@@ -16,6 +16,11 @@ changed; ``OUT/.partial/manifest/inputs.json`` keeps the inputs of the last run,
 input changed ("data for de changed since the records in OUT were computed: recomputing 12
 records"). A damaged record file is recomputed with a warning naming it.
 
+Models are spec strings or Python objects under the user's name (``models={"ours": obj,
+"use-m": "use-m"}``, see :mod:`.models`); every record carries ``model`` (the name) and
+``model_identity`` (the model fingerprint its key holds). A run-only object (no torch weights,
+no version) is never resumed from ``OUT/.partial`` nor stored there; the run says so once.
+
 ``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
 ``OUT/run.json``: the configuration, the input fingerprints and the software environment
 (:func:`backretrieval.core.env.environment`).
@@ -52,13 +57,14 @@ from ..core.io import check_writable_dir
 from ..data import Dataset, load_dataset, matching, non_matching
 from ..data.corpus import fingerprint
 from ..encoders._text import TruncationWarning
-from ..encoders.base import get_image_encoder, get_text_encoder
+from ..encoders.base import get_image_encoder
 from ..encoders.cache import CachedImageEncoder, CachedTextEncoder
 from ..encoders.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
 from ..metrics import (
     bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, hubness, image_side, rank_summary, text_side,
     xlr_ranks,
 )
+from .models import describe_models, grid_models, run_only_note
 
 XLR_KS = (1, 5, 10)
 
@@ -67,7 +73,7 @@ XLR_KS = (1, 5, 10)
 class EvalConfig:
     dataset: str
     pairs: list[tuple[str, str]]
-    models: list[str]
+    models: list[str] | dict[str, Any]  # spec strings, or name -> spec string or Python object (see .models)
     image_model: str = "efficientnet-lite0"
     n: int = 1500
     seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
@@ -88,9 +94,9 @@ class EvalConfig:
     def key(self) -> str:
         """Identifies the configuration for resuming (everything but the grid's extent: models,
         pairs, seeds and image models are part of each record's own key)."""
-        d = dataclasses.asdict(self)
-        for grid in ("pairs", "models", "seeds", "image_model", "extra_image_models"):
-            d.pop(grid)
+        grid = ("pairs", "models", "seeds", "image_model", "extra_image_models")
+        # the fields one by one, not dataclasses.asdict: that would deep-copy the models' objects
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in grid}
         if d["approx"] is None:  # exact runs keep the keys they had before --approx existed
             d.pop("approx")
             d.pop("approx_target")
@@ -571,6 +577,14 @@ def _load_record(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return rec, ranks
 
 
+def config_json(cfg: EvalConfig) -> dict[str, Any]:
+    """``cfg`` as JSON data; Python-object models appear as ``"python:<module.Class>"`` (their
+    fingerprints are in ``run.json``'s ``inputs.models``)."""
+    d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    d["models"] = describe_models(cfg.models)
+    return json.loads(json.dumps(d, default=str))
+
+
 def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
     """What produced a set of results: the configuration, fingerprints of every input (the rows the
     run used per language, their images, each model and image model) and the software environment.
@@ -588,7 +602,7 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, 
     return {
         "format": 1,
         "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+        "config": config_json(cfg),
         "config_key": inputs.cfg_key,
         "executor": executor,
         "inputs": {
@@ -691,6 +705,13 @@ def evaluate(
         raise BackretrievalError(f"K={cfg.k} is larger than N={cfg.n}")
     if cfg.approx is not None:
         check_approx(cfg)
+    # build and check every model before loading anything
+    models = grid_models(cfg.models)
+    names = list(models)
+    encoders = {name: m.encoder for name, m in models.items()}
+    run_only = [name for name, m in models.items() if m.run_only]
+    if run_only:
+        log(run_only_note(run_only))
     langs = list(dict.fromkeys(lang for pair in cfg.pairs for lang in pair))
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:
@@ -713,8 +734,6 @@ def evaluate(
                 needed[t].update(part[1].tolist())
     needed_rows = {lang: np.array(sorted(rows), dtype=np.int64) for lang, rows in needed.items()}
     image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
-    # check every model spec before encoding anything
-    encoders = {spec: get_text_encoder(spec) for spec in cfg.models}
     feats = _Features(ds, needed_rows, [g for g in image_models if g], progress, log, cfg.dataset)
     inputs = _fingerprint_inputs(cfg, samples, feats, encoders, image_models)
 
@@ -723,12 +742,12 @@ def evaluate(
     found: dict[RecordSlot, tuple[dict, dict]] = {}
     todo: dict[tuple[str, str, int], list[str]] = {}
     changed: dict[str, int] = {}
-    for spec in cfg.models:
+    for spec in names:
         for s, t, seed in samples:
             done = 0
             for g in image_models:
                 slot = (spec, g, s, t, seed)
-                if partial is None:
+                if partial is None or spec in run_only:
                     continue
                 path = partial / f"{inputs.key(slot)}.json"
                 if path.exists():  # finished in an earlier run
@@ -753,7 +772,7 @@ def evaluate(
         log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
     if partial is not None:  # the inputs of this run, for the next one to compare with
         slots = dict(manifest)
-        for spec in cfg.models:
+        for spec in (name for name in names if name not in run_only):
             for s, t, seed in samples:
                 for g in image_models:
                     slot = (spec, g, s, t, seed)
@@ -765,7 +784,9 @@ def evaluate(
     encode_s: dict[str, float] = {}
     for spec in dict.fromkeys(spec for specs in todo.values() for spec in specs):
         t0 = time.perf_counter()
-        text[spec] = feats.text(CachedTextEncoder(ex.text_encoder(spec), chunk=ex.encode_chunk, progress=progress))
+        m = models[spec]  # a Python object encodes here, with every executor (it is never pickled)
+        enc = m.encoder if m.spec is None else ex.text_encoder(m.spec)
+        text[spec] = feats.text(CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress))
         encode_s[spec] = round(time.perf_counter() - t0, 3)
 
     for spec, langs_missing in feats.unsupported.items():
@@ -803,12 +824,12 @@ def evaluate(
             if slot in found:
                 continue
             rec: dict[str, Any] = {
-                "model": spec, "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "model": spec, "model_identity": inputs.models[spec], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
                 "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[spec],
             }
             if g is None:  # no images: no image fields
                 del rec["image_model"]
-            if partial is not None:  # ranks first: the .json marks a finished record
+            if partial is not None and spec not in run_only:  # ranks first: the .json marks a finished record
                 path = partial / f"{inputs.key(slot)}.json"
                 atomic_save_npz(path.with_suffix(".npz"), **ranks)
                 atomic_write_text(path, json.dumps(rec))
@@ -816,13 +837,13 @@ def evaluate(
             bar.update(1)
     bar.close()
     info = run_info(cfg, ds, feats, inputs, ex.name)
-    order = {m: i for i, m in enumerate(cfg.models)}
+    order = {m: i for i, m in enumerate(names)}
     results = {}
     for g in image_models:
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
         results[g] = EvalResult(
             cfg,
-            [{f: v for f, v in found[k][0].items() if not (f == "image_model" and v is None)} for k in keys_g],
+            [_with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
             run=info,
             text_only=not has_bkr,
@@ -836,6 +857,14 @@ def evaluate(
         for g, res in result.others.items():
             write_results(res.records, Path(out_dir) / "image-models" / slug(g), info)
     return result
+
+
+def _with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
+    """A record as the results give it: ``model_identity`` after ``model`` (records stored before
+    the field existed get it from their key, which includes it), no empty ``image_model``."""
+    out = {"model": rec["model"], "model_identity": identity}
+    out.update((f, v) for f, v in rec.items() if f not in out and not (f == "image_model" and v is None))
+    return out
 
 
 def slug(s: str) -> str:

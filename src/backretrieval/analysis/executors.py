@@ -10,6 +10,10 @@ resumable); at most a few tasks are in flight, so memory stays bounded.
   BLAS; sorting and counting (CORR's ranks, top-k) are single-threaded in numpy, so on a
   multi-core machine this is faster than ``local`` for grids of many samples.
 * ``ray[:ADDRESS]`` -- Ray tasks on a local or existing cluster (see :mod:`.ray_executor`).
+
+A model given as a Python object (:mod:`.models`) is encoded in the calling process with every
+executor -- it is never pickled or shipped -- so unpicklable objects (lambdas, models holding a
+GPU) work with ``processes`` and ``ray`` alike; only the tasks' arrays travel.
 """
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from scipy import stats
 
 from ..core import BackretrievalError
 from .evaluate import pair_labels
+from .models import RUN_ONLY_NOTE
 from .stats import correlations
 
 TRUTH = "xlr@10"
@@ -298,12 +299,21 @@ def run_meta_datasets(
         names[spec] = name
     merged: dict[str, list[dict[str, Any]]] = {}
     runs = []
+    said: set[str] = set()
+
+    def log_once(msg: str) -> None:  # the run-only note every dataset's grid would repeat is said once
+        if RUN_ONLY_NOTE in msg:
+            if msg in said:
+                return
+            said.add(msg)
+        log(msg)
+
     extra = [*cfg.extra_image_models, *image_models]
     for spec, options, pairs in plans:
         sub = dataclasses.replace(cfg, dataset=spec, dataset_options=dict(options), pairs=pairs, extra_image_models=extra)
         log(f"meta: dataset {spec}: pairs {', '.join(f'{s}-{t}' for s, t in pairs)}")
         res = evaluate(sub, None if out_dir is None else Path(out_dir) / "datasets" / names[spec], progress=progress,
-                       log=log, executor=executor, needs=("xlr", "bkr"), purpose="the meta-evaluation")
+                       log=log_once, executor=executor, needs=("xlr", "bkr"), purpose="the meta-evaluation")
         runs.append(res.run)
         for g, r in {cfg.image_model: res, **res.others}.items():
             for rec in r.records:

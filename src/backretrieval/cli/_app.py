@@ -242,6 +242,36 @@ def _check_text_models(specs: Sequence[str], option: str) -> None:
             _bad(option, str(e))
 
 
+# ------------------------------------------------------------------------------ devices
+DEVICES = ("auto", "cpu", "cuda")  # as encoders._onnx.DEVICES (not imported here: --help stays instant)
+
+
+def _use_device(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Set ``$BACKRETRIEVAL_DEVICE`` for the command's run (restored when it ends); ``cuda``
+    without a GPU is refused here, before any work."""
+    if value is None:
+        return
+    from ..encoders._onnx import use_device
+
+    try:
+        ctx.with_resource(use_device(value, "--device"))
+    except BackretrievalError as e:
+        raise click.BadParameter(str(e).removeprefix("--device: "), ctx=ctx, param=param) from None
+
+
+def device_option(fn):
+    """``--device auto|cpu|cuda`` (shared by every command that encodes with torch or ONNX Runtime):
+    where those encoders run during the command, through ``$BACKRETRIEVAL_DEVICE``. The command
+    function gets no parameter; the default leaves ``$BACKRETRIEVAL_DEVICE`` (else ``auto``)."""
+    return click.option(
+        "--device", type=click.Choice(DEVICES, case_sensitive=False), default=None, expose_value=False,
+        callback=_use_device,
+        help="Where the torch and ONNX Runtime encoders run: auto (a CUDA GPU where one is usable), cpu or cuda "
+             "(an error without a GPU). Default: $BACKRETRIEVAL_DEVICE, else auto. Encoders whose output depends "
+             "on it record it in their cache key.",
+    )(fn)
+
+
 # ------------------------------------------------------------------------------ the evaluation grid
 def grid_options(fn=None, *, several_datasets: bool = False):
     """Options shared by evaluate, compare and meta: the grid of models x pairs x seeds

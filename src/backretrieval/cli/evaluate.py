@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from ._app import OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, grid_options, main
+from ._app import OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, device_option, grid_options, main
 
 
 def _summary_metrics(k: int, approx_k: int | None = None) -> tuple[str, ...]:
@@ -98,6 +98,7 @@ def _header(cfg, result) -> str:
 
 @main.command()
 @grid_options
+@device_option
 @approx_options
 def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
@@ -123,6 +124,7 @@ def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
 
 @main.command()
 @grid_options
+@device_option
 @approx_options
 @click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
@@ -176,6 +178,7 @@ def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n
 
 @main.command()
 @grid_options(several_datasets=True)
+@device_option
 @click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
 def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_option, **grid) -> None:

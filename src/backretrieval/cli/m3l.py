@@ -9,6 +9,7 @@ from ._app import (
     NON_NEGATIVE, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_image_models, _check_outputs,
     _check_text_models, _parse_list, _parse_numbers, _parse_options, _warn, main, train,
 )
+from ._app import device_option
 
 DEFAULT_LANGS = "en,de,fr,it,es,ru,ja,zh,pl,tr,ko"  # the XTD10 languages
 DEFAULT_PLOT_LANGS = "en,de,ru,ja"
@@ -101,6 +102,7 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
 
 @train.command("m3l")
 @_train_options
+@device_option
 @click.option("--rho", type=POSITIVE_NUMBER, default=4.0, show_default=True, help="Exponent of the distance ratios.")
 @click.option("--alpha1", type=POSITIVE_NUMBER, default=0.5, show_default=True, help="Weight of the negative-image term.")
 @click.option("--alpha2", type=POSITIVE_NUMBER, default=1.0, show_default=True, help="Weight of the negative-text term.")
@@ -117,6 +119,7 @@ def train_m3l(rho, alpha1, alpha2, **kw) -> None:
 
 @train.command("patr")
 @_train_options
+@device_option
 @click.option("--eta", default=None, type=POSITIVE_NUMBER, help="PATR margin eta (squared distance) [default: from --eta-quantile].")
 @click.option("--eta-quantile", type=OPEN_UNIT, default=0.5, show_default=True, help="eta = this quantile of squared distances between distinct training images.")
 def train_patr(eta, eta_quantile, **kw) -> None:
@@ -130,6 +133,7 @@ def train_patr(eta, eta_quantile, **kw) -> None:
 
 # ---------------------------------------------------------------------------- image retrieval
 @main.command("image-retrieval")
+@device_option
 @click.option("--model", "models", multiple=True, required=True, type=click.Path(file_okay=False, exists=True), help="Trained model directory (repeat for several; seeds of one configuration are averaged).")
 @click.option("--dataset", required=True, help="Dataset with images: emoji-cldr or a .jsonl/.csv/.parquet file.")
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE.")

@@ -128,6 +128,52 @@ def resolve_device(device: str | None, backend: str, owner: str) -> str:
     return "cuda" if has_cuda else "cpu"
 
 
+def any_cuda_available() -> bool:
+    """Whether torch or ONNX Runtime can use a CUDA GPU here (False where torch is not installed)."""
+    try:
+        if torch_cuda_available():
+            return True
+    except ImportError:
+        pass
+    return ort_cuda_available()
+
+
+@contextlib.contextmanager
+def use_device(device: str, owner: str = "device") -> Iterator[str]:
+    """Within the block, encoders built without their own ``device`` option run on ``device``
+    (``auto``/``cpu``/``cuda``): ``$BACKRETRIEVAL_DEVICE`` is set, and restored afterwards. The
+    device ends up in the ``version`` (so the cache keys) only of the encoders whose outputs
+    depend on it: the torch and ONNX Runtime models (``st:``, ``minilm-en``, the CNN image
+    models); the CPU-only ones (``use-m``, ``e5-small``, TF-IDF, colour histograms) ignore it, and
+    a user's Python object runs where the user put it.
+
+    Args:
+        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+        owner: how messages name the choice (e.g. ``"--device"``).
+
+    Yields:
+        The device, lower-cased.
+
+    Raises:
+        EncoderError: an unknown device, or ``cuda`` where neither torch nor ONNX Runtime sees a GPU.
+    """
+    dev = check_choice(device, DEVICES, "device", owner)
+    if dev == "cuda" and not any_cuda_available():
+        raise EncoderError(
+            f"{owner}: device 'cuda' was asked for, but no CUDA GPU is usable here (neither torch.cuda nor ONNX "
+            "Runtime's CUDAExecutionProvider sees one); use cpu or auto"
+        )
+    old = os.environ.get(DEVICE_ENV)
+    os.environ[DEVICE_ENV] = dev
+    try:
+        yield dev
+    finally:
+        if old is None:
+            os.environ.pop(DEVICE_ENV, None)
+        else:
+            os.environ[DEVICE_ENV] = old
+
+
 def choose_backend(backend: str | None, owner: str) -> str:
     """``"onnxruntime"`` or ``"torch"`` for the ``backend`` option (``auto`` when None).
 

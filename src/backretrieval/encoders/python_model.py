@@ -3,10 +3,14 @@
 class) or a plain function ``f(list[str]) -> array``, named by the user.
 
 Caching is only as safe as the model's identity. A torch module (a ``SentenceTransformer`` is
-one) is identified by a hash of its weights and buffers, so its vectors are cached on disk like
-any packaged model's and a changed model never reuses them. Any other object is cached on disk
-only when the user gives a ``version`` string (they promise that the same version embeds the same
-way); without one its vectors live only for the run.
+one) is identified by a hash of its weights and buffers and the device they are on (the object
+runs where the user put it; ``--device`` and ``$BACKRETRIEVAL_DEVICE`` do not move it), so its
+vectors are cached on disk like any packaged model's and a changed model never reuses them. Any
+other object is cached on disk only when the user gives a ``version`` string (they promise that
+the same version embeds the same way); without one its vectors live only for the run.
+
+In the evaluation grid (:mod:`backretrieval.analysis.models`) the same identity keys the stored
+records: a run-only model's records are recomputed in every run and never stored for resuming.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from .base import check_embeddings
 
 def _torch_fingerprint(model: Any) -> str | None:
     """BLAKE2b of a torch module's class and of its parameters and buffers (names, dtypes, shapes,
-    bytes); None for anything that is not a torch module."""
+    bytes), followed by the devices they are on (``@cpu``, ``@cuda``: GPU kernels round
+    differently); None for anything that is not a torch module."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(model, torch.nn.Module):
         return None
@@ -33,7 +38,8 @@ def _torch_fingerprint(model: Any) -> str | None:
         arr = t.detach().cpu().contiguous()
         h.update(f"{name}|{arr.dtype}|{tuple(arr.shape)}".encode())
         h.update(arr.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    devices = sorted({t.device.type for t in model.state_dict().values()}) or ["cpu"]
+    return f"{h.hexdigest()}@{'+'.join(devices)}"
 
 
 def _call(model: Any) -> Callable[[list[str]], Any]:

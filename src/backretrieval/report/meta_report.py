@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..analysis.evaluate import pair_labels, slug, summarize, write_results
 from ..analysis.meta import MetaResult
+from ..analysis.models import model_names
 from ..core import atomic_write_text
 from .table import format_meta_table, format_summary
 
@@ -48,7 +49,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "dataset": datasets[0] if len(datasets) == 1 else datasets,
         "n": cfg.n,
         "seeds": len(cfg.seeds),
-        "models": cfg.models,
+        "models": model_names(cfg.models),
         "image_model": main_g,
         "truth": "xlr@10",
         "candidates": {"bkr": bkr_key, "corr": "corr"},

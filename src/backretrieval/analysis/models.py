@@ -1,0 +1,145 @@
+"""The text models of a grid: registry spec strings, or Python objects named by the user.
+
+``EvalConfig.models`` is either a list of spec strings (``["use-m", "tfidf-char"]``, what the
+command line gives) or a dict from the name the records use to a spec string or a Python
+object: ``{"ours-v2": model, "use-m": "use-m"}``. An object is anything with a
+sentence-transformers-style ``encode(list[str], ...) -> array`` or a function ``f(list[str])``,
+wrapped in :class:`~backretrieval.encoders.python_model.PythonTextModel` (give one yourself for
+a ``version``, ``languages`` or ``batch_size``); a list may hold ``PythonTextModel`` objects too,
+named by their ``name``.
+
+Identity. Every model's records carry ``model`` (the user's name) and ``model_identity`` (the
+fingerprint the records are keyed by: the spec's ``version``, a torch module's weight hash, or
+the user's version string). A *run-only* model -- an object that is not a torch module and was
+given no version -- has no identity that survives the process, so the grid neither resumes its
+records from ``OUT/.partial`` nor stores them there, and its vectors are not cached on disk.
+
+Executors. A Python object is encoded in this process by every executor (it is never pickled
+or sent to a worker or a Ray cluster); only the per-sample tasks, plain arrays, go to the
+executor, so ``processes`` and ``ray`` work with any object.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Mapping
+
+from ..core import BackretrievalError
+from ..encoders.base import get_text_encoder
+from ..encoders.python_model import PythonTextModel
+
+
+RUN_ONLY_NOTE = "no stable identity"  # in the one log line that names the run-only models
+
+
+def run_only_note(names: list[str]) -> str:
+    """The line a run logs once about its run-only models ``names``."""
+    many = len(names) > 1
+    return (
+        f"model{'s' * many} {', '.join(map(repr, names))}: {RUN_ONLY_NOTE} (a Python object that is not a torch "
+        f"module, given no version), so {'their' if many else 'its'} records and vectors are computed afresh in "
+        "every run and never stored for resuming or caching; give PythonTextModel(name, model, version=...) to keep them"
+    )
+
+
+@dataclasses.dataclass
+class GridModel:
+    """One text model of the grid.
+
+    Attributes:
+        name: what the records call it (``model``).
+        spec: its registry spec string; None for a Python object.
+        encoder: the encoder, built once (a spec's is rebuilt by the executor to encode; a Python
+            object's encodes itself, in this process).
+    """
+
+    name: str
+    spec: str | None
+    encoder: Any
+
+    @property
+    def run_only(self) -> bool:
+        """True for a Python object without a stable identity (records and vectors live only for the run)."""
+        return self.spec is None and not getattr(self.encoder, "cacheable", False)
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise BackretrievalError(f"a model's name must be a non-empty string, got {name!r}")
+    return name
+
+
+def _object(name: str, value: Any) -> PythonTextModel:
+    """``value`` as a :class:`PythonTextModel` named ``name`` (a given one is copied, not renamed in place)."""
+    if isinstance(value, PythonTextModel):
+        if value.name == name:
+            return value
+        renamed = copy.copy(value)
+        renamed.name = name
+        return renamed
+    return PythonTextModel(name, value)
+
+
+def model_names(models: Any) -> list[str]:
+    """The names the records of ``models`` (a list or a dict, see the module doc) use, in order."""
+    if isinstance(models, Mapping):
+        return [str(k) for k in models]
+    if isinstance(models, str):
+        return [models]
+    return [m.name if isinstance(m, PythonTextModel) else str(m) for m in models]
+
+
+def describe_models(models: Any) -> list[str] | dict[str, str]:
+    """JSON form of ``models`` for ``run.json``: a list of spec strings stays that list; otherwise
+    name -> spec string, or ``"python:<module.Class>"`` for an object."""
+    if isinstance(models, (list, tuple)) and all(isinstance(m, str) for m in models):
+        return list(models)
+    items = models.items() if isinstance(models, Mapping) else ((n, m) for n, m in zip(model_names(models), models))
+    out = {}
+    for name, value in items:
+        if isinstance(value, str):
+            out[name] = value
+        else:
+            obj = value.model if isinstance(value, PythonTextModel) else value
+            out[name] = f"python:{type(obj).__module__}.{type(obj).__qualname__}"
+    return out
+
+
+def grid_models(models: Any) -> dict[str, GridModel]:
+    """Every model of ``models`` (a list of specs / ``PythonTextModel`` objects, or a dict name ->
+    spec string or object), built and checked before anything is encoded.
+
+    Returns:
+        name -> :class:`GridModel`, in the order given.
+
+    Raises:
+        BackretrievalError: no model, an empty or repeated name, an unknown spec, an object
+            without ``encode`` that is not callable (each named).
+    """
+    if isinstance(models, str):
+        raise BackretrievalError(f"models must be a list or a dict of models, got the string {models!r} (use [{models!r}])")
+    if isinstance(models, Mapping):
+        entries = [(_check_name(name), value) for name, value in models.items()]
+    else:
+        entries = []
+        for m in models:
+            if isinstance(m, PythonTextModel):
+                entries.append((m.name, m))
+            elif isinstance(m, str):
+                entries.append((m, m))
+            else:
+                raise BackretrievalError(
+                    f"a list of models holds spec strings or PythonTextModel objects, got {type(m).__name__}; "
+                    "name other objects with a dict: models={'mine': obj, 'use-m': 'use-m'}"
+                )
+    if not entries:
+        raise BackretrievalError("no text model given")
+    out: dict[str, GridModel] = {}
+    for name, value in entries:
+        if name in out:
+            raise BackretrievalError(f"model {name!r} is given twice")
+        if isinstance(value, str):
+            out[name] = GridModel(name, value, get_text_encoder(value))
+        else:
+            out[name] = GridModel(name, None, _object(name, value))
+    return out
