@@ -86,6 +86,7 @@ class SolverStats:
     precond_seconds: float = 0.0
     phi_cg_iterations: int = 0
     phi_warm_columns: int = 0
+    eig_method: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -320,56 +321,76 @@ class Cr5Problem:
     def top_eigenvectors(
         self, rank: int, *, tol: float = 0.1, maxiter: int = 250, seed: int = 0, ncv: int | None = None, progress: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``rank`` eigenpairs of M with ``eigsh`` (eigenvalues descending, vectors K x rank).
+        """Top-``rank`` eigenpairs of M (eigenvalues descending, vectors K x rank).
 
-        With ``progress`` a bar counts the matvecs against ARPACK's first Lanczos factorisation
-        (``ncv`` of them; a restart adds ``ncv - rank``), and a line says when ARPACK computes the
-        Ritz vectors. The matvec inputs and their per-language solutions are kept (float32, at
-        most ``ncv + 1`` of them) for the warm starts of :meth:`embedding`."""
+        First ARPACK's first Lanczos factorisation (``ncv`` vectors, eigsh's default ``2 rank + 1``)
+        by :func:`._cr5_lanczos.lanczos_top`, which is all ARPACK does at Sec. 4.1's tolerance;
+        when a Ritz pair misses ``tol`` there, ``eigsh`` from the same start vector (with its
+        restarts, up to ``maxiter``). With ``progress`` a bar counts the matvecs against the
+        factorisation's ``ncv + 1`` (a restart adds ``ncv - rank``) and says when the Ritz vectors
+        are formed. The matvec inputs and their per-language solutions are kept (float32, at most
+        ``ncv + 1`` of them) for the warm starts of :meth:`embedding`."""
         from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
+
+        from ._cr5_lanczos import lanczos_top
 
         if not 1 <= rank < self.K:
             raise DataError(f"Cr5: rank must be between 1 and the number of training concepts - 1 = {self.K - 1}, got {rank}")
         t0 = time.perf_counter()
         ncv_ = ncv if ncv is not None else min(max(2 * rank + 1, 20), self.K)  # eigsh's default
+        if progress:
+            self.progress = True
         if self.woodbury:
             self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
             self._hist_x = [np.empty((ncv_ + 1, p), dtype=np.float32) for p in self.p]
             self._hist_n = 0
-            if progress:
-                self.progress = True
             k = min(self.deflation, min(self.p) // 8)
             self.say(f"Cr5: preconditioners (Jacobi + top-{k} eigenpairs per language) and w = B^-1 mu...")
             self._map(self.preconditioner, range(len(self.X)))
             self._woodbury_terms()
-        bar = tqdm(total=ncv_, desc=f"Cr5 eigsh (rank {rank}, K {self.K:,})", unit="matvec", disable=not progress,
-                   **self.bar_options)
+
+        def new_bar(what: str):
+            return tqdm(total=ncv_ + 1, desc=f"Cr5 {what} (rank {rank}, K {self.K:,})", unit="matvec", disable=not progress,
+                        **self.bar_options)
+
+        bar = new_bar("Lanczos")
 
         def mv(u: np.ndarray) -> np.ndarray:
             out = self.matvec_M(u)
             if bar.n >= bar.total:  # ARPACK restarted: ncv - rank more per restart
                 bar.total += max(ncv_ - rank, 1)
             bar.update(1)
-            if bar.n == ncv_:
-                bar.set_postfix_str("Lanczos basis complete; ARPACK computes the Ritz vectors", refresh=True)
+            if bar.n == ncv_ + 1:
+                bar.set_postfix_str("basis complete; forming the Ritz vectors", refresh=True)
             return out
 
-        op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
         v0 = np.random.default_rng(seed).standard_normal(self.K)
-        try:
-            vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
+        res = lanczos_top(mv, v0, rank, ncv_, tol) if rank < ncv_ < self.K else None
+        bar.close()
+        if res is not None:
+            vals, vecs = res
             self.stats.eig_converged = rank
-        except ArpackNoConvergence as e:
-            vals, vecs = e.eigenvalues, e.eigenvectors
-            self.stats.eig_converged = len(vals)
-            if len(vals) == 0:
-                raise BackretrievalError(
-                    f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
-                ) from None
-            warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=2)
-        finally:
-            bar.close()
+            self.stats.eig_method = "lanczos"
+        else:
+            self.stats.eig_method = "arpack"
+            self._hist_n = 0
+            self.say(f"Cr5: not every Ritz pair met tol={tol:g} in one factorisation; eigsh (ARPACK, with restarts)...")
+            bar = new_bar("eigsh")
+            op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
+            try:
+                vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
+                self.stats.eig_converged = rank
+            except ArpackNoConvergence as e:
+                vals, vecs = e.eigenvalues, e.eigenvectors
+                self.stats.eig_converged = len(vals)
+                if len(vals) == 0:
+                    raise BackretrievalError(
+                        f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
+                    ) from None
+                warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=2)
+            finally:
+                bar.close()
         order = np.argsort(-vals, kind="stable")
         self.stats.eig_seconds += time.perf_counter() - t0
         return vals[order], vecs[:, order]
