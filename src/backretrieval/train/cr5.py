@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import threading
 import time
 import warnings
@@ -66,6 +67,7 @@ from ..data import Corpus, Dataset
 from ..encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
 from ..encoders.cr5 import Cr5Model
 from ..search import csls_penalty, rank_of_true
+from . import _cr5_cg as _cg
 
 # ====================================================================================== solver
 
@@ -81,6 +83,10 @@ class SolverStats:
     eig_seconds: float = 0.0
     phi_seconds: float = 0.0
     eig_converged: int | None = None
+    precond_seconds: float = 0.0
+    phi_cg_iterations: int = 0
+    phi_warm_columns: int = 0
+    eig_method: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -102,6 +108,8 @@ class Cr5Problem:
     each of its rows. Rows are ordered language by language as given.
     """
 
+    bar_options: dict[str, Any] = {}  # extra tqdm options of the progress bars (tests: draw every update)
+
     def __init__(
         self,
         blocks: Sequence[sp.spmatrix],
@@ -113,6 +121,9 @@ class Cr5Problem:
         cg_maxiter: int = 500,
         woodbury: bool = True,
         n_jobs: int = 1,
+        deflation: int = 16,
+        names: Sequence[str] | None = None,
+        progress: bool = False,
     ) -> None:
         if len(blocks) != len(labels) or not blocks:
             raise DataError("Cr5Problem: one label array per block, at least one block")
@@ -144,6 +155,15 @@ class Cr5Problem:
         self._w: list[np.ndarray] | None = None
         self._c: float | None = None
         self._pool = None
+        self.deflation = max(0, int(deflation))
+        self.names = [str(x) for x in names] if names is not None else [str(i) for i in range(len(self.X))]
+        self.progress = bool(progress)
+        self._pre: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * len(self.X)
+        # history of the eigsh phase (matvec inputs u and the per-language B_l^-1 solutions, float32)
+        # for warm starts of Eq. 14; allocated by top_eigenvectors
+        self._hist_u: np.ndarray | None = None
+        self._hist_x: list[np.ndarray] = []
+        self._hist_n = 0
 
     # ------------------------------------------------------------------ X-hat products
     def xhat_t(self, v: np.ndarray) -> list[np.ndarray]:
@@ -161,12 +181,6 @@ class Cr5Problem:
         return np.concatenate([x @ xl for x, xl in zip(self.X, xs)]) - m
 
     # ------------------------------------------------------------------ solves
-    def _B_op(self, i: int):
-        from scipy.sparse.linalg import LinearOperator
-
-        x, xt, lam = self.X[i], self.XT[i], self.lam
-        return LinearOperator((self.p[i], self.p[i]), matvec=lambda v: xt @ (x @ v) + lam * v, dtype=np.float64)
-
     def _cg(self, op, b: np.ndarray, diag: np.ndarray, tol: float, maxiter: int) -> np.ndarray:
         from scipy.sparse.linalg import LinearOperator, cg
 
@@ -190,11 +204,54 @@ class Cr5Problem:
             self._pool = ThreadPoolExecutor(self.n_jobs)
         return list(self._pool.map(fn, items))
 
+    def say(self, msg: str) -> None:
+        """One line on stderr when progress is on (what runs next)."""
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(msg, file=sys.stderr)
+
+    def preconditioner(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(s, V, f)`` of language ``i`` for :func:`._cr5_cg.pcg`: ``s = diag(B_l)^-1/2`` and the
+        top-k eigenpairs ``theta, V`` of ``S B_l S`` (eigsh, tol 1e-2, fixed start vector) with
+        ``f = 1/theta - 1``; ``k = min(deflation, p_l // 8)`` (0: Jacobi only). On DDTP en/de
+        (lam 1), k = 16 cuts CG from ~18 to ~12 iterations per solve."""
+        pre = self._pre[i]
+        if pre is None:
+            from scipy.sparse.linalg import LinearOperator, eigsh
+
+            t0 = time.perf_counter()
+            s = 1.0 / np.sqrt(self.diag_B[i])
+            p, k = self.p[i], min(self.deflation, self.p[i] // 8)
+            V, f = np.zeros((p, 0)), np.zeros(0)
+            if k >= 1:
+                x, xt, lam = self.X[i], self.XT[i], self.lam
+                op = LinearOperator((p, p), matvec=lambda v: s * (xt @ (x @ (s * v)) + lam * (s * v)), dtype=np.float64)
+                theta, vecs = eigsh(op, k=k, which="LA", tol=1e-2, v0=np.ones(p))
+                if np.all(theta > 0):  # always for a positive definite B_l; otherwise Jacobi only
+                    V, f = np.ascontiguousarray(vecs), 1.0 / theta - 1.0
+            pre = self._pre[i] = (s, V, f)
+            with self._lock:
+                self.stats.precond_seconds += time.perf_counter() - t0
+        return pre
+
+    def _pcg(self, i: int, b: np.ndarray, tol: float, maxiter: int) -> np.ndarray:
+        s, V, f = self.preconditioner(i)
+        x = np.zeros(self.p[i])
+        X = self.X[i]
+        it, ok = _cg.pcg(X.indptr, X.indices, X.data, self.lam, np.ascontiguousarray(b, dtype=np.float64), x, s, V, f, tol, maxiter)
+        with self._lock:
+            self.stats.cg_solves += 1
+            self.stats.cg_iterations += int(it)
+            self.stats.cg_not_converged += int(not ok)
+        return x
+
     def solve_B(self, bs: Sequence[np.ndarray], tol: float | None = None, maxiter: int | None = None) -> list[np.ndarray]:
-        """``B_l^-1 b_l`` for every language: independent preconditioned CG solves."""
+        """``B_l^-1 b_l`` for every language: independent compiled preconditioned CG solves
+        (:mod:`._cr5_cg`; in ``n_jobs`` threads, which the kernels let run in parallel)."""
         tol = self.cg_tol if tol is None else tol
         maxiter = self.cg_maxiter if maxiter is None else maxiter
-        return self._map(lambda i: self._cg(self._B_op(i), bs[i], self.diag_B[i], tol, maxiter), range(len(bs)))
+        return self._map(lambda i: self._pcg(i, bs[i], tol, maxiter), range(len(bs)))
 
     def _woodbury_terms(self) -> tuple[list[np.ndarray], float]:
         if self._w is None:
@@ -215,6 +272,14 @@ class Cr5Problem:
             coef = c * sum(float(wi @ bi) for wi, bi in zip(w, bs))
             return [x + coef * wi for x, wi in zip(xs, w)]
         return self._split(self._solve_A_direct(np.concatenate(bs)))
+
+    def _record(self, u: np.ndarray, xs: Sequence[np.ndarray]) -> None:
+        """Keep ``u`` and ``B_l^-1 b_l(u)`` (float32) while there is room (warm starts of Eq. 14)."""
+        if self._hist_u is not None and self._hist_n < self._hist_u.shape[0]:
+            self._hist_u[self._hist_n] = u
+            for h, x in zip(self._hist_x, xs):
+                h[self._hist_n] = x
+            self._hist_n += 1
 
     def _A_full(self):
         from scipy.sparse.linalg import LinearOperator
@@ -242,97 +307,169 @@ class Cr5Problem:
         u = np.asarray(u, dtype=np.float64).ravel()
         self.stats.matvecs += 1
         b = self.xhat_t(u[self.y])
-        x = self.solve_A(b)
+        if self.woodbury:
+            w, c = self._woodbury_terms()
+            xs = self.solve_B(b)
+            self._record(u, xs)
+            coef = c * sum(float(wi @ bi) for wi, bi in zip(w, b))
+            x = [xi + coef * wi for xi, wi in zip(xs, w)]
+        else:
+            x = self.solve_A(b)
         z = self.xhat(x)
         return np.bincount(self.y, weights=z, minlength=self.K)
 
     def top_eigenvectors(
         self, rank: int, *, tol: float = 0.1, maxiter: int = 250, seed: int = 0, ncv: int | None = None, progress: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``rank`` eigenpairs of M with ``eigsh`` (eigenvalues descending, vectors K x rank)."""
+        """Top-``rank`` eigenpairs of M (eigenvalues descending, vectors K x rank).
+
+        First ARPACK's first Lanczos factorisation (``ncv`` vectors, eigsh's default ``2 rank + 1``)
+        by :func:`._cr5_lanczos.lanczos_top`, which is all ARPACK does at Sec. 4.1's tolerance;
+        when a Ritz pair misses ``tol`` there, ``eigsh`` from the same start vector (with its
+        restarts, up to ``maxiter``). With ``progress`` a bar counts the matvecs against the
+        factorisation's ``ncv + 1`` (a restart adds ``ncv - rank``) and says when the Ritz vectors
+        are formed. The matvec inputs and their per-language solutions are kept (float32, at most
+        ``ncv + 1`` of them) for the warm starts of :meth:`embedding`."""
         from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
+
+        from ._cr5_lanczos import lanczos_top
 
         if not 1 <= rank < self.K:
             raise DataError(f"Cr5: rank must be between 1 and the number of training concepts - 1 = {self.K - 1}, got {rank}")
         t0 = time.perf_counter()
-        bar = tqdm(desc="Cr5 eigsh matvecs", unit="matvec", disable=not progress)
+        ncv_ = ncv if ncv is not None else min(max(2 * rank + 1, 20), self.K)  # eigsh's default
+        if progress:
+            self.progress = True
+        if self.woodbury:
+            self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
+            self._hist_x = [np.empty((ncv_ + 1, p), dtype=np.float32) for p in self.p]
+            self._hist_n = 0
+            k = min(self.deflation, min(self.p) // 8)
+            self.say(f"Cr5: preconditioners (Jacobi + top-{k} eigenpairs per language) and w = B^-1 mu...")
+            self._map(self.preconditioner, range(len(self.X)))
+            self._woodbury_terms()
+
+        def new_bar(what: str):
+            return tqdm(total=ncv_ + 1, desc=f"Cr5 {what} (rank {rank}, K {self.K:,})", unit="matvec", disable=not progress,
+                        **self.bar_options)
+
+        bar = new_bar("Lanczos")
 
         def mv(u: np.ndarray) -> np.ndarray:
             out = self.matvec_M(u)
+            if bar.n >= bar.total:  # ARPACK restarted: ncv - rank more per restart
+                bar.total += max(ncv_ - rank, 1)
             bar.update(1)
+            if bar.n == ncv_ + 1:
+                bar.set_postfix_str("basis complete; forming the Ritz vectors", refresh=True)
             return out
 
-        op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
         v0 = np.random.default_rng(seed).standard_normal(self.K)
-        try:
-            vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
+        res = lanczos_top(mv, v0, rank, ncv_, tol) if rank < ncv_ < self.K else None
+        bar.close()
+        if res is not None:
+            vals, vecs = res
             self.stats.eig_converged = rank
-        except ArpackNoConvergence as e:
-            vals, vecs = e.eigenvalues, e.eigenvectors
-            self.stats.eig_converged = len(vals)
-            if len(vals) == 0:
-                raise BackretrievalError(
-                    f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
-                ) from None
-            warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=2)
-        finally:
-            bar.close()
+            self.stats.eig_method = "lanczos"
+        else:
+            self.stats.eig_method = "arpack"
+            self._hist_n = 0
+            self.say(f"Cr5: not every Ritz pair met tol={tol:g} in one factorisation; eigsh (ARPACK, with restarts)...")
+            bar = new_bar("eigsh")
+            op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
+            try:
+                vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
+                self.stats.eig_converged = rank
+            except ArpackNoConvergence as e:
+                vals, vecs = e.eigenvalues, e.eigenvectors
+                self.stats.eig_converged = len(vals)
+                if len(vals) == 0:
+                    raise BackretrievalError(
+                        f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
+                    ) from None
+                warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=2)
+            finally:
+                bar.close()
         order = np.argsort(-vals, kind="stable")
         self.stats.eig_seconds += time.perf_counter() - t0
         return vals[order], vecs[:, order]
 
     # ------------------------------------------------------------------ Eq. 14 / 15
-    def _block_cg(self, i: int, B: np.ndarray) -> np.ndarray:
-        """``B_l^-1`` applied to every column of ``B`` (column-wise Jacobi PCG, vectorised)."""
-        x, xt, lam = self.X[i], self.XT[i], self.lam
-        dinv = 1.0 / self.diag_B[i]
-        X = np.zeros_like(B)
-        R = B.copy()
-        bnorm = np.linalg.norm(B, axis=0)
-        active = np.flatnonzero(bnorm > 0)
-        Z = R * dinv[:, None]
-        P = Z.copy()
-        rz = np.einsum("ij,ij->j", R, Z)
-        it = 0
-        for it in range(1, self.cg_maxiter + 1):
-            if active.size == 0:
-                it -= 1
-                break
-            Pa = P[:, active]
-            APa = xt @ (x @ Pa) + lam * Pa
-            alpha = rz[active] / np.einsum("ij,ij->j", Pa, APa)
-            X[:, active] += alpha * Pa
-            R[:, active] -= alpha * APa
-            Za = R[:, active] * dinv[:, None]
-            rz_new = np.einsum("ij,ij->j", R[:, active], Za)
-            beta = rz_new / rz[active]
-            P[:, active] = Za + beta * Pa
-            rz[active] = rz_new
-            res = np.linalg.norm(R[:, active], axis=0)
-            active = active[res > self.cg_tol * bnorm[active]]
+    def _cg_rows(self, i: int, Bt: np.ndarray, Xt: np.ndarray) -> None:
+        """:func:`._cr5_cg.pcg` for every row of ``Bt`` (right-hand sides) from the rows of ``Xt``."""
+        s, V, f = self.preconditioner(i)
+        X = self.X[i]
+        its = np.zeros(Bt.shape[0], dtype=np.int64)
+        conv = np.zeros(Bt.shape[0], dtype=np.bool_)
+        _cg.pcg_rows(X.indptr, X.indices, X.data, self.lam, Bt, Xt, s, V, f, self.cg_tol, self.cg_maxiter, its, conv)
         with self._lock:
-            self.stats.cg_solves += B.shape[1]
-            self.stats.cg_iterations += it * B.shape[1]
-            self.stats.cg_not_converged += int(active.size)
-        return X
+            self.stats.cg_solves += Bt.shape[0]
+            self.stats.cg_iterations += int(its.sum())
+            self.stats.phi_cg_iterations += int(its.sum())
+            self.stats.cg_not_converged += int((~conv).sum())
 
-    def solve_A_multi(self, bs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """``(Xc^T Xc + lam I)^-1`` applied to several right-hand sides (columns), per language."""
+    def _warm_coefficients(self, P: np.ndarray) -> np.ndarray | None:
+        """``C`` with ``P ~= U^T C`` over the kept matvec inputs ``U`` (rows): the Ritz vectors lie in
+        the span of ARPACK's orthonormal Lanczos basis, so ``C = U P`` and, by linearity,
+        ``B_l^-1 b_l(P) ~= C^T H_l`` for the kept solutions ``H_l``. A column of P outside that span
+        (its coefficients' norm is not ~1, e.g. after an ARPACK restart overflowed the kept rows)
+        gets ``None``-like zero coefficients: a cold start."""
+        if self._hist_u is None or self._hist_n == 0:
+            return None
+        U = self._hist_u[: self._hist_n]
+        # ARPACK's first matvec is on the unnormalised start vector (to bring it into the range of M):
+        # only the unit-norm Lanczos vectors form the orthonormal basis
+        unit = np.abs(np.linalg.norm(U, axis=1) - 1.0) <= 1e-4
+        C = U @ P.astype(np.float32)  # (m, r)
+        C[~unit] = 0.0
+        ok = np.abs(np.linalg.norm(C, axis=0) - np.linalg.norm(P, axis=0)) <= 1e-3 * np.linalg.norm(P, axis=0)
+        C[:, ~ok] = 0.0
+        self.stats.phi_warm_columns += int(ok.sum())
+        return C
+
+    def solve_A_multi(self, bs: Sequence[np.ndarray], warm: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """``(Xc^T Xc + lam I)^-1`` applied to several right-hand sides (columns), per language.
+
+        Woodbury path: one compiled CG per column and language (columns in ``n_jobs`` threads);
+        ``warm[l]`` (columns, optional) are starting points for ``B_l^-1 b_l``."""
         if not self.woodbury:
             cols = [self._solve_A_direct(np.concatenate([b[:, j] for b in bs])) for j in range(bs[0].shape[1])]
             return self._split(np.stack(cols, axis=1))
         w, c = self._woodbury_terms()
-        xs = self._map(lambda i: self._block_cg(i, bs[i]), range(len(bs)))
+        m = bs[0].shape[1]
+        Bts = [np.ascontiguousarray(b.T) for b in bs]
+        Xts = [np.zeros_like(bt) if warm is None else np.array(warm[i].T, dtype=np.float64, order="C") for i, bt in enumerate(Bts)]
+        step = max(1, -(-m // self.n_jobs))
+        tasks = [(i, j) for i in range(len(bs)) for j in range(0, m, step)]
+        self._map(lambda t: self._cg_rows(t[0], Bts[t[0]][t[1] : t[1] + step], Xts[t[0]][t[1] : t[1] + step]), tasks)
         coef = c * sum(wi @ bi for wi, bi in zip(w, bs))  # (m,)
-        return [x + np.multiply.outer(wi, coef) for x, wi in zip(xs, w)]
+        return [x.T + np.multiply.outer(wi, coef) for x, wi in zip(Xts, w)]
 
     def embedding(self, P: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """``Phi`` with orthonormal rows per language (r x p_l), the singular values of W and
         the (sign-adjusted) eigenvectors ``Q`` of ``Phi* Phi*^T`` (Eq. 15)."""
+        from tqdm.auto import tqdm
+
         t0 = time.perf_counter()
-        R = P[self.y]  # Y P  (n x r)
-        Zs = self.solve_A_multi(self.xhat_t(R))  # Phi*^T per language (p_l x r)
+        r = P.shape[1]
+        C = self._warm_coefficients(P) if self.woodbury else None
+        m = self._hist_n
+        Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
+        chunk = max(8, 8 * self.n_jobs)
+        self.say(f"Cr5: solving Eq. 14 for {'+'.join(self.names)} ({r} right-hand sides each, {chunk} at a time, "
+                 f"{'warm-started from the eigsh solves' if C is not None else 'cold start'})...")
+        bar = tqdm(total=r, desc="Cr5 Eq. 14", unit="rhs", disable=not self.progress, **self.bar_options)
+        for j0 in range(0, r, chunk):
+            cols = slice(j0, min(r, j0 + chunk))
+            bs = self.xhat_t(P[self.y, cols])  # Xc^T Y P, these columns
+            warm = None if C is None else [(C[:, cols].T @ h[:m]).T for h in self._hist_x]
+            for z, x in zip(Zs, self.solve_A_multi(bs, warm)):
+                z[:, cols] = x
+            bar.update(cols.stop - cols.start)
+        bar.close()
+        self._hist_u, self._hist_x = None, []  # free the eigsh history
+        self.say("Cr5: Eq. 15 (eigendecomposition of Phi* Phi*^T, orthonormal Phi)...")
         G = sum(z.T @ z for z in Zs)  # Phi* Phi*^T
         lam_, Q = np.linalg.eigh(G)
         order = np.argsort(-lam_, kind="stable")
@@ -340,12 +477,21 @@ class Cr5Problem:
         if lam_[-1] <= 0:
             raise BackretrievalError("Cr5: Phi* is rank deficient (an eigenvalue of Phi* Phi*^T is not positive)")
         T = Q / np.sqrt(lam_)  # (r x r): Phi = T^T Phi*
-        phis = [(z @ T).T for z in Zs]
-        # sign convention: the largest-magnitude entry of each row is positive
-        full = np.concatenate(phis, axis=1)
-        sign = np.sign(full[np.arange(full.shape[0]), np.argmax(np.abs(full), axis=1)])
+        phis = []
+        for i in range(len(Zs)):  # one language at a time: Phi*^T is freed as Phi is made
+            phis.append(np.ascontiguousarray((Zs[i] @ T).T))
+            Zs[i] = None
+        # sign convention: the largest-magnitude entry of each row (over all languages; the first
+        # one on ties) is positive
+        best, val = np.full(r, -1.0), np.zeros(r)
+        for ph in phis:
+            v = ph[np.arange(r), np.argmax(np.abs(ph), axis=1)]
+            better = np.abs(v) > best
+            best[better], val[better] = np.abs(v[better]), v[better]
+        sign = np.sign(val)
         sign[sign == 0] = 1.0
-        phis = [ph * sign[:, None] for ph in phis]
+        for ph in phis:
+            ph *= sign[:, None]
         self.stats.phi_seconds += time.perf_counter() - t0
         return phis, np.sqrt(lam_), Q * sign
 
@@ -383,8 +529,15 @@ def solve(
     seed: int = 0,
     n_jobs: int = 1,
     progress: bool = False,
+    names: Sequence[str] | None = None,
+    deflation: int = 16,
 ) -> Cr5Solution:
-    """Cr5's reduced-rank ridge regression (Eq. 8) by the iterative route of Sec. 3.2 / 5."""
+    """Cr5's reduced-rank ridge regression (Eq. 8) by the iterative route of Sec. 3.2 / 5.
+
+    ``n_jobs`` threads run the independent per-language (and Eq. 14 per-column) CG solves; BLAS is
+    held to one thread and every kernel sums in a fixed order, so the result is the same bits for
+    any ``n_jobs`` and any BLAS thread setting. ``names`` (the languages) only label progress;
+    ``deflation`` is the rank of the preconditioner's spectral correction (0: Jacobi only)."""
     try:  # installed with scikit-learn
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -393,12 +546,14 @@ def solve(
         def threadpool_limits(_n: int) -> contextlib.AbstractContextManager:  # type: ignore[misc]
             return contextlib.nullcontext()
 
-    prob = Cr5Problem(blocks, labels, n_classes, lam, cg_tol=cg_tol, cg_maxiter=cg_maxiter, woodbury=woodbury, n_jobs=n_jobs)
+    prob = Cr5Problem(blocks, labels, n_classes, lam, cg_tol=cg_tol, cg_maxiter=cg_maxiter, woodbury=woodbury, n_jobs=n_jobs,
+                      deflation=deflation, names=names, progress=progress)
     try:
-        # BLAS threads only slow down the many small vector operations of CG
+        # one BLAS thread: the same bits whatever the thread settings (and BLAS threads only slow
+        # down the many small vector operations of CG)
         with threadpool_limits(1):
             vals, P = prob.top_eigenvectors(rank, tol=eig_tol, maxiter=eig_maxiter, seed=seed, progress=progress)
-        phis, sv, Q = prob.embedding(P)
+            phis, sv, Q = prob.embedding(P)
     finally:
         prob.close()
     return Cr5Solution(phis, sv, vals, (P @ Q) * sv, prob.stats)
@@ -558,6 +713,7 @@ class Cr5:
             seed=int(self.seed),
             n_jobs=int(self.n_jobs),
             progress=bool(self.progress),
+            names=langs,
         )
         self.languages_ = langs
         self.vocabulary_ = vocab

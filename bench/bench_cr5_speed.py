@@ -1,0 +1,187 @@
+"""Cr5 solver speed (issue #19): today's ``solve`` against the one of commit ac498f6 (the solver
+before issue #19, loaded from git into a temporary module -- no copy of old code lives in the
+repository), on the three configurations the issue compares with the original authors' code.
+
+Each (configuration, solver) runs in a fresh child process: DDTP loaded, the concept split of
+``bench_cr5.py`` (seed 0), joint training data, ``Cr5(rank, lam=1).fit`` (Sec. 4.1 tolerances:
+CG rtol 0.01 / maxiter 500, eigsh tol 0.1) with the module's ``solve`` swapped for the solver
+under test, then the held-out test P@1. Reported per run: the solve's wall and CPU time (the
+preprocessing is identical for both and timed apart), the peak RSS of the solve above the RSS at
+its start (the input matrices are already in memory; the peak is reset through
+``/proc/self/clear_refs`` just before the solve), and the mean cosine P@1 over the pairs'
+directions. The original's figures are quoted from issue #19 as the anchor (same data, 2-core
+machine, measured there, not here).
+
+    BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py [--repeats 1] [--n-jobs 1,2]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+OLD_COMMIT = "ac498f6"
+CONFIGS = [("en,de", 100), ("en,de", 300), ("en,de,fr,it", 100)]
+# issue #19: the original Cr5 code (MKL 1 thread) and the project at ac498f6, same inputs, 2 cores
+ORIGINAL = {
+    ("en,de", 100): ("61.7-76.6 (40.2-42.8)", 197, "40.3-43.2 (25.2-26.8)", 258),
+    ("en,de", 300): ("129.7-183.7 (128.3-133.8)", 369, "99.5-143.6 (90.1-93.4)", 569),
+    ("en,de,fr,it", 100): ("564.9 (403.2)", 530, "109.0 (106.2)", 656),
+}
+
+
+def _rss_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _old_solve():
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "show", f"{OLD_COMMIT}:src/backretrieval/train/cr5.py"], cwd=root, capture_output=True,
+                         text=True, check=True).stdout
+    tmp = Path(tempfile.mkdtemp(prefix="cr5-old-")) / "_cr5_old.py"
+    tmp.write_text(src, encoding="utf-8")
+    import backretrieval.train  # noqa: F401  (the parent package of the temporary module)
+
+    spec = importlib.util.spec_from_file_location("backretrieval.train._cr5_old", tmp)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+
+    def solve(*a, names=None, deflation=None, **kw):  # the old signature lacks the new keywords
+        return mod.solve(*a, **kw)
+
+    return solve
+
+
+def child(args: argparse.Namespace) -> dict:
+    import backretrieval.train.cr5 as cr5
+    from backretrieval.data import load_dataset
+
+    langs = args.langs.split(",")
+    ds = load_dataset("ddtp", langs=langs)
+    pairs = [(langs[0], lang) for lang in langs[1:]]
+    split = cr5.make_split(ds, pairs, seed=0)
+    train = cr5.training_corpora(ds, split, "joint")
+    inner = _old_solve() if args.solver == "old" else cr5.solve
+    m: dict = {}
+
+    def timed_solve(*a, **kw):
+        m["rss_start"] = _rss_mib("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS (VmHWM) to the current RSS
+        t, c = time.perf_counter(), time.process_time()
+        out = inner(*a, **kw)
+        m["solve_s"], m["solve_cpu_s"] = time.perf_counter() - t, time.process_time() - c
+        m["peak"] = _rss_mib("VmHWM")
+        return out
+
+    cr5.solve = timed_solve
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    model = cr5.Cr5(rank=args.rank, lam=1.0, n_jobs=args.n_jobs).fit(train)
+    fit_s = time.perf_counter() - t0
+    load1 = os.getloadavg()[0]
+    recs = cr5.evaluate_retrieval(model.transform, ds, split, pairs, sims=("cosine",))
+    return {
+        "solve_s": round(m["solve_s"], 1), "solve_cpu_s": round(m["solve_cpu_s"], 1), "fit_s": round(fit_s, 1),
+        "rss_start_mib": round(m["rss_start"]), "peak_mib": round(m["peak"]), "above_mib": round(m["peak"] - m["rss_start"]),
+        "p1": round(100 * sum(r["p@1"] for r in recs) / len(recs), 2), "stats": model.stats_,
+        "load": [round(load0, 1), round(load1, 1)], "maxrss_process_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=1, help="Runs per (configuration, solver); min and max are shown.")
+    ap.add_argument("--n-jobs", default="1", help="Comma-separated n_jobs values for the new solver (the old one runs with 1).")
+    ap.add_argument("--configs", default=";".join(f"{langs}:{r}" for langs, r in CONFIGS),
+                    help="Semicolon-separated LANGS:RANK (default: the three of issue #19).")
+    ap.add_argument("--no-write", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--langs", help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--solver", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        args.n_jobs = int(args.n_jobs)
+        print(json.dumps(child(args)))
+        return
+    configs = [(c.split(":")[0], int(c.split(":")[1])) for c in args.configs.split(";") if c]
+    variants = [("old", 1)] + [("new", int(j)) for j in args.n_jobs.split(",")]
+    results: dict = {}
+    for langs, rank in configs:
+        for rep in range(args.repeats):
+            for solver, n_jobs in variants:  # interleaved: old and new see the same machine load
+                cmd = [sys.executable, __file__, "--child", "--langs", langs, "--rank", str(rank), "--solver", solver,
+                       "--n-jobs", str(n_jobs)]
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode != 0:
+                    sys.exit(out.stderr[-4000:])
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                print(langs, rank, solver, n_jobs, json.dumps(r), file=sys.stderr, flush=True)
+                results.setdefault((langs, rank, solver, n_jobs), []).append(r)
+    from _md import machine, write_section
+
+    def rng(vals, fmt="{:.1f}"):
+        lo, hi = min(vals), max(vals)
+        return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+    cmdline = "BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py"
+    if args.repeats != 1 or args.n_jobs != "1":
+        cmdline += f" --repeats {args.repeats} --n-jobs {args.n_jobs}"
+    loads = [x for rs in results.values() for r in rs for x in r["load"]]
+    lines = [
+        "## Cr5 solver: today's `solve` vs the one before issue #19 (DDTP, lambda 1, Sec. 4.1 tolerances)",
+        "",
+        f"Command: `{cmdline}`. Machine: {machine()}.",
+        f"Load average (1 min) during the runs: {min(loads)}-{max(loads)} (the machine is shared; wall times are "
+        "inflated by other processes, CPU times much less). Old = `solve` of commit "
+        f"{OLD_COMMIT} loaded from git; both in fresh child processes, interleaved, {args.repeats} run(s) each.",
+        "",
+        "| config | solver | n_jobs | solve wall s | solve CPU s | speed-up wall (CPU) vs old | peak RSS above start MiB "
+        "(start) | mean cosine P@1 | CG iterations (Eq. 14 part) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for langs, rank in configs:
+        old = results[(langs, rank, "old", 1)]
+        ow = min(r["solve_s"] for r in old)
+        oc = min(r["solve_cpu_s"] for r in old)
+        for solver, n_jobs in variants:
+            rs = results[(langs, rank, solver, n_jobs)]
+            w = min(r["solve_s"] for r in rs)
+            c = min(r["solve_cpu_s"] for r in rs)
+            s = rs[0]["stats"]
+            its = f"{s['cg_iterations']:,}" + (f" ({s['phi_cg_iterations']:,})" if "phi_cg_iterations" in s else "")
+            lines.append(
+                f"| {langs} r{rank} | {solver} | {n_jobs} | {rng([r['solve_s'] for r in rs])} | {rng([r['solve_cpu_s'] for r in rs])} | "
+                f"{ow / w:.2f}x ({oc / c:.2f}x) | {rng([r['above_mib'] for r in rs], '{:.0f}')} ({rs[0]['rss_start_mib']}) | "
+                f"{rng([r['p1'] for r in rs], '{:.2f}')} | {its} |")
+    lines += [
+        "",
+        "Anchor, quoted from issue #19 (not measured here): fit s (CPU s) and peak RSS of the whole process.",
+        "",
+        "| config | original Cr5 code | peak RSS MiB | project at ac498f6 | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for (langs, rank), (o, orss, p, prss) in ORIGINAL.items():
+        lines.append(f"| {langs} r{rank} | {o} | {orss} | {p} | {prss} |")
+    text = "\n".join(lines)
+    if args.no_write:
+        print(text)
+    else:
+        write_section("cr5-speed", text)
+
+
+if __name__ == "__main__":
+    main()
