@@ -156,20 +156,26 @@ def blas_threads() -> int:
     return max((int(i.get("num_threads") or 1) for i in threadpool_info() if i.get("user_api") == "blas"), default=1)
 
 
-def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None) -> list:
-    """``[fn(rows) for rows in blocks]`` over row blocks of an (n_rows, n_cols) score matrix.
+def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None):
+    """``fn(rows)`` for each row block of an (n_rows, n_cols) score matrix, yielded in block order.
 
     With several BLAS threads and enough work, the blocks run in that many Python threads, each
     with single-threaded BLAS: one thread's counting overlaps the other's product, and a block is
     counted while it is still in cache. The memory budget ``block_bytes`` is shared by the
     threads. Results come back in block order; the kernels add integers, so which thread ran a
-    block never changes a number."""
+    block never changes a number. At most ``2 * threads`` blocks are in flight and each result is
+    dropped once the caller has consumed it, so memory does not grow with the number of blocks
+    (a block's result may hold an array of n_cols counts: at N = 100,000 and 20-row blocks,
+    keeping them all would cost 4 GB)."""
     budget = default_block_bytes() if block_bytes is None else int(block_bytes)
     threads = 1
     if float(n_rows) * n_cols * d >= PARALLEL_MIN_WORK:
         threads = min(blas_threads(), max(1, n_rows // 2))
     if threads <= 1:
-        return [fn(rows) for rows in _blocks(n_rows, block_rows(n_cols, budget))]
+        for rows in _blocks(n_rows, block_rows(n_cols, budget)):
+            yield fn(rows)
+        return
+    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     from threadpoolctl import threadpool_limits
@@ -177,7 +183,17 @@ def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None) -
     per_thread = max(1, min(budget // threads, PARALLEL_BLOCK_BYTES))
     step = block_rows(n_cols, per_thread)
     with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(fn, _blocks(n_rows, step)))
+        pending: deque = deque()
+        try:
+            for rows in _blocks(n_rows, step):
+                pending.append(pool.submit(fn, rows))
+                if len(pending) >= 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 def topk(
