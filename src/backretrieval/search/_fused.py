@@ -22,6 +22,9 @@ from numba import njit
 _opts = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_model="numpy")
 
 
+BOTH_WAYS_TILE = 4096  # columns per tile: the tile's column counts and windows stay in L1/L2 while the block's rows pass
+
+
 @njit(**_opts)
 def both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover - compiled
     """Rows ``r0 .. r0+len(S)-1`` of an aligned (square) score matrix. ``lo[g]``/``hi[g]`` is the
@@ -29,47 +32,58 @@ def both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover 
 
     Writes ``cnt_r[i]`` (row r0+i: scores certainly above its window, its own diagonal counted
     once) and ``cnt_c[j]`` (the same for column j within this block). Lists (row, column) of the
-    in-window scores of rows in ``ri``/``rj`` and of columns in ``ci``/``cj``. Returns the two
-    numbers of listed positions."""
+    in-window scores of rows in ``ri``/``rj`` and of columns in ``ci``/``cj`` (in tile order; the
+    callers add integers, so the order never matters). Returns the two numbers of listed positions.
+
+    The columns are visited in tiles of ``BOTH_WAYS_TILE``, all rows of the block per tile, so a
+    tile's ``cnt_c``, ``lo`` and ``hi`` stay in cache while the rows pass (one pass over all n
+    columns per row would stream them from memory once per row when n is large)."""
     rb, n = S.shape
-    nw = (n + 7) // 8
-    mark = np.zeros(nw * 8, dtype=np.uint8)  # per column of the current row: 1 row window, 2 column window
+    tile = BOTH_WAYS_TILE
+    mark = np.zeros(tile, dtype=np.uint8)  # per column of the current row's tile: 1 row window, 2 column window
     words = mark.view(np.uint64)
     nr = 0
     nc = 0
     for j in range(n):
         cnt_c[j] = 0
     for i in range(rb):
-        g = r0 + i
-        lr = lo[g]
-        hr = hi[g]
-        a = 0
-        for j in range(n):
-            v = S[i, j]
-            a += 1 if v > hr else 0
-            cnt_c[j] += 1 if v > hi[j] else 0
-            mark[j] = (1 if (v >= lr and v <= hr) else 0) | (2 if (v >= lo[j] and v <= hi[j]) else 0)
-        if g < n:  # the diagonal: its row's and its column's own item counts exactly once
-            above = 1 if S[i, g] > hr else 0
-            a += 1 - above
-            cnt_c[g] += 1 - above
-            mark[g] = 0
-        cnt_r[i] = a
-        for w in range(nw):
-            if words[w] == 0:
-                continue
-            for j in range(w * 8, w * 8 + 8):
-                m = mark[j]
-                if m & 1:
-                    if nr < ri.shape[0]:
-                        ri[nr] = g
-                        rj[nr] = j
-                    nr += 1
-                if m & 2:
-                    if nc < ci.shape[0]:
-                        ci[nc] = g
-                        cj[nc] = j
-                    nc += 1
+        cnt_r[i] = 0
+    for c0 in range(0, n, tile):
+        c1 = min(n, c0 + tile)
+        w1 = (c1 - c0 + 7) // 8
+        for j in range(c1 - c0, w1 * 8):
+            mark[j] = 0
+        for i in range(rb):
+            g = r0 + i
+            lr = lo[g]
+            hr = hi[g]
+            a = 0
+            for j in range(c0, c1):
+                v = S[i, j]
+                a += 1 if v > hr else 0
+                cnt_c[j] += 1 if v > hi[j] else 0
+                mark[j - c0] = (1 if (v >= lr and v <= hr) else 0) | (2 if (v >= lo[j] and v <= hi[j]) else 0)
+            if c0 <= g < c1:  # the diagonal: its row's and its column's own item counts exactly once
+                above = 1 if S[i, g] > hr else 0
+                a += 1 - above
+                cnt_c[g] += 1 - above
+                mark[g - c0] = 0
+            cnt_r[i] += a
+            for w in range(w1):
+                if words[w] == 0:
+                    continue
+                for jj in range(w * 8, w * 8 + 8):
+                    m = mark[jj]
+                    if m & 1:
+                        if nr < ri.shape[0]:
+                            ri[nr] = g
+                            rj[nr] = c0 + jj
+                        nr += 1
+                    if m & 2:
+                        if nc < ci.shape[0]:
+                            ci[nc] = g
+                            cj[nc] = c0 + jj
+                        nc += 1
     return nr, nc
 
 

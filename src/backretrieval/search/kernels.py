@@ -132,21 +132,25 @@ def _as_f32(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _listed(call, cap: int, n_lists: int):
-    """Run a kernel that lists positions into ``n_lists`` pairs of int64 buffers of length ``cap``,
-    enlarging them and calling again while it found more than fit. Returns the buffers trimmed to
-    what was found, and the final capacity (to start the next block with)."""
+def _listed(call, rows: int, rate: list, n_lists: int):
+    """Run a kernel that lists positions into ``n_lists`` pairs of int64 buffers, enlarging them and
+    calling again while it found more than fit. The buffers start at ``rate[0] * rows + 256``;
+    ``rate`` (one float per search, shared by its blocks and threads) learns the listed positions
+    per row, so later blocks of a search whose windows are crowded do not run the kernel twice.
+    Returns the buffers trimmed to what was found (which never depends on ``rate``)."""
+    cap = int(rate[0] * rows) + 256
     while True:
         bufs = [np.empty(cap, dtype=np.int64) for _ in range(2 * n_lists)]
         found = call(*bufs)
         found = (found,) if np.ndim(found) == 0 else tuple(found)
         if max(found) <= cap:
-            return [(bufs[2 * k][: found[k]], bufs[2 * k + 1][: found[k]]) for k in range(n_lists)], cap
+            rate[0] = max(rate[0], 1.25 * max(found) / max(rows, 1))
+            return [(bufs[2 * k][: found[k]], bufs[2 * k + 1][: found[k]]) for k in range(n_lists)]
         cap = int(max(found) * 1.25) + 16
 
 
 PARALLEL_MIN_WORK = 2e7  # multiply-adds below which a search runs in the calling thread only
-PARALLEL_BLOCK_BYTES = 8 * 2**20  # score block per thread when blocks run in threads (stays in cache)
+PARALLEL_BLOCK_BYTES = 32 * 2**20  # score block per thread when blocks run in threads (counting kernels tile columns for the cache; larger blocks keep BLAS efficient at large N)
 
 
 def blas_threads() -> int:
@@ -279,12 +283,14 @@ def rank_of_true(
     lo, hi = _window(t, fast.tau)
     ranks = np.empty(n_q, dtype=np.int64)
 
+    rate = [4.0]  # listed positions per row, learnt across blocks (see _listed)
+
     def block(rows):
         s = fast.block(rows)
         cnt = np.empty(s.shape[0], np.int64)
-        ((p, j),), _ = _listed(
+        ((p, j),) = _listed(
             lambda *b: _fused.rows_against(s, np.arange(s.shape[0]), true_idx[rows], lo[rows], hi[rows], cnt, *b),
-            4 * s.shape[0] + 256, 1)
+            s.shape[0], rate, 1)
         return rows, cnt, p + rows.start, j
 
     pend_q, pend_j = [], []
@@ -325,11 +331,13 @@ def ranks_both_ways(
     fwd = np.empty(n, dtype=np.int64)
     bwd = np.zeros(n, dtype=np.int64)
 
+    rate = [4.0]  # listed positions per row, learnt across blocks (see _listed)
+
     def block(rows):
         s = fast.block(rows)
         cnt_r = np.empty(s.shape[0], np.int64)
         cnt_c = np.empty(n, np.int64)
-        lists, _ = _listed(lambda *b: _fused.both_ways(s, rows.start, lo, hi, cnt_r, cnt_c, *b), 4 * s.shape[0] + 256, 2)
+        lists = _listed(lambda *b: _fused.both_ways(s, rows.start, lo, hi, cnt_r, cnt_c, *b), s.shape[0], rate, 2)
         return rows, cnt_r, cnt_c, lists
 
     rows_q, rows_j, cols_q, cols_j = [], [], [], []
@@ -370,12 +378,14 @@ def nearest_with_ties(
     width = np.float32(2.0 * fast.tau + 4.0 * U32 * (mag + 1.0))
     counts = np.empty(n_q, dtype=np.int64)
 
+    rate = [2.0]  # listed positions per row, learnt across blocks (see _listed)
+
     def block(rows):
         s = fast.block(rows)
         nb = s.shape[0]
         arg = np.empty(nb, np.int64)
         within = np.empty(nb, np.int64)
-        ((ci, cj),), _ = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), 2 * nb + 256, 1)
+        ((ci, cj),) = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), nb, rate, 1)
         return rows, arg, ci, cj
 
     chunks: list[np.ndarray] = []
@@ -429,6 +439,8 @@ def ranks_against_rows(
     ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
+    rate = [4.0]  # listed positions per row, learnt across blocks (see _listed)
+
     def block(rows):
         lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
         if lo_p == hi_p:
@@ -441,7 +453,7 @@ def ranks_against_rows(
         t = pair_scores(R, X, local, q)
         lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
         cnt = np.empty(p.size, np.int64)
-        ((pp, j),), _ = _listed(lambda *b: _fused.rows_against(g, local, q, lo, hi, cnt, *b), 4 * p.size + 256, 1)
+        ((pp, j),) = _listed(lambda *b: _fused.rows_against(g, local, q, lo, hi, cnt, *b), p.size, rate, 1)
         if pp.size:  # in-window: decide on canonical scores
             np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j) >= t[pp]).astype(np.int64))
         return p, cnt
