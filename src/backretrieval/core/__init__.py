@@ -4,7 +4,7 @@ Every other layer may import from here; this package imports nothing from the pr
 """
 from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
 from .rows import normalize_rows
-from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default
+from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default, json_ready
 
 __all__ = [
     "BackretrievalError",
@@ -18,5 +18,6 @@ __all__ = [
     "cache_dir",
     "content_hash",
     "json_default",
+    "json_ready",
     "normalize_rows",
 ]

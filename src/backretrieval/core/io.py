@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -195,3 +196,17 @@ def json_default(o: object) -> object:
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def json_ready(x: Any) -> Any:
+    """A copy of ``x`` that :func:`json.dumps` writes as strict JSON: dicts and lists/tuples
+    recursively, numpy scalars as Python values, NaN as ``None`` (null)."""
+    if isinstance(x, dict):
+        return {k: json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_ready(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if hasattr(x, "item"):  # numpy scalars
+        return json_ready(x.item())
+    return x

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import shlex
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,7 +26,7 @@ import pandas as pd
 from ..analysis.compare import Comparison, compare, counterpart, has_metric, pairwise, wins
 from ..analysis.evaluate import EvalResult, slug
 from ..analysis.stats import correlations
-from ..core import atomic_write_text
+from ..core import atomic_write_text, json_ready
 from ..core.env import environment
 from . import compare_figures as F
 from .html import img_tag, page
@@ -200,22 +199,10 @@ def write_compare_report(comparisons: Comparison | Sequence[Comparison], result:
     if len(blocks) > 1 and blocks[1][0].metric.startswith("xlr"):  # the ranked metric against the ground truth
         agree = agreement(blocks[0][0], blocks[0][2], blocks[1][0], blocks[1][2])
         doc["agreement"] = {"metric": blocks[0][0].metric, "truth": blocks[1][0].metric, "per_pair": agree}
-    atomic_write_text(out / "report.json", json.dumps(_clean(doc), indent=1))
+    atomic_write_text(out / "report.json", json.dumps(json_ready(doc), indent=1))
     path = out / "report.html"
     atomic_write_text(path, _html(blocks, result, command, n_seeds, agree))
     return path
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if hasattr(x, "item"):  # numpy scalars
-        return _clean(x.item())
-    return x
 
 
 def _e(x: Any) -> str:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +10,8 @@ import pandas as pd
 from ..analysis.evaluate import pair_labels, slug, summarize, write_results
 from ..analysis.meta import MetaResult
 from ..analysis.models import model_names
-from ..core import atomic_write_text
+from ..core import atomic_write_text, json_ready
 from .table import format_meta_table, format_summary
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    return x
 
 
 def _df_md(df: pd.DataFrame, digits: int = 3) -> str:
@@ -97,7 +86,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     md = "\n".join(parts)
     if figures:  # first: a failure here leaves no meta.json / meta.md that look complete
         _figures_and_html(res, cfg, out, md)
-    atomic_write_text(out / "meta.json", json.dumps(_clean(doc), indent=1))
+    atomic_write_text(out / "meta.json", json.dumps(json_ready(doc), indent=1))
     atomic_write_text(out / "meta.md", md + "\n")
     return md
 
