@@ -7,11 +7,11 @@ it counts the scores *certainly* above the window (``> hi``) and lists the posit
 scores *inside* it, which the caller re-decides on canonical scores (:mod:`.exact`). The true
 item's own position is never listed: it counts once, since an item is as good as itself.
 
-A row is read twice only when it has something in a window: the first loop has no
-data-dependent branches (LLVM vectorises it), the second, on the row still in cache, lists
-positions. Positions go to caller-given buffers; a kernel returns how many it found, and when
-that exceeds a buffer's length the caller enlarges it and calls again (the counts are rewritten,
-not accumulated, so a repeated call is harmless). Counts are integers: the order in which blocks,
+A row is read twice only when it has something in a window: the first loop only counts, with
+no data-dependent branch (LLVM vectorises it: the counts are int32 compare-and-add), the second,
+on the row still in cache, lists positions. Positions go to caller-given buffers; a kernel
+returns how many it found, and when that exceeds a buffer's length the caller enlarges it and
+calls again (the counts are rewritten, not accumulated, so a repeated call is harmless). Counts are integers: the order in which blocks,
 threads or processes add them up does not matter.
 """
 from __future__ import annotations
@@ -23,6 +23,35 @@ _opts = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_mo
 
 
 BOTH_WAYS_TILE = 4096  # columns per tile: the tile's column counts and windows stay in L1/L2 while the block's rows pass
+MAX_LANES = 16  # partial maxima per row in row_max_candidates (one AVX-512 / two AVX2 registers)
+
+
+@njit(inline="always", **_opts)
+def _count_row(row, lr, hr):  # pragma: no cover - compiled
+    """(#{j: row[j] > hr}, #{j: row[j] >= lr}): the scores above a window and those at or above
+    its lower end; their difference is the number inside it. Branch-free: LLVM vectorises it."""
+    a = 0
+    aw = 0
+    for j in range(row.shape[0]):
+        v = row[j]
+        a += np.int32(v > hr)
+        aw += np.int32(v >= lr)
+    return a, aw
+
+
+@njit(inline="always", **_opts)
+def _count_row_and_columns(row, lr, hr, lo, hi, cc, cw):  # pragma: no cover - compiled
+    """:func:`_count_row` for the row's window, and per column j the same two counts against
+    column j's window, added into ``cc[j]`` (> hi[j]) and ``cw[j]`` (>= lo[j])."""
+    a = 0
+    aw = 0
+    for j in range(row.shape[0]):
+        v = row[j]
+        a += np.int32(v > hr)
+        aw += np.int32(v >= lr)
+        cc[j] += np.int32(v > hi[j])
+        cw[j] += np.int32(v >= lo[j])
+    return a, aw
 
 
 @njit(**_opts)
@@ -32,57 +61,68 @@ def both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover 
 
     Writes ``cnt_r[i]`` (row r0+i: scores certainly above its window, its own diagonal counted
     once) and ``cnt_c[j]`` (the same for column j within this block). Lists (row, column) of the
-    in-window scores of rows in ``ri``/``rj`` and of columns in ``ci``/``cj`` (in tile order; the
-    callers add integers, so the order never matters). Returns the two numbers of listed positions.
+    in-window scores of rows in ``ri``/``rj`` and of columns in ``ci``/``cj`` (the callers add
+    integers, so the order never matters). Returns the two numbers of listed positions.
 
     The columns are visited in tiles of ``BOTH_WAYS_TILE``, all rows of the block per tile, so a
-    tile's ``cnt_c``, ``lo`` and ``hi`` stay in cache while the rows pass (one pass over all n
-    columns per row would stream them from memory once per row when n is large)."""
+    tile's counters and windows stay in cache while the rows pass. The pass over the scores only
+    counts, with no data-dependent branch (vectorised): per row the scores ``> hi`` and ``>= lo``
+    of its window, per column the same in int32 tile counters. The differences are the in-window
+    counts; only a row (or a column of the tile) with something in its window besides its own
+    diagonal is read again to list positions -- rarely, since windows are a few ulps wide."""
     rb, n = S.shape
     tile = BOTH_WAYS_TILE
-    mark = np.zeros(tile, dtype=np.uint8)  # per column of the current row's tile: 1 row window, 2 column window
-    words = mark.view(np.uint64)
+    cc = np.zeros(tile, dtype=np.int32)
+    cw = np.zeros(tile, dtype=np.int32)
     nr = 0
     nc = 0
-    for j in range(n):
-        cnt_c[j] = 0
     for i in range(rb):
         cnt_r[i] = 0
     for c0 in range(0, n, tile):
         c1 = min(n, c0 + tile)
-        w1 = (c1 - c0 + 7) // 8
-        for j in range(c1 - c0, w1 * 8):
-            mark[j] = 0
+        m = c1 - c0
+        cc[:m] = 0
+        cw[:m] = 0
+        lo_t = lo[c0:c1]
+        hi_t = hi[c0:c1]
+        cc_t = cc[:m]
+        cw_t = cw[:m]
         for i in range(rb):
             g = r0 + i
             lr = lo[g]
             hr = hi[g]
-            a = 0
-            for j in range(c0, c1):
-                v = S[i, j]
-                a += 1 if v > hr else 0
-                cnt_c[j] += 1 if v > hi[j] else 0
-                mark[j - c0] = (1 if (v >= lr and v <= hr) else 0) | (2 if (v >= lo[j] and v <= hi[j]) else 0)
-            if c0 <= g < c1:  # the diagonal: its row's and its column's own item counts exactly once
-                above = 1 if S[i, g] > hr else 0
-                a += 1 - above
-                cnt_c[g] += 1 - above
-                mark[g - c0] = 0
+            a, aw = _count_row_and_columns(S[i, c0:c1], lr, hr, lo_t, hi_t, cc_t, cw_t)
+            inside = aw - a
+            if c0 <= g < c1:  # the diagonal: the row's own item counts exactly once, is never listed
+                v = S[i, g]
+                a += 1 - (1 if v > hr else 0)
+                inside -= 1 if (v >= lr and v <= hr) else 0
             cnt_r[i] += a
-            for w in range(w1):
-                if words[w] == 0:
-                    continue
-                for jj in range(w * 8, w * 8 + 8):
-                    m = mark[jj]
-                    if m & 1:
+            if inside > 0:
+                for j in range(c0, c1):
+                    v = S[i, j]
+                    if v >= lr and v <= hr and j != g:
                         if nr < ri.shape[0]:
                             ri[nr] = g
-                            rj[nr] = c0 + jj
+                            rj[nr] = j
                         nr += 1
-                    if m & 2:
+        for j in range(m):
+            cnt_c[c0 + j] = cc[j]
+        for g in range(max(r0, c0), min(r0 + rb, c1)):  # diagonal entries of this block and tile
+            v = S[g - r0, g]
+            cnt_c[g] += 1 - (1 if v > hi[g] else 0)
+            cw[g - c0] -= 1 if (v >= lo[g] and v <= hi[g]) else 0
+        for j in range(m):
+            if cw[j] > cc[j]:  # a score of this block inside column c0+j's window
+                col = c0 + j
+                lc = lo[col]
+                hc = hi[col]
+                for i in range(rb):
+                    v = S[i, col]
+                    if v >= lc and v <= hc and r0 + i != col:
                         if nc < ci.shape[0]:
-                            ci[nc] = g
-                            cj[nc] = c0 + jj
+                            ci[nc] = r0 + i
+                            cj[nc] = col
                         nc += 1
     return nr, nc
 
@@ -91,35 +131,50 @@ def both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover 
 def rows_against(S, row_of_p, true_of_p, lo, hi, cnt, pp, pj):  # pragma: no cover - compiled
     """Per pair p: row ``row_of_p[p]`` of ``S`` against the pair's window ``lo[p]``, ``hi[p]``,
     with its true item in column ``true_of_p[p]``. Writes ``cnt[p]`` (scores certainly above the
-    window, the true item counted once) and lists (p, column) of the in-window scores."""
+    window, the true item counted once) and lists (p, column) of the in-window scores. The
+    counting pass is branch-free (vectorised); a row is read again only when something besides
+    its true item lies in the window."""
     n = S.shape[1]
-    nw = (n + 7) // 8
-    mark = np.zeros(nw * 8, dtype=np.uint8)
-    words = mark.view(np.uint64)
     m = 0
     for p in range(row_of_p.shape[0]):
         r = row_of_p[p]
         t = true_of_p[p]
         lr = lo[p]
         hr = hi[p]
-        a = 0
-        for j in range(n):
-            v = S[r, j]
-            a += 1 if v > hr else 0
-            mark[j] = 1 if (v >= lr and v <= hr) else 0
-        a += 1 - (1 if S[r, t] > hr else 0)
-        mark[t] = 0
-        cnt[p] = a
-        for w in range(nw):
-            if words[w] == 0:
-                continue
-            for j in range(w * 8, w * 8 + 8):
-                if mark[j]:
+        a, aw = _count_row(S[r], lr, hr)
+        v = S[r, t]
+        inside = aw - a - (1 if (v >= lr and v <= hr) else 0)
+        cnt[p] = a + 1 - (1 if v > hr else 0)
+        if inside > 0:
+            for j in range(n):
+                v = S[r, j]
+                if v >= lr and v <= hr and j != t:
                     if m < pp.shape[0]:
                         pp[m] = p
                         pj[m] = j
                     m += 1
     return m
+
+
+@njit(inline="always", **_opts)
+def _row_max(row):  # pragma: no cover - compiled
+    """The largest value of a non-empty row: ``MAX_LANES`` partial maxima (vectorised; the maximum
+    is exact, so the order of comparisons cannot change it), then the remainder."""
+    n = row.shape[0]
+    part = np.empty(MAX_LANES, dtype=row.dtype)
+    for lane in range(MAX_LANES):
+        part[lane] = row[0]
+    n_full = n - n % MAX_LANES
+    for j in range(0, n_full, MAX_LANES):
+        for lane in range(MAX_LANES):
+            v = row[j + lane]
+            part[lane] = v if v > part[lane] else part[lane]
+    best = row[0]
+    for lane in range(MAX_LANES):
+        best = part[lane] if part[lane] > best else best
+    for j in range(n_full, n):
+        best = row[j] if row[j] > best else best
+    return best
 
 
 @njit(**_opts)
@@ -129,22 +184,20 @@ def row_max_candidates(S, width, arg, within, ci, cj):  # pragma: no cover - com
     rb, n = S.shape
     m = 0
     for i in range(rb):
-        best = S[i, 0]
+        row = S[i]
+        best = _row_max(row)
         k = 0
-        for j in range(1, n):
-            v = S[i, j]
-            if v > best:
-                best = v
-                k = j
+        while row[k] != best:
+            k += 1
         lo = best - width
         c = 0
         for j in range(n):
-            c += 1 if S[i, j] >= lo else 0
+            c += np.int32(row[j] >= lo)
         arg[i] = k
         within[i] = c
         if c > 1:
             for j in range(n):
-                if S[i, j] >= lo:
+                if row[j] >= lo:
                     if m < ci.shape[0]:
                         ci[m] = i
                         cj[m] = j
