@@ -106,3 +106,24 @@ def test_row_max_candidates_matches_naive():
             listed += [(i, int(j)) for j in close]
     assert arg[1] == 1006 and within[0] == 3 and within[2] == 2 and within[3] == n
     assert _pairs(ci, cj, m) == sorted(listed)
+
+
+@pytest.mark.parametrize("case", ["random", "ties", "specials", "empty", "constant", "subnormal"])
+def test_radix_order_is_a_stable_sort(case):
+    rng = np.random.default_rng(11)
+    x = {
+        "random": rng.standard_normal(50_000),
+        "ties": np.round(rng.standard_normal(50_000), 2),
+        "specials": [0.0, -0.0, 1.0, -1.0, 0.0, np.inf, -np.inf, -0.0, 3.4e38, -3.4e38, 1e-45, -1e-45],
+        "empty": [],
+        "constant": np.full(1000, 3.0),
+        "subnormal": rng.integers(-5, 5, 5000) * 1e-45,
+    }[case]
+    x = np.asarray(x, dtype=np.float32)
+    order, first = np.empty(x.size, np.int64), np.empty(x.size, np.bool_)
+    groups = _fused.radix_order_f32(x, order, first)
+    want = np.argsort(x + np.float32(0.0), kind="stable")  # + 0.0 makes -0.0 equal to 0.0
+    assert np.array_equal(order, want)
+    sv = x[want] + np.float32(0.0)
+    want_first = np.concatenate(([True], sv[1:] != sv[:-1]))[: x.size]
+    assert np.array_equal(first, want_first) and groups == int(want_first.sum())

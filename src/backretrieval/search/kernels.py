@@ -506,10 +506,9 @@ def sort_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sort_order_f32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`sort_order` of float32 values: each value's order-preserving 32-bit key goes into the
-    top half of a 64-bit key whose bottom half is the element's index, so one ``np.sort`` of
-    integers sorts exactly (no bits dropped) and stably (ties by index). -0.0 and 0.0 are one
-    value."""
+    """:func:`sort_order` of float32 values: a stable LSD radix sort of their order-preserving
+    32-bit keys (:func:`._fused.radix_order_f32`), exact (no bits dropped), ties by index.
+    -0.0 and 0.0 are one value."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n = x.size
     if n >= 2**32:
@@ -518,12 +517,9 @@ def _sort_order_f32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return order, np.flatnonzero(np.concatenate(([True], sv[1:] != sv[:-1])))
     if np.isnan(x).any():
         raise ValueError("sort_order: NaN among the values")
-    keys = np.empty(n, dtype=np.uint64)
-    _fused.pack_f32_keys(x, keys)
-    keys.sort()
     order = np.empty(n, dtype=np.intp)
     first = np.empty(n, dtype=np.bool_)
-    _fused.unpack_sorted_keys(keys, order, first)
+    _fused.radix_order_f32(x, order, first)
     return order, np.flatnonzero(first)
 
 
