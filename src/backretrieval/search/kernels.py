@@ -32,7 +32,8 @@ number of queries and linear in the database size.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+import sys
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -153,11 +154,25 @@ PARALLEL_MIN_WORK = 2e7  # multiply-adds below which a search runs in the callin
 PARALLEL_BLOCK_BYTES = 32 * 2**20  # score block per thread when blocks run in threads (counting kernels tile columns for the cache; larger blocks keep BLAS efficient at large N)
 
 
+_BLAS: tuple[int, Any] | None = None  # (len(sys.modules) when built, threadpoolctl controller of the BLAS libraries)
+
+
+def _blas_controller() -> Any:
+    """threadpoolctl's controller of the loaded BLAS libraries, built once per set of imported
+    modules (a new import may load another BLAS): building one scans every loaded shared library
+    (~10 ms), which at N = 1,500 cost more than a metric's own work when done on every call."""
+    global _BLAS
+    key = len(sys.modules)
+    if _BLAS is None or _BLAS[0] != key:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = (key, ThreadpoolController().select(user_api="blas"))
+    return _BLAS[1]
+
+
 def blas_threads() -> int:
     """How many threads BLAS may use now (threadpoolctl; 1 inside single-threaded workers)."""
-    from threadpoolctl import threadpool_info
-
-    return max((int(i.get("num_threads") or 1) for i in threadpool_info() if i.get("user_api") == "blas"), default=1)
+    return max((int(lib.num_threads or 1) for lib in _blas_controller().lib_controllers), default=1)
 
 
 def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None):
@@ -182,11 +197,9 @@ def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None):
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
-
     per_thread = max(1, min(budget // threads, PARALLEL_BLOCK_BYTES))
     step = block_rows(n_cols, per_thread)
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+    with _blas_controller().limit(limits=1), ThreadPoolExecutor(threads) as pool:
         pending: deque = deque()
         try:
             for rows in _blocks(n_rows, step):
