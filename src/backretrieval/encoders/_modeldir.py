@@ -39,6 +39,7 @@ import dataclasses
 import json
 import math
 import numbers
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -100,8 +101,8 @@ def _typed(value: Any, where: str, strict: bool = True) -> Any:
     """``value`` as a JSON value: tuples -> lists, numpy scalars and arrays -> Python values.
 
     A non-finite number is an error naming ``where`` when ``strict`` (hyper-parameters), else
-    ``None`` (recorded statistics, as :func:`backretrieval.core.json_ready` does); anything
-    JSON cannot hold (an object) is an error naming ``where``."""
+    ``None`` (recorded statistics, as :func:`backretrieval.core.json_ready` does), and a path
+    is its string; anything else JSON cannot hold (an object) is an error naming ``where``."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, np.ndarray):
@@ -122,6 +123,8 @@ def _typed(value: Any, where: str, strict: bool = True) -> Any:
         return [_typed(v, f"{where}[{i}]", strict) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         return {str(k): _typed(v, f"{where}.{k}", strict) for k, v in value.items()}
+    if not strict and isinstance(value, os.PathLike):
+        return os.fspath(value)
     raise ModelDirError(f"{where}: a {type(value).__name__} cannot be saved as a typed JSON value")
 
 

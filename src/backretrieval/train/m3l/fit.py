@@ -156,10 +156,6 @@ class M3L(Estimator):
             )
         if len(self.dropout) != 3 or any(not isinstance(p, numbers.Real) or not 0.0 <= float(p) < 1.0 for p in self.dropout):
             raise HyperParameterError(f"The 'dropout' parameter of {name} must be three rates in [0, 1), got {self.dropout!r}")
-        for param in ("lr", "rho", "alpha1", "alpha2", "eta"):
-            v = getattr(self, param)
-            if v is not None and not math.isfinite(float(v)):
-                raise HyperParameterError(f"The {param!r} parameter of {name} must be finite, got {v!r}")
         try:
             check_fracs(self.test_frac, self.val_frac)
         except BackretrievalError as e:
