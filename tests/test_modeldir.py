@@ -45,7 +45,8 @@ def legacy_m3l(d: Path, layers, *, loss="patr", eta_rule=None, eta_quantile=0.5,
         lp = {"eta": eta, "d": "squared euclidean"}
         if eta_quantile != "absent":
             lp["eta_quantile"] = eta_quantile
-        lp["eta_rule"] = eta_rule or ("given" if eta_quantile is None else f"quantile {eta_quantile} of squared distances between distinct training images")
+        q = 0.5 if eta_quantile == "absent" else eta_quantile  # the oldest directories: the prose rule only
+        lp["eta_rule"] = eta_rule or ("given" if q is None else f"quantile {q} of squared distances between distinct training images")
     in_dim = layers[0][0].shape[1]
     cfg = {
         "format": "backretrieval-m3l", "format_version": 1, "loss": loss, "base": "random", "base_version": None,
