@@ -32,33 +32,41 @@ M3L_HEADER = "config.json"
 M3L_FORMAT = "backretrieval-m3l"
 
 
-def _check_version(f: Path, head: dict[str, Any], fmt: Any, readable: int = 1) -> None:
+def _check_header(f: Path, head: Any, fmt: Any, listed: str, readable: int = 1) -> list:
+    """Check an older header's format and version; return its non-empty list ``listed``."""
+    if not isinstance(head, dict):
+        raise ModelDirError(f"{f} is not a model header")
     if head.get("format") != fmt:
         raise ModelDirError(f"{f} is not a model header (format {head.get('format')!r})")
     v = head.get("format_version", 1)
     if not isinstance(v, int) or v > readable:
         raise ModelDirError(f"{f}: format version {v!r} is newer than this package reads ({readable}); update backretrieval")
+    items = head.get(listed)
+    if not isinstance(items, list) or not items:
+        raise ModelDirError(f"{f} lists no {listed}")
+    return items
+
+
+def _arrays(f: Path, names: list[str], with_arrays: bool) -> dict:
+    """Every array of ``f``, which must hold ``names`` (without ``with_arrays``: only the check
+    that ``f`` is there)."""
+    if with_arrays:
+        arrays = load_arrays(f)
+        missing = [n for n in names if n not in arrays]
+        if missing:
+            raise ModelDirError(f"{f} lacks array(s) {', '.join(missing)}: the model directory is incomplete")
+        return arrays
+    if not f.is_file():
+        raise ModelDirError(f"{f} is missing: the model directory is incomplete")
+    return {}
 
 
 def read_cr5(p: Path, head: Any, with_arrays: bool) -> ModelDir:
     """A Cr5 directory written before the one format."""
     f = p / CR5_HEADER
-    if not isinstance(head, dict):
-        raise ModelDirError(f"{f} is not a model header")
-    _check_version(f, head, CR5_FORMAT)
-    langs = head.get("languages")
-    if not isinstance(langs, list) or not langs:
-        raise ModelDirError(f"{f} lists no languages")
+    langs = _check_header(f, head, CR5_FORMAT, "languages")
     names = [f"{k}__{lang}" for lang in langs for k in ("phi", "idf")]
-    if with_arrays:
-        arrays = load_arrays(p / CR5_ARRAYS)
-        missing = [n for n in names if n not in arrays]
-        if missing:
-            raise ModelDirError(f"{p / CR5_ARRAYS} lacks array(s) {', '.join(missing)}: the model directory is incomplete")
-    elif not (p / CR5_ARRAYS).is_file():
-        raise ModelDirError(f"{p / CR5_ARRAYS} is missing: the model directory is incomplete")
-    else:
-        arrays = {}
+    arrays = _arrays(p / CR5_ARRAYS, names, with_arrays)
     files = tuple(f"vocab/{lang}.txt" for lang in langs)
     info = {k: v for k, v in head.items() if k not in ("format", "format_version", "hyper_parameters")}
     hp = dict(head.get("hyper_parameters") or {})
@@ -76,10 +84,7 @@ def read_triplet(p: Path, head: dict[str, Any], with_arrays: bool) -> ModelDir:
     hp = {"method": head["method"], "base": head["base"], "final_relu": bool(head.get("final_relu", True)),
           "tower": head.get("tower", "mlp"), "negatives": "batch", **dict(head.get("hyper") or {})}
     info = {k: v for k, v in head.items() if k not in ("format", "method", "base", "final_relu", "tower", "hyper", "layers")}
-    names = [f"{k}{i}" for i in range(n_layers) for k in ("w", "b")]
-    arrays = load_arrays(p / WEIGHTS_FILE, names) if with_arrays else {}
-    if not with_arrays and not (p / WEIGHTS_FILE).is_file():
-        raise ModelDirError(f"{p / WEIGHTS_FILE} is missing: the model directory is incomplete")
+    arrays = _arrays(p / WEIGHTS_FILE, [f"{k}{i}" for i in range(n_layers) for k in ("w", "b")], with_arrays)
     return ModelDir(p, "triplet", hp, info, arrays, (), header=TRIPLET_HEADER, legacy="triplet-1")
 
 
@@ -104,12 +109,7 @@ def eta_from_rule(loss_params: dict[str, Any], where: Path) -> float | None:
 def read_m3l(p: Path, head: Any, with_arrays: bool) -> ModelDir:
     """An M3L / PATR directory written before the one format (``config.json``)."""
     f = p / M3L_HEADER
-    if not isinstance(head, dict):
-        raise ModelDirError(f"{f} is not a model header")
-    _check_version(f, head, M3L_FORMAT)
-    widths = head.get("widths")
-    if not isinstance(widths, list) or not widths:
-        raise ModelDirError(f"{f} lists no widths")
+    widths = _check_header(f, head, M3L_FORMAT, "widths")
     hp: dict[str, Any] = {k: head[k] for k in ("loss", "base", "image_model", "train_langs", "val_langs") if k in head}
     hp["widths"] = list(widths[:-1])
     for k in ("dropout", "init", "standardize", "batch_size", "epochs", "patience", "select", "seed"):
@@ -130,9 +130,6 @@ def read_m3l(p: Path, head: Any, with_arrays: bool) -> ModelDir:
             if k not in ("format", "format_version", "loss_params", "optimizer", "split", "widths", *hp)}
     info["eta"] = lp.get("eta")
     info["split"] = {k: v for k, v in split.items() if k not in ("seed", "test_frac", "val_frac")}
-    names = [f"{k}{i}" for i in range(len(widths)) for k in ("W", "b")]
-    arrays = load_arrays(p / WEIGHTS_FILE, names) if with_arrays else {}
-    if not with_arrays and not (p / WEIGHTS_FILE).is_file():
-        raise ModelDirError(f"{p / WEIGHTS_FILE} is missing: the model directory is incomplete")
+    arrays = _arrays(p / WEIGHTS_FILE, [f"{k}{i}" for i in range(len(widths)) for k in ("W", "b")], with_arrays)
     files = ("split.json",) if (p / "split.json").is_file() else ()
     return ModelDir(p, "m3l", hp, info, arrays, files, header=M3L_HEADER, legacy="m3l-1")
