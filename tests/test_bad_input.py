@@ -390,7 +390,7 @@ def test_image_retrieval_options(tmp_path, feature_data, m3l_model):
     base = ["image-retrieval", "--dataset", str(feature_data), "--langs", "en", "--out", str(tmp_path / "ir"), "--quiet"]
     assert_refused(cli([*base, "--model", m3l_model, "--ks", "0,5"]), "Invalid value for '--ks': 0 is not in [1, inf]")
     assert_refused(cli([*base, "--model", m3l_model, "--langs", ","]), "Invalid value for '--langs': ',' names no language")
-    assert_refused(cli([*base, "--model", tmp_path]), "Invalid value for '--model'", "no config.json")
+    assert_refused(cli([*base, "--model", tmp_path]), "Invalid value for '--model'", "no model.json: not a trained m3l model directory")
     assert not (tmp_path / "ir").exists()
 
 

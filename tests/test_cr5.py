@@ -306,9 +306,9 @@ def test_save_load_and_encoder(fitted, ddtp, tmp_path):
     from backretrieval.encoders.base import get_text_encoder
 
     d = fitted.save(tmp_path / "m", note="test")
-    meta = json.loads((d / "cr5.json").read_text())
-    assert meta["format"] == "backretrieval.cr5" and meta["rank"] == 40 and meta["note"] == "test"
-    with np.load(d / "cr5.npz", allow_pickle=False) as z:  # no pickled objects anywhere
+    meta = json.loads((d / "model.json").read_text())
+    assert meta["format"] == "backretrieval.model" and meta["kind"] == "cr5" and meta["rank"] == 40 and meta["note"] == "test"
+    with np.load(d / "weights.npz", allow_pickle=False) as z:  # no pickled objects anywhere
         assert set(z.files) >= {"phi__en", "idf__en", "singular_values"}
     texts = ddtp["de"].texts[:50]
     again = Cr5.load(d)
@@ -331,10 +331,10 @@ def test_save_load_and_encoder(fitted, ddtp, tmp_path):
     assert words == fitted.vocabulary_["en"]
     with pytest.raises(EncoderError, match="no language 'fr'"):
         enc.encode(["bonjour"], "fr")
-    (d / "cr5.json").write_text(json.dumps({**meta, "format_version": 99}))
+    (d / "model.json").write_text(json.dumps({**meta, "format_version": 99}))
     with pytest.raises(EncoderError, match="format version"):
         Cr5Model.load(d)
-    with pytest.raises(EncoderError, match="not a Cr5 model directory"):
+    with pytest.raises(EncoderError, match="not a trained cr5 model directory"):
         get_text_encoder(f"cr5:{tmp_path}")
 
 
@@ -392,7 +392,7 @@ def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
     ])
     assert r.exit_code == 0, r.output
     assert "| en | de |" in r.output
-    for f in ("cr5.json", "cr5.npz", "vocab/en.txt", "eval.md", "eval.json", "split.json", "heldout.jsonl"):
+    for f in ("model.json", "weights.npz", "vocab/en.txt", "eval.md", "eval.json", "split.json", "heldout.jsonl"):
         assert (out / f).is_file(), f
     ev = json.loads((out / "eval.json").read_text())
     assert ev["regime"] == "joint" and len(ev["test"]) == 4

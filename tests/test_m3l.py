@@ -300,9 +300,11 @@ def test_split_is_held_out_and_recorded(trained, emoji_small):
 
 def test_saved_model_is_a_text_encoder(trained, emoji_small):
     model, out = trained
-    cfg, layers = load_model(out)
-    assert cfg["loss"] == "patr" and cfg["image_dim"] == 1280 and cfg["widths"] == [1024, 2048, 1280]
-    assert cfg["dropout"] == [0.2, 0.1, 0.0] and cfg["train_langs"] == ["en"]
+    md, layers = load_model(out)
+    hp = md.hyper_parameters
+    assert md.kind == "m3l" and hp["loss"] == "patr" and md.info["image_dim"] == 1280 and hp["widths"] == [1024, 2048]
+    assert [w.shape[0] for w, _ in layers] == [1024, 2048, 1280]
+    assert hp["dropout"] == [0.2, 0.1, 0.0] and hp["train_langs"] == ["en"]
     enc = get_text_encoder(f"patr:{out}")
     assert enc.dim == 1280
     c = emoji_small["de"]
@@ -311,7 +313,7 @@ def test_saved_model_is_a_text_encoder(trained, emoji_small):
     base = get_text_encoder("use-m").encode(c.texts[:30], "de")
     np.testing.assert_allclose(got, model.transform(base), rtol=1e-5, atol=1e-4)
     # the numpy forward on raw vectors equals the trained torch network on standardised ones
-    assert cfg["standardize"] and cfg["input_scale"] == pytest.approx(model.input_scale_)
+    assert hp["standardize"] and md.info["input_scale"] == pytest.approx(model.input_scale_)
     std = ((base - model.input_mean_) / model.input_scale_).astype(np.float32)
     with torch.no_grad():
         ref = model.net_(torch.from_numpy(std)).numpy()
@@ -411,8 +413,9 @@ def test_generic_precomputed_features_train_and_retrieve(generic_file, tmp_path)
     ])
     assert r.exit_code == 0, r.output
     assert "wrote" in r.output
-    cfg = json.loads((model_dir / "config.json").read_text())
-    assert cfg["image_model"] == "precomputed" and cfg["loss"] == "m3l" and cfg["loss_params"]["rho"] == 4.0
+    cfg = json.loads((model_dir / "model.json").read_text())
+    hp = cfg["hyper_parameters"]
+    assert cfg["kind"] == "m3l" and hp["image_model"] == "precomputed" and hp["loss"] == "m3l" and hp["rho"] == 4.0
     out = tmp_path / "ir"
     r = runner.invoke(main, [
         "image-retrieval", "--model", str(model_dir), "--dataset", str(generic_file),
@@ -467,7 +470,7 @@ def test_generic_image_paths_two_models_table_and_comparison(trained, emoji_smal
 
 # ----------------------------------------------------------------------------- errors
 def test_bad_inputs_raise_clear_errors(tmp_path, emoji_small):
-    with pytest.raises(EncoderError, match="config.json"):
+    with pytest.raises(EncoderError, match="no model.json"):
         load_model(tmp_path)
     with pytest.raises(EncoderError, match="not found"):
         load_model(tmp_path / "nope")
@@ -489,15 +492,18 @@ def test_bad_inputs_raise_clear_errors(tmp_path, emoji_small):
 def test_image_retrieval_groups_seeds_but_not_settings(trained):
     """Models that differ only in the training seed are one configuration (averaged); other
     settings make their own rows, named by what differs."""
+    import dataclasses
+
     from backretrieval.analysis.image_retrieval import group_key, group_labels
 
     _, out = trained
-    cfg = json.loads((Path(out) / "config.json").read_text())
-    assert cfg["loss_params"]["eta_quantile"] == 0.5  # typed, not only the prose eta_rule
-    other_seed = {**cfg, "seed": 7, "loss_params": {**cfg["loss_params"], "eta": cfg["loss_params"]["eta"] * 1.01}}
-    q90 = {**cfg, "loss_params": {**cfg["loss_params"], "eta_quantile": 0.9}}
-    lr = {**cfg, "optimizer": {**cfg["optimizer"], "lr": 0.01}}
-    keys = [group_key(c) for c in (cfg, other_seed, q90, lr)]
+    md, _ = load_model(out)
+    hp = md.hyper_parameters
+    assert hp["eta"] is None and hp["eta_quantile"] == 0.5  # typed, no prose rule to parse
+    other_seed = dataclasses.replace(md, hyper_parameters={**hp, "seed": 7}, info={**md.info, "eta": md.info["eta"] * 1.01})
+    q90 = dataclasses.replace(md, hyper_parameters={**hp, "eta_quantile": 0.9})
+    lr = dataclasses.replace(md, hyper_parameters={**hp, "lr": 0.01})
+    keys = [group_key(c) for c in (md, other_seed, q90, lr)]
     assert keys[0] == keys[1] and len(set(keys)) == 3
     names = group_labels(list(dict.fromkeys(keys)))
     assert names[keys[0]] == "use-m PATR (eta_quantile 0.5, lr 0.001)"
@@ -506,22 +512,20 @@ def test_image_retrieval_groups_seeds_but_not_settings(trained):
     assert group_labels([keys[0]]) == {keys[0]: "use-m PATR"}
 
 
-def test_image_retrieval_reads_old_prose_eta_rule(trained):
-    """Directories written before the typed eta_quantile group exactly as new ones."""
-    from backretrieval.analysis.image_retrieval import eta_quantile_of, group_key
+def test_image_retrieval_reads_old_prose_eta_rule(trained, tmp_path):
+    """A directory written before the one format (config.json; the oldest with only the prose
+    eta_rule) groups exactly as the new one and gives the same vectors."""
+    from backretrieval.analysis.image_retrieval import group_key
+    from test_modeldir import legacy_m3l
 
-    _, out = trained
-    cfg = json.loads((Path(out) / "config.json").read_text())
-    old_lp = {k: v for k, v in cfg["loss_params"].items() if k != "eta_quantile"}
-    old = {**cfg, "loss_params": old_lp}
-    assert old_lp["eta_rule"].startswith("quantile 0.5 ")
-    assert group_key(old) == group_key(cfg)
-    old90 = {**cfg, "loss_params": {**old_lp, "eta_rule": "quantile 0.9 of squared distances between distinct training images"}}
-    new90 = {**cfg, "loss_params": {**cfg["loss_params"], "eta_quantile": 0.9}}
-    assert group_key(old90) == group_key(new90) != group_key(cfg)
-    given_old = {"eta": 3.0, "eta_rule": "given", "d": "squared euclidean"}
-    given_new = {**given_old, "eta_quantile": None}
-    assert eta_quantile_of(given_old) is None and eta_quantile_of(given_new) is None
-    assert eta_quantile_of({"rho": 4.0}) is None  # M3L
-    with pytest.raises(BackretrievalError, match="unreadable eta_rule 'median'"):
-        eta_quantile_of({"eta": 1.0, "eta_rule": "median"})
+    model, out = trained
+    md, layers = load_model(out)
+    old = legacy_m3l(tmp_path / "old", layers, eta_quantile="absent", eta=model.eta_, base="use-m",
+                     image_model="efficientnet-lite0", dropout=md.hyper_parameters["dropout"],
+                     batch_size=64, epochs=10, val_langs=["en"],
+                     split={"seed": 0, "test_frac": 0.25, "val_frac": 0.15, "images": {}, "rule": "sha"})
+    old_md, old_layers = load_model(old)
+    assert old_md.legacy == "m3l-1" and old_md.hyper_parameters["eta_quantile"] == 0.5
+    assert group_key(old_md) == group_key(md)
+    texts = ["a red apple", "Katze"]
+    np.testing.assert_array_equal(M3LTextEncoder(old).map(texts, "en"), M3LTextEncoder(out).map(texts, "en"))

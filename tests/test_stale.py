@@ -220,7 +220,7 @@ def test_triplet_version_follows_its_base_model(tmp_path, emoji):
     ds = load_dataset(str(write_items(tmp_path / "data", emoji)), langs=["en", "de"])
     base = tiny_cr5(tmp_path / "cr5", ds, 0)
     rng = np.random.default_rng(0)
-    save_model(tmp_path / "tri", {"method": "triplet", "base": f"cr5:{base}"}, [(rng.standard_normal((4, 7)), np.zeros(4))])
+    save_model(tmp_path / "tri", [(rng.standard_normal((4, 7)), np.zeros(4))], hyper_parameters={"method": "triplet", "base": f"cr5:{base}"})
     v1 = get_text_encoder(f"triplet:{tmp_path / 'tri'}").version
     tiny_cr5(base, ds, 1)  # the base model changed, the head did not
     assert get_text_encoder(f"triplet:{tmp_path / 'tri'}").version != v1

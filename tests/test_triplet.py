@@ -253,8 +253,9 @@ def test_training_on_real_subset_lowers_validation_loss(emoji_model):
     assert h[-1]["train_loss"] < h[1]["train_loss"]
     assert est.n_train_ == 540 and est.n_val_ == 60
     saved = json.loads((out / "model.json").read_text())
-    assert saved["uses_cross_lingual_links"] is False and saved["method"] == "tripletxl"
-    assert saved["languages"] == sorted(LANGS) and saved["hyper"]["beta"] == 0.01 and saved["hyper"]["k"] == 5
+    hp = saved["hyper_parameters"]
+    assert saved["kind"] == "triplet" and saved["uses_cross_lingual_links"] is False and hp["method"] == "tripletxl"
+    assert saved["languages"] == sorted(LANGS) and hp["beta"] == 0.01 and hp["k"] == 5
 
 
 def test_saved_model_reloads_with_identical_embeddings(emoji_model):
@@ -384,8 +385,8 @@ def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
     titles, bodies = ["cat", "dog face", "red apple"], ["pet, cat", "dog, pet", "fruit, apple"]
     vt, vb = base.encode(titles, "en"), base.encode(bodies, "en")
     d = vt.shape[1]
-    save_model(tmp_path, {"method": "triplet", "base": "random", "tower": "residual", "final_relu": True},
-               _params_of(_tower(d, (32,), True, "residual")))
+    save_model(tmp_path, _params_of(_tower(d, (32,), True, "residual")),
+               hyper_parameters={"method": "triplet", "base": "random", "tower": "residual", "final_relu": True})
     enc = get_text_encoder(f"triplet:{tmp_path}")
     assert enc.dim == 2 * d and enc.tower == "residual"
     got = enc.encode(["x"] * 3, "en", extra={"title": titles, "body": bodies})
@@ -406,27 +407,24 @@ def test_residual_tower_trains_and_round_trips(tmp_path):
     # save / load: the same vectors through the encoder's numpy head; the tower kind is saved
     est.save(tmp_path)
     cfg = json.loads((tmp_path / "model.json").read_text())
-    assert cfg["tower"] == "residual" and cfg["hyper"]["tower"] == "residual"
+    assert cfg["hyper_parameters"]["tower"] == "residual"
     from backretrieval.encoders.triplet import TripletEncoder
 
     enc = TripletEncoder(tmp_path, "tripletxl")
     np.testing.assert_array_equal(enc.embed_vectors(xt, xb), out)
     with torch.no_grad():
         np.testing.assert_allclose(represent(est._tower(torch.from_numpy(xt)).numpy(), est._tower(torch.from_numpy(xb)).numpy()), out, atol=1e-5)
-    # a directory written before the option existed (no "tower" key) loads as the mlp tower
+    # a directory written before the option existed (format 1, no "tower" key) loads as the mlp tower
+    from test_modeldir import legacy_triplet
+
     mlp = TripletModel("triplet", layers=(8,), epochs=1, batch_size=32, seed=1).fit_vectors(xt, xb, langs)
-    old = tmp_path / "old"
-    mlp.save(old)
-    cfg = json.loads((old / "model.json").read_text())
-    del cfg["tower"], cfg["hyper"]
-    (old / "model.json").write_text(json.dumps(cfg))
+    old = legacy_triplet(tmp_path / "old", {"method": "triplet", "base": "random", "final_relu": True}, mlp.params_)
     enc = TripletEncoder(old, "triplet")
     assert enc.tower == "mlp"
     np.testing.assert_array_equal(enc.embed_vectors(xt, xb), mlp.transform_vectors(xt, xb))
     # bad settings and broken files are named
     with pytest.raises(Exception, match="tower"):
         TripletModel(tower="dense").fit_vectors(xt, xb, langs)
-    cfg["tower"] = "dense"
-    (old / "model.json").write_text(json.dumps(cfg))
+    legacy_triplet(old, {"method": "triplet", "base": "random", "tower": "dense"}, mlp.params_)
     with pytest.raises(EncoderError, match="unknown tower 'dense'"):
         TripletEncoder(old, "triplet")

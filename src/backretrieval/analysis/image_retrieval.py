@@ -11,77 +11,59 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core import BackretrievalError
 from ..data import Dataset
 from ..encoders.base import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
+from ..encoders._modeldir import ModelDir
 from ..encoders.m3l import load_model
 from ..train.m3l import ImageTextData, RetrievalResult, collect_images, evaluate_retrieval, model_label
 from .stats import paired_permutation_test
 
 
-def eta_quantile_of(loss_params: Mapping[str, Any]) -> float | None:
-    """The quantile a PATR model's eta was estimated at, or None when eta was given (or for M3L).
-
-    Args:
-        loss_params: a saved config's ``loss_params``. Models saved since the typed value have
-            ``eta_quantile`` (a number, or null for a given eta); older ones only carry the prose
-            ``eta_rule`` ("given" or "quantile Q of squared distances ..."), which is read here.
-
-    Returns:
-        The quantile as a float, or None.
-
-    Raises:
-        BackretrievalError: an old ``eta_rule`` that is neither "given" nor "quantile Q ...".
-    """
-    if "eta_quantile" in loss_params:
-        q = loss_params["eta_quantile"]
-        return None if q is None else float(q)
-    rule = loss_params.get("eta_rule", "given")
-    if rule == "given":
-        return None
-    parts = str(rule).split()
-    try:
-        if parts[0] != "quantile":
-            raise ValueError
-        return float(parts[1])
-    except (IndexError, ValueError):
-        raise BackretrievalError(f"unreadable eta_rule {rule!r} in a saved PATR config (expected 'given' or 'quantile Q ...')") from None
-
-
-def model_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def model_settings(model: ModelDir) -> dict[str, Any]:
     """What was chosen for a model apart from its training seed, flat.
 
-    An eta estimated from the data is left out (it differs per run); its quantile stands in.
+    An eta estimated from the data is left out (it differs per run); its quantile (the typed
+    ``eta_quantile`` hyper-parameter) stands in. Directories written before the one format are
+    converted by their reader (:mod:`backretrieval.encoders._modeldir_legacy`), so they group
+    exactly as new ones.
 
     Args:
-        cfg: a saved model's ``config.json``.
+        model: a saved model directory (kind ``m3l``).
 
     Returns:
-        Loss parameters, widths, dropout, init, standardize, batch, epochs, select, patience,
-        val_langs and the optimizer's settings, in a fixed order.
+        Loss parameters (M3L: rho, alpha1, alpha2; PATR: the given eta or its quantile), widths
+        (with the image dimension), dropout, init, standardize, batch, epochs, select, patience,
+        val_langs and the optimizer's settings.
     """
-    lp = {k: v for k, v in cfg["loss_params"].items() if k not in ("d", "eta_rule", "eta_quantile")}
-    q = eta_quantile_of(cfg["loss_params"])
-    if q is not None:
-        lp.pop("eta", None)
-        lp["eta_quantile"] = q
-    flat = {**lp, "widths": cfg["widths"], "dropout": cfg["dropout"], "init": cfg["init"],
-            "standardize": cfg["standardize"], "batch": cfg["batch_size"], "epochs": cfg["epochs"],
-            "select": cfg["select"], "patience": cfg["patience"], "val_langs": cfg.get("val_langs")}
-    flat.update({k: v for k, v in cfg["optimizer"].items() if k != "name"})
+    hp = model.hyper_parameters
+    if hp["loss"] == "m3l":
+        flat: dict[str, Any] = {k: float(hp[k]) for k in ("rho", "alpha1", "alpha2")}
+    elif hp.get("eta") is not None:
+        flat = {"eta": float(hp["eta"])}
+    else:
+        flat = {"eta_quantile": float(hp["eta_quantile"])}
+    val_langs = hp.get("val_langs")
+    flat.update({
+        "widths": [*map(int, hp["widths"]), int(model.info["image_dim"])], "dropout": [float(p) for p in hp["dropout"]],
+        "init": hp["init"], "standardize": bool(hp["standardize"]), "batch": int(hp["batch_size"]),
+        "epochs": int(hp["epochs"]), "select": hp["select"], "patience": hp["patience"],
+        "val_langs": list(val_langs if val_langs is not None else hp["train_langs"]),
+        "lr": float(hp["lr"]), "beta1": float(hp["beta1"]), "beta2": float(hp["beta2"]),
+    })
     return flat
 
 
-def group_key(cfg: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+def group_key(model: ModelDir) -> tuple[str, str, str, str, str]:
     """``(base, loss, train langs, image model, settings JSON)``: models with equal keys differ
     only in their training seed and form one configuration (averaged)."""
-    return (cfg["base"], cfg["loss"], ",".join(cfg["train_langs"]), cfg["image_model"],
-            json.dumps(model_settings(cfg), sort_keys=True))
+    hp = model.hyper_parameters
+    return (hp["base"], hp["loss"], ",".join(hp["train_langs"]), hp["image_model"],
+            json.dumps(model_settings(model), sort_keys=True))
 
 
 def group_labels(keys: Sequence[tuple]) -> dict[tuple, str]:
@@ -140,12 +122,12 @@ class ImageRetrievalRun:
 
     def data_of(self, result: RetrievalResult) -> ImageTextData:
         """The encoded images and split a result was evaluated on."""
-        return self.data[_data_key(result.config)]
+        return self.data[_data_key(result.model)]
 
 
-def _data_key(cfg: Mapping[str, Any]) -> tuple:
-    sp = cfg["split"]
-    return (cfg["image_model"], sp["seed"], sp["test_frac"], sp["val_frac"])
+def _data_key(model: ModelDir) -> tuple:
+    hp = model.hyper_parameters
+    return (hp["image_model"], hp["split_seed"], hp["test_frac"], hp["val_frac"])
 
 
 def compare_best(groups: Sequence[Group], langs: Sequence[str], k: int, *, n_perm: int = 10000) -> dict[str, dict[str, Any]]:
@@ -215,23 +197,24 @@ def image_retrieval(
     bases: dict[str, Any] = {}  # one loaded base text model per spec
     results = []
     for m in model_dirs:
-        cfg, _ = load_model(m)
-        key = _data_key(cfg)
+        model, _ = load_model(m)
+        hp = model.hyper_parameters
+        key = _data_key(model)
         if key not in data_cache:
             data_cache[key] = collect_images(
-                dataset, langs, cfg["image_model"], split_seed=key[1], test_frac=key[2], val_frac=key[3], progress=progress,
+                dataset, langs, hp["image_model"], split_seed=key[1], test_frac=key[2], val_frac=key[3], progress=progress,
             )
-        if cfg["base"] not in bases:
-            bases[cfg["base"]] = CachedTextEncoder(get_text_encoder(cfg["base"], progress=progress), progress=progress)
+        if hp["base"] not in bases:
+            bases[hp["base"]] = CachedTextEncoder(get_text_encoder(hp["base"], progress=progress), progress=progress)
         res = evaluate_retrieval(m, dataset, langs, split=split, ks=k_list, sim=sim, data=data_cache[key],
-                                 base_encoder=bases[cfg["base"]], progress=progress)
+                                 base_encoder=bases[hp["base"]], progress=progress)
         results.append(res)
         if log is not None:
-            log(f"{model_label(cfg)} (train {','.join(cfg['train_langs'])}, seed {cfg['seed']}) {m}: "
+            log(f"{model_label(model)} (train {','.join(hp['train_langs'])}, seed {hp['seed']}) {m}: "
                 + ", ".join(f"{x} {res.per_lang[x][f't2i@{k_list[-1]}']:.3f}" for x in langs))
     by_key: dict[tuple, list[RetrievalResult]] = {}
     for r in results:
-        by_key.setdefault(group_key(r.config), []).append(r)
+        by_key.setdefault(group_key(r.model), []).append(r)
     names = group_labels(list(by_key))
     groups = [Group(gk, names[gk], rs) for gk, rs in by_key.items()]
     same_queries = all(r.query_ids[x] == results[0].query_ids[x] for r in results for x in langs)

@@ -50,12 +50,12 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
            batch_size, lr, beta1, widths, dropout, patience, select, init, standardize, threads, seed, split_seed, test_frac, val_frac,
            quiet) -> None:
     from ..data import load_dataset
-    from ..train.m3l import M3LModel
+    from ..train.m3l import M3L
 
     tl = _parse_list(train_langs, "--train-langs", "language")
     vl = _parse_list(val_langs, "--val-langs", "language") if val_langs is not None else None
     options = _parse_options(dataset_option, dataset)
-    model = M3LModel(
+    model = M3L(
         loss,
         base=base,
         image_model=image_model,
@@ -86,7 +86,7 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     ds = load_dataset(dataset, langs=list(dict.fromkeys([*tl, *(vl or [])])), **options)
     model.fit(ds, source={"dataset": dataset, "options": options}, log=None if quiet else (lambda s: click.echo(s, err=True)))
     path = model.save(out)
-    cfg = model.config_()
+    info = model.info_()
     best = next(h for h in model.history_ if h["epoch"] == model.best_epoch_)
     first = model.history_[0]
     val = (
@@ -95,8 +95,8 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     )
     eta = f", eta {model.eta_:.4g}" if model.eta_ is not None else ""
     click.echo(
-        f"{loss.upper()} on {base} -> {image_model} ({cfg['image_dim']}-d), trained on {','.join(tl)}: "
-        f"{cfg['n_train_captions']} captions of {cfg['split']['images']['train']} images{eta}; {val}\nwrote {path}"
+        f"{loss.upper()} on {base} -> {image_model} ({info['image_dim']}-d), trained on {','.join(tl)}: "
+        f"{info['n_train_captions']} captions of {info['split']['images']['train']} images{eta}; {val}\nwrote {path}"
     )
 
 

@@ -61,16 +61,16 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
                layers, tower, negatives, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
     from ..data import load_dataset
     from ..report.case_study import plot_curves
-    from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, TripletModel
+    from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, Triplet
 
     options = _parse_options(dataset_option, dataset)
     wanted = _langs(langs)
     widths = _parse_numbers(layers, "--layers", integer=True, low=1)
-    est = TripletModel(
+    est = Triplet(
         method, base=base, layers=widths, tower=tower, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
         refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
     )
-    est._check()  # every setting, before any data is read
+    est._check_params()  # every setting, before any data is read
     _check_text_models([base], "--base")
     _check_outputs((out, "--out"))
     out = Path(out)

@@ -6,15 +6,18 @@ text's L2-normalised TF-IDF bag of words over the language's training vocabulary
 whose rows are orthonormal across all languages. Training lives in
 :mod:`backretrieval.train.cr5`; this module reads a saved model directory and embeds texts.
 
-Model directory (no pickle anywhere; written by :meth:`Cr5Model.save`, ``cr5.json`` last, so a
-directory with ``cr5.json`` is complete):
+Model directory: the one format of :mod:`._modeldir`, kind ``"cr5"`` (no pickle anywhere;
+written by :meth:`Cr5Model.save`, ``model.json`` last, so a directory with it is complete):
 
-* ``cr5.json`` -- ``format`` (``"backretrieval.cr5"``), ``format_version``, ``tokenizer``
-  (:data:`._bow.TOKENIZER_VERSION`), ``languages``, ``rank``, ``hyper_parameters`` and
-  ``training`` (sizes, timings, solver statistics: whatever the trainer recorded);
-* ``cr5.npz`` -- ``phi__<lang>`` (float32, rank x |V_l|), ``idf__<lang>`` (float64, |V_l|),
+* ``model.json`` -- ``hyper_parameters`` (the estimator's parameters) and the info: ``tokenizer``
+  (:data:`._bow.TOKENIZER_VERSION`), ``languages``, ``rank``, ``vocabulary_sizes``, ``training``
+  (sizes, timings, solver statistics: whatever the trainer recorded);
+* ``weights.npz`` -- ``phi__<lang>`` (float32, rank x |V_l|), ``idf__<lang>`` (float64, |V_l|),
   ``singular_values`` (of the rank-r coefficient matrix W, descending);
 * ``vocab/<lang>.txt`` -- the vocabulary, one token per line, UTF-8, in column order.
+
+Directories written before the one format (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are read by
+:mod:`._modeldir_legacy` and give the same vectors.
 
 As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_CN`` block,
 ``pt-PT`` a ``pt`` block, via :func:`._text.lang_key`); a language without a block raises
@@ -35,7 +38,6 @@ Options: ``batch_size`` (2048), ``progress``.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,16 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, UnsupportedLanguageError, atomic_save_npz, atomic_write_text, json_default, normalize_rows
+from ..core import DataError, EncoderError, UnsupportedLanguageError, normalize_rows
 from ..core.fingerprint import dir_digest
+from ._modeldir import RESERVED, read_model_dir, write_model_dir
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
 from .base import EncoderInfo, register_text
 
-FORMAT = "backretrieval.cr5"
-FORMAT_VERSION = 1
-META_FILE = "cr5.json"
-ARRAYS_FILE = "cr5.npz"
 VOCAB_DIR = "vocab"
 BIAS = 1e-3
 MAX_CHARS = 100_000
@@ -126,66 +125,55 @@ class Cr5Model:
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the model directory (see the module docstring); ``cr5.json`` is written last."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        """Write the model directory (see the module docstring); ``model.json`` is written last.
+
+        Raises:
+            DataError: a language code that cannot name a file.
+        """
         for lang in self.languages:
             if not lang or "/" in lang or "\\" in lang or lang.startswith("."):
                 raise DataError(f"cr5 model: language code {lang!r} cannot name a file")
-            atomic_write_text(path / VOCAB_DIR / f"{lang}.txt", "".join(t + "\n" for t in self.bow[lang].vocabulary))
+        files = {f"{VOCAB_DIR}/{lang}.txt": "".join(t + "\n" for t in self.bow[lang].vocabulary) for lang in self.languages}
         arrays: dict[str, np.ndarray] = {}
         for lang in self.languages:
             arrays[f"phi__{lang}"] = self.phi[lang]
             arrays[f"idf__{lang}"] = self.bow[lang].idf
         if self.singular_values is not None:
             arrays["singular_values"] = self.singular_values
-        atomic_save_npz(path / ARRAYS_FILE, **arrays)
-        meta = {
-            **self.meta,
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+        meta = dict(self.meta)
+        hp = meta.pop("hyper_parameters", {})
+        info = {
+            **{k: v for k, v in meta.items() if k not in RESERVED},
             "tokenizer": TOKENIZER_VERSION,
             "languages": self.languages,
             "rank": self.rank,
             "vocabulary_sizes": {lang: len(self.bow[lang]) for lang in self.languages},
         }
-        atomic_write_text(path / META_FILE, json.dumps(meta, indent=1, ensure_ascii=False, default=json_default))
-        return path
+        return write_model_dir(path, "cr5", hyper_parameters=hp, info=info, arrays=arrays, files=files)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Cr5Model":
-        """Read a model directory written by :meth:`save`; EncoderError naming what is wrong."""
-        p = Path(path).expanduser()
-        if not p.is_dir():
-            raise EncoderError(f"cr5: model directory {str(path)!r} does not exist or is not a directory")
-        mf = p / META_FILE
-        if not mf.is_file():
-            raise EncoderError(f"cr5: {str(path)!r} has no {META_FILE}: not a (complete) Cr5 model directory")
+        """Read a model directory written by :meth:`save` (or by an older version, ``cr5.json``);
+        EncoderError naming what is wrong."""
         try:
-            meta = json.loads(mf.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise EncoderError(f"cr5: cannot read {mf}: {e}") from None
-        if meta.get("format") != FORMAT:
-            raise EncoderError(f"cr5: {mf} is not a Cr5 model (format {meta.get('format')!r})")
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise EncoderError(f"cr5: {mf} has format version {meta.get('format_version')!r}; this code reads {FORMAT_VERSION}")
+            md = read_model_dir(path, "cr5")
+        except EncoderError as e:
+            raise EncoderError(f"cr5: {e}") from None
+        p, meta = md.path, {**md.info, "hyper_parameters": md.hyper_parameters}
         if meta.get("tokenizer") != TOKENIZER_VERSION:
             raise EncoderError(
-                f"cr5: {mf} was trained with tokenizer {meta.get('tokenizer')!r}; this code tokenises with "
+                f"cr5: {p / md.header} was trained with tokenizer {meta.get('tokenizer')!r}; this code tokenises with "
                 f"{TOKENIZER_VERSION!r} (retrain the model)"
             )
         langs = meta.get("languages")
         if not isinstance(langs, list) or not langs:
-            raise EncoderError(f"cr5: {mf} lists no languages")
+            raise EncoderError(f"cr5: {p / md.header} lists no languages")
         try:
-            with np.load(p / ARRAYS_FILE, allow_pickle=False) as z:
-                phi = {lang: z[f"phi__{lang}"] for lang in langs}
-                idf = {lang: z[f"idf__{lang}"] for lang in langs}
-                sv = z["singular_values"] if "singular_values" in z.files else None
+            phi = {lang: md.arrays[f"phi__{lang}"] for lang in langs}
+            idf = {lang: md.arrays[f"idf__{lang}"] for lang in langs}
         except KeyError as e:
-            raise EncoderError(f"cr5: {p / ARRAYS_FILE} lacks array {e}") from None
-        except (OSError, ValueError) as e:
-            raise EncoderError(f"cr5: cannot read {p / ARRAYS_FILE}: {e}") from None
+            raise EncoderError(f"cr5: the arrays of {p} lack {e}") from None
+        sv = md.arrays.get("singular_values")
         vocab = {}
         for lang in langs:
             vf = p / VOCAB_DIR / f"{lang}.txt"
@@ -209,16 +197,17 @@ class Cr5Encoder(BatchedTextEncoder):
     def __init__(self, path: str | os.PathLike, *, name: str | None = None, batch_size: int | None = None, progress: bool = False) -> None:
         self.name = name or f"cr5:{path}"
         p = Path(path).expanduser()
-        if not (p / META_FILE).is_file():
-            raise EncoderError(f"{self.name}: {str(path)!r} is not a Cr5 model directory (no {META_FILE})")
+        try:
+            md = read_model_dir(p, "cr5", arrays=False)  # the header only: arrays load on first use
+        except EncoderError as e:
+            raise EncoderError(f"{self.name}: {e}") from None
         self.path = p.resolve()
         super().__init__(batch_size=batch_size, progress=progress)
         try:
-            meta = json.loads((self.path / META_FILE).read_text(encoding="utf-8"))
-            self.languages = frozenset(meta["languages"])
-            self.dim = int(meta["rank"]) + 1
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise EncoderError(f"{self.name}: cannot read {self.path / META_FILE}: {e}") from None
+            self.languages = frozenset(md.info["languages"])
+            self.dim = int(md.info["rank"]) + 1
+        except (KeyError, TypeError) as e:
+            raise EncoderError(f"{self.name}: cannot read {self.path / md.header}: {e}") from None
         self._version: str | None = None
         self._lang: str | None = None
 

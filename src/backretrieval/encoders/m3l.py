@@ -1,8 +1,13 @@
 """``m3l:DIR`` / ``patr:DIR`` -- a trained text-to-image mapping used as a text encoder.
 
-The model directory is written by :class:`backretrieval.train.m3l.M3LModel` (``backretrieval
-train m3l|patr``): ``config.json`` (the base text model, the image model, widths, losses,
-training history) and ``weights.npz`` (``W0, b0, W1, b1, W2, b2``, float32; no pickled code).
+The model directory is written by :class:`backretrieval.train.m3l.M3L` (``backretrieval
+train m3l|patr``) through :func:`save_model`, in the one format of :mod:`._modeldir`, kind
+``"m3l"``: ``model.json`` (``hyper_parameters``: the estimator's parameters -- loss, base text
+model, image model, widths, PATR's ``eta`` / ``eta_quantile`` as typed values, ...; info: input
+and image dimensions, versions, the used ``eta``, split sizes, training history),
+``weights.npz`` (``W0, b0, W1, b1, W2, b2``, float32; no pickled code) and ``split.json`` (the
+image keys of each split). Directories written before (``config.json``) are read by
+:mod:`._modeldir_legacy` and give the same vectors.
 A text is embedded by the frozen base model (through the embedding cache) and mapped by the
 three blocks ``x -> relu(x W^T + b)``, L2-normalised after every block but the last, in plain
 numpy (no torch needed at inference). The output lives in the frozen image model's feature
@@ -19,19 +24,18 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..core import EncoderError, content_hash
+from ..core import EncoderError
+from ._modeldir import ModelDir, read_model_dir, write_model_dir
 from ._text import as_texts, check_options
 from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
 from .cache import CachedTextEncoder
 
-FORMAT = "backretrieval-m3l"
-FORMAT_VERSION = 1
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
 
 
@@ -49,40 +53,57 @@ def forward(x: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> n
     return x
 
 
-def load_model(path: str | Path) -> tuple[dict[str, Any], list[tuple[np.ndarray, np.ndarray]]]:
-    """``(config, layers)`` of a saved model directory; EncoderError naming what is wrong."""
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise EncoderError(f"M3L/PATR model directory not found: {path}")
-    cfg_path, w_path = p / "config.json", p / "weights.npz"
-    if not cfg_path.is_file():
-        raise EncoderError(f"{p}: no config.json (not a trained M3L/PATR model, or training did not finish)")
+def save_model(
+    path: str | Path, layers: Sequence[tuple[np.ndarray, np.ndarray]], *, hyper_parameters: Mapping[str, Any],
+    info: Mapping[str, Any], split: Mapping[str, Sequence[str]] | None = None,
+) -> Path:
+    """Write an ``m3l`` model directory (:func:`._modeldir.write_model_dir`; ``model.json`` last).
+
+    Args:
+        path: the directory (created).
+        layers: ``(W (out, in), b (out,))`` per block, stored as ``W0, b0, W1, b1, ...``.
+        hyper_parameters: the estimator's parameters (``loss``, ``base``, ``image_model``, ...).
+        info: what training recorded; must hold ``in_dim`` and ``image_dim``.
+        split: the image keys of each split, written as ``split.json``.
+
+    Returns:
+        The directory.
+    """
+    arrays = {}
+    for i, (w, b) in enumerate(layers):
+        arrays[f"W{i}"], arrays[f"b{i}"] = w, b
+    files = {"split.json": json.dumps(split)} if split is not None else None
+    return write_model_dir(path, "m3l", hyper_parameters=hyper_parameters, info=info, arrays=arrays, files=files)
+
+
+def load_model(path: str | Path) -> tuple[ModelDir, list[tuple[np.ndarray, np.ndarray]]]:
+    """``(model directory, layers)`` of a saved M3L/PATR model (either format).
+
+    Raises:
+        EncoderError: the directory is missing, incomplete or not an M3L/PATR model; a layer is
+            missing, misshapen or not finite; the output width is not ``image_dim``.
+    """
+    md = read_model_dir(path, "m3l")
+    w_path = md.path / "weights.npz"
+    if md.hyper_parameters.get("loss") not in ("m3l", "patr") or not md.hyper_parameters.get("base"):
+        raise EncoderError(f"{md.path / md.header}: not an M3L/PATR model (loss {md.hyper_parameters.get('loss')!r})")
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise EncoderError(f"{cfg_path}: unreadable ({e})") from e
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
-        raise EncoderError(f"{cfg_path}: not a {FORMAT} model config")
-    if int(cfg.get("format_version", 0)) > FORMAT_VERSION:
-        raise EncoderError(f"{cfg_path}: format version {cfg.get('format_version')} is newer than this package reads ({FORMAT_VERSION})")
-    if not w_path.is_file():
-        raise EncoderError(f"{p}: weights.npz is missing")
-    try:
-        with np.load(w_path, allow_pickle=False) as z:
-            n = len(cfg["widths"])
-            layers = [(z[f"W{i}"].astype(np.float32), z[f"b{i}"].astype(np.float32)) for i in range(n)]
-    except (OSError, ValueError, KeyError) as e:
-        raise EncoderError(f"{w_path}: unreadable or incomplete ({type(e).__name__}: {e})") from e
-    dim = int(cfg["in_dim"])
+        n = sum(1 for k in md.arrays if k.startswith("W"))
+        layers = [(md.arrays[f"W{i}"].astype(np.float32), md.arrays[f"b{i}"].astype(np.float32)) for i in range(n)]
+        dim, image_dim = int(md.info["in_dim"]), int(md.info["image_dim"])
+    except KeyError as e:
+        raise EncoderError(f"{w_path}: unreadable or incomplete (KeyError: {e})") from e
+    if not layers:
+        raise EncoderError(f"{w_path}: no layers")
     for i, (w, b) in enumerate(layers):
         if w.ndim != 2 or w.shape[1] != dim or b.shape != (w.shape[0],):
             raise EncoderError(f"{w_path}: layer {i} has weight {w.shape} and bias {b.shape}; expected input dimension {dim}")
         if not (np.isfinite(w).all() and np.isfinite(b).all()):
             raise EncoderError(f"{w_path}: NaN or inf in layer {i}")
         dim = w.shape[0]
-    if dim != int(cfg["image_dim"]):
-        raise EncoderError(f"{w_path}: output dimension {dim} differs from the config's image_dim {cfg['image_dim']}")
-    return cfg, layers
+    if dim != image_dim:
+        raise EncoderError(f"{w_path}: output dimension {dim} differs from the model's image_dim {image_dim}")
+    return md, layers
 
 
 class M3LTextEncoder:
@@ -94,39 +115,38 @@ class M3LTextEncoder:
         self, path: str | Path, *, kind: str | None = None, progress: bool = False, base_encoder: Any = None, **base_options: Any
     ) -> None:
         self.path = Path(path).expanduser().resolve()
-        self.config, self.layers = load_model(self.path)
-        loss = self.config["loss"]
+        self.model, self.layers = load_model(self.path)
+        hp, info = self.model.hyper_parameters, self.model.info
+        loss = hp["loss"]
         if kind is not None and kind != loss:
             raise EncoderError(f"{kind}:{path} is a model trained with the {loss.upper()} loss: use {loss}:{path}")
         self.name = f"{loss}:{path}"
-        self._files_version = content_hash(
-            (self.path / "config.json").read_bytes() + b"\0" + (self.path / "weights.npz").read_bytes(), 8
-        )
-        self.dim = int(self.config["image_dim"])
+        self._files_version = self.model.files_hash()
+        self.dim = int(info["image_dim"])
         if base_encoder is not None:  # share one loaded base model between several mappings
-            if getattr(base_encoder, "name", None) != self.config["base"]:
-                raise EncoderError(f"{self.name}: needs base model {self.config['base']!r}, got {getattr(base_encoder, 'name', None)!r}")
+            if getattr(base_encoder, "name", None) != hp["base"]:
+                raise EncoderError(f"{self.name}: needs base model {hp['base']!r}, got {getattr(base_encoder, 'name', None)!r}")
             self.base = base_encoder
         else:
             opts = dict(base_options)
             if progress:
                 opts["progress"] = True
-            self.base = CachedTextEncoder(get_text_encoder(self.config["base"], **opts), progress=progress)
-        base_version = self.config.get("base_version")
+            self.base = CachedTextEncoder(get_text_encoder(hp["base"], **opts), progress=progress)
+        base_version = info.get("base_version")
         if base_version and self.base.version != base_version:
             warnings.warn(
-                f"{self.name}: trained on base model {self.config['base']} version {base_version}, "
+                f"{self.name}: trained on base model {hp['base']} version {base_version}, "
                 f"installed version is {self.base.version}; the mapping may not fit its vectors",
                 UserWarning,
                 stacklevel=2,
             )
         self.languages = getattr(self.base, "languages", None)
-        self.image_model = self.config["image_model"]
+        self.image_model = hp["image_model"]
 
     @property
     def version(self) -> str:
-        """``<loss>-<hash of config.json and weights.npz>+<base model version>``."""
-        return f"{self.config['loss']}-{self._files_version}+{self.base.version}"
+        """``<loss>-<hash of the header (model.json, or an older config.json) and weights.npz>+<base model version>``."""
+        return f"{self.model.hyper_parameters['loss']}-{self._files_version}+{self.base.version}"
 
     def map(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
         """float32 (n, image_dim): the texts mapped into the image space (all-zero rows allowed)."""
@@ -134,7 +154,7 @@ class M3LTextEncoder:
         x = self.base.encode(texts, lang, ids=ids)
         if x.shape[1] != self.layers[0][0].shape[1]:
             raise EncoderError(
-                f"{self.name}: base model {self.config['base']} gives {x.shape[1]}-d vectors, the model expects {self.layers[0][0].shape[1]}"
+                f"{self.name}: base model {self.model.hyper_parameters['base']} gives {x.shape[1]}-d vectors, the model expects {self.layers[0][0].shape[1]}"
             )
         return forward(x, self.layers)
 

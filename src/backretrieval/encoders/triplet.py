@@ -3,19 +3,23 @@
 Backretrieval paper, Sec. 3.2: a frozen multilingual encoder embeds an item's *title* and
 *body* separately; a siamese network (the same stack of dense layers with ReLU, applied to
 both) maps them to ``x_rt`` and ``x_rb``; the item's representation is ``concat(x_rt, x_rb)``.
-The training half is :mod:`backretrieval.train.triplet`; this module owns the model-directory
-format so that both halves agree on it.
+The training half is :mod:`backretrieval.train.triplet`.
 
-Model directory (written atomically by :func:`save_model`):
+Model directory: the one format of :mod:`._modeldir`, kind ``"triplet"`` (written by
+:func:`save_model`, read by :func:`load_model`):
 
-* ``model.json`` -- ``{"format": 1, "method": "triplet"|"tripletxl", "base": "<encoder spec>",
-  "input_dim": d, "layers": [h1, h2], "final_relu": true, "hyper": {...}, ...}``;
+* ``model.json`` -- ``hyper_parameters`` (the estimator's parameters: ``method``
+  ``"triplet"|"tripletxl"``, ``base`` (the encoder spec), ``layers``, ``final_relu``, ``tower``,
+  ``lr``, ...) and the info (``input_dim``, ``languages``, sizes, ``"uses_cross_lingual_links":
+  false``, ...);
 * ``weights.npz`` -- plain float32 arrays ``w0, b0, w1, b1, ...`` (``w`` is (out, in), as in
   ``torch.nn.Linear``); no pickled objects.
-* ``"tower"`` in ``model.json``: ``"mlp"`` (the paper's tower, ``relu(... relu(x W0^T + b0) ...)``)
-  or ``"residual"`` (``x + f(x)``, ``f`` the dense ReLU layers without a final ReLU, its last
-  layer mapping back to the base dimension); a directory without the key (written before the
-  option existed) is an ``"mlp"`` tower.
+* ``tower``: ``"mlp"`` (the paper's tower, ``relu(... relu(x W0^T + b0) ...)``) or
+  ``"residual"`` (``x + f(x)``, ``f`` the dense ReLU layers without a final ReLU, its last
+  layer mapping back to the base dimension).
+
+Directories written before the one format (``model.json`` with ``"format": 1``; one without
+``"tower"`` is an ``"mlp"`` tower) are read by :mod:`._modeldir_legacy` and give the same vectors.
 
 Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the
 identity: the untrained model's representation is exactly the base encoder's title and body
@@ -44,19 +48,16 @@ whole (``cacheable = False``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core import DataError, EncoderError, atomic_save_npz, atomic_write_text, content_hash, normalize_rows
+from ..core import DataError, EncoderError, normalize_rows
+from ._modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
 from ._text import as_texts, check_options
 from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
 
-FORMAT = 1
-MODEL_FILE = "model.json"
-WEIGHTS_FILE = "weights.npz"
 METHODS = ("triplet", "tripletxl")
 TOWERS = ("mlp", "residual")
 
@@ -143,48 +144,50 @@ def represent(x_rt: np.ndarray, x_rb: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- model directory
-def save_model(model_dir: str | Path, config: Mapping[str, Any], params: Params) -> None:
-    """Write ``model.json`` and ``weights.npz`` atomically (weights first: ``model.json`` marks a
-    complete directory)."""
-    model_dir = Path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
+def save_model(
+    model_dir: str | Path, params: Params, *, hyper_parameters: Mapping[str, Any], info: Mapping[str, Any] | None = None,
+    files: Mapping[str, str | bytes] | None = None,
+) -> Path:
+    """Write a ``triplet`` model directory (:func:`._modeldir.write_model_dir`; ``model.json`` last).
+
+    Args:
+        model_dir: the directory (created).
+        params: ``[(W (out, in), b (out,)), ...]``, stored as ``w0, b0, w1, b1, ...`` (float32).
+        hyper_parameters: at least ``method`` and ``base``; ``final_relu`` (default True) and
+            ``tower`` (default ``"mlp"``) shape the network.
+        info: what training recorded; ``input_dim`` is added.
+        files: extra files (e.g. the training history), written before ``model.json``.
+
+    Returns:
+        The directory.
+    """
     arrays = {}
     for i, (w, b) in enumerate(params):
         arrays[f"w{i}"] = np.ascontiguousarray(w, dtype=np.float32)
         arrays[f"b{i}"] = np.ascontiguousarray(b, dtype=np.float32)
-    atomic_save_npz(model_dir / WEIGHTS_FILE, **arrays)
-    cfg = dict(config)
-    cfg["format"] = FORMAT
-    cfg["layers"] = [int(w.shape[0]) for w, _ in params]
-    cfg["input_dim"] = int(params[0][0].shape[1])
-    atomic_write_text(model_dir / MODEL_FILE, json.dumps(cfg, indent=1, sort_keys=True, default=str))
+    hp = {"final_relu": True, "tower": "mlp", **dict(hyper_parameters)}
+    return write_model_dir(model_dir, "triplet", hyper_parameters=hp,
+                           info={**dict(info or {}), "input_dim": int(params[0][0].shape[1])}, arrays=arrays, files=files)
 
 
-def load_model(model_dir: str | Path) -> tuple[dict[str, Any], Params]:
-    """``(config, params)`` of a saved model directory; EncoderError naming what is wrong."""
-    model_dir = Path(model_dir).expanduser()
-    cfg_path, w_path = model_dir / MODEL_FILE, model_dir / WEIGHTS_FILE
-    if not model_dir.is_dir():
-        raise EncoderError(f"triplet model: not a folder: {model_dir}")
-    for p in (cfg_path, w_path):
-        if not p.is_file():
-            raise EncoderError(f"triplet model: {p} is missing (train one with `backretrieval train triplet|tripletxl`)")
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise EncoderError(f"triplet model: cannot read {cfg_path}: {e}") from None
-    if cfg.get("format") != FORMAT or cfg.get("method") not in METHODS or not cfg.get("base"):
-        raise EncoderError(f"triplet model: {cfg_path} is not a format-{FORMAT} triplet/tripletxl model file")
-    try:
-        with np.load(w_path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise EncoderError(f"triplet model: cannot read {w_path}: {e}") from None
-    n_layers = len(cfg.get("layers") or [])
+def load_model(model_dir: str | Path) -> tuple[ModelDir, Params]:
+    """``(model directory, params)`` of a saved Triplet/TripletXL model (either format).
+
+    Raises:
+        EncoderError: the directory is missing, incomplete or not a triplet model; a layer is
+            missing, misshapen or not finite; an unknown tower; a residual tower that does not
+            end at the input width.
+    """
+    md = read_model_dir(model_dir, "triplet")
+    hp, where = md.hyper_parameters, md.path / md.header
+    if hp.get("method") not in METHODS or not hp.get("base"):
+        raise EncoderError(f"triplet model: {where} is not a triplet/tripletxl model (method {hp.get('method')!r})")
+    w_path = md.path / WEIGHTS_FILE
     params: Params = []
-    prev = int(cfg.get("input_dim", -1))
+    prev = int(md.info.get("input_dim", -1))
+    n_layers = sum(1 for k in md.arrays if k.startswith("w"))
     for i in range(n_layers):
-        w, b = arrays.get(f"w{i}"), arrays.get(f"b{i}")
+        w, b = md.arrays.get(f"w{i}"), md.arrays.get(f"b{i}")
         if w is None or b is None or w.ndim != 2 or b.shape != (w.shape[0],) or w.shape[1] != prev:
             raise EncoderError(f"triplet model: layer {i} of {w_path} is missing or has the wrong shape")
         if not (np.isfinite(w).all() and np.isfinite(b).all()):
@@ -192,20 +195,13 @@ def load_model(model_dir: str | Path) -> tuple[dict[str, Any], Params]:
         params.append((w.astype(np.float32, copy=False), b.astype(np.float32, copy=False)))
         prev = w.shape[0]
     if not params:
-        raise EncoderError(f"triplet model: {cfg_path} lists no layers")
-    cfg.setdefault("tower", "mlp")  # directories written before the option existed
-    if cfg["tower"] not in TOWERS:
-        raise EncoderError(f"triplet model: {cfg_path} names an unknown tower {cfg['tower']!r} (known: {', '.join(TOWERS)})")
-    if cfg["tower"] == "residual" and prev != int(cfg["input_dim"]):
-        raise EncoderError(f"triplet model: residual tower of {cfg_path} ends at width {prev}, not the input width {cfg['input_dim']}")
-    return cfg, params
-
-
-def model_version(model_dir: str | Path) -> str:
-    """Content hash of the model files: changes whenever the vectors would change."""
-    model_dir = Path(model_dir)
-    data = (model_dir / MODEL_FILE).read_bytes() + b"\0" + (model_dir / WEIGHTS_FILE).read_bytes()
-    return content_hash(data, 8)
+        raise EncoderError(f"triplet model: {where} lists no layers")
+    tower = hp.get("tower", "mlp")
+    if tower not in TOWERS:
+        raise EncoderError(f"triplet model: {where} names an unknown tower {tower!r} (known: {', '.join(TOWERS)})")
+    if tower == "residual" and prev != int(md.info["input_dim"]):
+        raise EncoderError(f"triplet model: residual tower of {where} ends at width {prev}, not the input width {md.info['input_dim']}")
+    return md, params
 
 
 # ----------------------------------------------------------------------------- the encoder
@@ -217,22 +213,20 @@ class TripletEncoder:
 
     def __init__(self, model_dir: str | Path, method: str, *, progress: bool = False, base_options: Mapping[str, Any] | None = None):
         self.model_dir = Path(model_dir).expanduser()
-        self.config, self.params = load_model(self.model_dir)
-        if self.config["method"] != method:
-            raise EncoderError(
-                f"{method}:{model_dir} holds a {self.config['method']!r} model; ask for it as "
-                f"{self.config['method']}:{model_dir}"
-            )
+        self.model, self.params = load_model(self.model_dir)
+        hp = self.model.hyper_parameters
+        if hp["method"] != method:
+            raise EncoderError(f"{method}:{model_dir} holds a {hp['method']!r} model; ask for it as {hp['method']}:{model_dir}")
         self.name = f"{method}:{model_dir}"
         self.method = method
-        self.base_spec = str(self.config["base"])
-        self.final_relu = bool(self.config.get("final_relu", True))
-        self.tower = str(self.config["tower"])
+        self.base_spec = str(hp["base"])
+        self.final_relu = bool(hp.get("final_relu", True))
+        self.tower = str(hp.get("tower", "mlp"))
         self.progress = bool(progress)
         self._base_options = dict(base_options or {})
         self._base: Any = None
         self.dim = 2 * int(self.params[-1][0].shape[0])
-        self._head_version = f"{method}-f{FORMAT}-{model_version(self.model_dir)}"
+        self._head_version = f"{method}-f1-{self.model.files_hash()}"
         base = get_text_encoder(self.base_spec, **self._base_options)
         self.languages = getattr(base, "languages", None)
         self._base_raw = base

@@ -103,10 +103,10 @@ def write_image_retrieval(
         panels = []
         for g in run.groups:
             r = g.results[0]
-            if r.config["image_model"] != first.config["image_model"]:
+            if r.model.hyper_parameters["image_model"] != first.model.hyper_parameters["image_model"]:
                 continue  # one image space per figure
-            panels.append((f"{g.label} (trained on {g.train_langs}, seed {r.config['seed']})",
-                           M3LTextEncoder(r.model_dir, base_encoder=run.bases[r.config["base"]])))
+            panels.append((f"{g.label} (trained on {g.train_langs}, seed {r.model.hyper_parameters['seed']})",
+                           M3LTextEncoder(r.model_dir, base_encoder=run.bases[r.model.hyper_parameters["base"]])))
         try:
             fig = projection_figure(panels, run.data_of(first), list(plot_langs), outp / "projection.png",
                                     n_images=plot_images, split=run.split)

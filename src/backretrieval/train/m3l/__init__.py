@@ -49,14 +49,17 @@ Retrieval ranks every gallery image by squared Euclidean distance to the mapped 
 training metric; ``sim="cosine"`` is available) with the blocked kernels of
 :mod:`backretrieval.search`: pessimistic ranks, so ties never help.
 
-Saved model directory (no pickled code): ``weights.npz`` (``W0, b0, W1, b1, W2, b2`` float32),
-``split.json`` (the image keys of each split) and ``config.json`` (hyper-parameters, base text
-model, image model, training history; written last, it marks a complete model). The inference
-half is :mod:`backretrieval.encoders.m3l` (text models ``m3l:DIR`` / ``patr:DIR``).
+Saved model directory (no pickled code; the one format of
+:mod:`backretrieval.encoders._modeldir`, kind ``m3l``): ``weights.npz`` (``W0, b0, W1, b1, W2,
+b2`` float32), ``split.json`` (the image keys of each split) and ``model.json``
+(``hyper_parameters``: the estimator's parameters, typed -- PATR's ``eta`` and ``eta_quantile``
+included; info: base text model and image model versions, dimensions, the used eta, split
+sizes, training history; written last, it marks a complete model). The inference half is
+:mod:`backretrieval.encoders.m3l` (text models ``m3l:DIR`` / ``patr:DIR``).
 
 Package map: :mod:`.data` (image keys, content-hash splits, :class:`ImageTextData`),
 :mod:`.model` (the network, input standardisation, last-block initialisation), :mod:`.losses`
-(M3L, PATR, in-batch hardest negatives), :mod:`.fit` (the :class:`M3LModel` estimator and its
+(M3L, PATR, in-batch hardest negatives), :mod:`.fit` (the :class:`M3L` estimator, also ``M3LModel``, and its
 training loop), :mod:`.evaluation` (retrieval ranks and Recall@K of saved models). The t-SNE
 figure is :func:`backretrieval.report.projection.projection_figure`.
 """
@@ -64,12 +67,12 @@ from .data import SPLIT_CODE, SPLITS, ImageTextData, assign_splits, check_fracs,
 from .evaluation import (
     RETRIEVAL_SIMS, VAL_KS, RetrievalResult, evaluate_retrieval, model_label, recall_summary, retrieval_ranks,
 )
-from .fit import DEFAULT_DROPOUT, DEFAULT_WIDTHS, ETA_PAIRS, INITS, LOSSES, M3LModel
+from .fit import DEFAULT_DROPOUT, DEFAULT_WIDTHS, ETA_PAIRS, INITS, LOSSES, M3L, M3LModel
 from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
 from .model import build_network, init_last_block, input_standardization
 
 __all__ = [
-    "DEFAULT_DROPOUT", "DEFAULT_WIDTHS", "ETA_PAIRS", "INITS", "LOSSES", "M3LModel", "RETRIEVAL_SIMS",
+    "DEFAULT_DROPOUT", "DEFAULT_WIDTHS", "ETA_PAIRS", "INITS", "LOSSES", "M3L", "M3LModel", "RETRIEVAL_SIMS",
     "RetrievalResult", "SPLITS", "SPLIT_CODE", "VAL_KS", "ImageTextData", "assign_splits", "build_network",
     "check_fracs", "collect_images", "evaluate_retrieval", "hardest_negatives", "init_last_block",
     "input_standardization", "m3l_loss", "model_label", "patr_loss", "recall_summary", "retrieval_ranks", "sq_dist",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...core import BackretrievalError, DataError
 from ...data import Dataset
+from ...encoders._modeldir import ModelDir
 from ...encoders.m3l import load_model
 from ...metrics import rank_summary
 from ...search import l2_normalize, rank_of_true
@@ -71,7 +72,7 @@ class RetrievalResult:
     """Text-to-image retrieval of one saved model on one split, per language."""
 
     model_dir: str
-    config: dict[str, Any]
+    model: ModelDir
     split: str
     sim: str
     n_images: int
@@ -80,16 +81,16 @@ class RetrievalResult:
     query_ids: dict[str, list[str]]
 
     def to_json(self) -> dict[str, Any]:
-        cfg = self.config
+        hp = self.model.hyper_parameters
         return {
             "model_dir": self.model_dir,
-            "label": model_label(cfg),
-            "loss": cfg["loss"],
-            "base": cfg["base"],
-            "image_model": cfg["image_model"],
-            "train_langs": cfg["train_langs"],
-            "seed": cfg["seed"],
-            "best_epoch": cfg["best_epoch"],
+            "label": model_label(self.model),
+            "loss": hp["loss"],
+            "base": hp["base"],
+            "image_model": hp["image_model"],
+            "train_langs": list(hp["train_langs"]),
+            "seed": hp["seed"],
+            "best_epoch": self.model.info["best_epoch"],
             "split": self.split,
             "sim": self.sim,
             "n_images": self.n_images,
@@ -97,8 +98,9 @@ class RetrievalResult:
         }
 
 
-def model_label(cfg: Mapping[str, Any]) -> str:
-    return f"{cfg['base']} {cfg['loss'].upper()}"
+def model_label(model: ModelDir) -> str:
+    """``base LOSS`` of a saved model, e.g. ``use-m PATR``."""
+    return f"{model.hyper_parameters['base']} {model.hyper_parameters['loss'].upper()}"
 
 
 def evaluate_retrieval(
@@ -141,18 +143,18 @@ def evaluate_retrieval(
 
     if split not in ("test", "val", "all"):
         raise BackretrievalError(f"split must be test, val or all, got {split!r}")
-    cfg, _ = load_model(model_dir)
-    sp = cfg["split"]
+    model, _ = load_model(model_dir)
+    hp, image_dim = model.hyper_parameters, model.info["image_dim"]
     if data is None:
         data = collect_images(
-            dataset, langs, cfg["image_model"],
-            split_seed=sp["seed"], test_frac=sp["test_frac"], val_frac=sp["val_frac"], progress=progress,
+            dataset, langs, hp["image_model"],
+            split_seed=hp["split_seed"], test_frac=hp["test_frac"], val_frac=hp["val_frac"], progress=progress,
         )
-    elif data.image_model != cfg["image_model"]:
-        raise BackretrievalError(f"{model_dir}: trained for image model {cfg['image_model']!r}, data encoded with {data.image_model!r}")
-    if data.features.shape[1] != cfg["image_dim"]:
+    elif data.image_model != hp["image_model"]:
+        raise BackretrievalError(f"{model_dir}: trained for image model {hp['image_model']!r}, data encoded with {data.image_model!r}")
+    if data.features.shape[1] != image_dim:
         raise BackretrievalError(
-            f"{model_dir}: maps into {cfg['image_dim']}-d image features, the dataset's images are {data.features.shape[1]}-d"
+            f"{model_dir}: maps into {image_dim}-d image features, the dataset's images are {data.features.shape[1]}-d"
         )
     with open(Path(model_dir) / "split.json", encoding="utf-8") as fh:
         trained_on = set(json.load(fh)["train"])
@@ -177,4 +179,4 @@ def evaluate_retrieval(
         r = retrieval_ranks(q, gallery, pos[img[rows]], sim=sim)
         per_lang[lang] = {"n_queries": int(len(rows)), **recall_summary(r, ks)}
         ranks[lang], qids[lang] = r, list(c.ids)
-    return RetrievalResult(str(model_dir), cfg, split, sim, int(len(gal)), per_lang, ranks, qids)
+    return RetrievalResult(str(model_dir), model, split, sim, int(len(gal)), per_lang, ranks, qids)

@@ -5,35 +5,41 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ...core import BackretrievalError, DataError, atomic_save_npz, atomic_write_text, content_hash, json_default
+from ...core import BackretrievalError, DataError
 from ...data import Dataset
 from ...encoders.base import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
-from ...encoders.m3l import FORMAT, FORMAT_VERSION, forward as numpy_forward
+from ...encoders.m3l import forward as numpy_forward, save_model
+from ..base import Estimator, HyperParameterError, Interval, StrOptions
 from .data import SPLIT_CODE, SPLITS, ImageTextData, check_fracs, collect_images
 from .evaluation import recall_summary, retrieval_ranks
 from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
 from .model import build_network, init_last_block, input_standardization
 
 LOSSES = ("m3l", "patr")
+_POSITIVE = Interval(numbers.Real, 0, None, closed="neither")
 DEFAULT_WIDTHS = (1024, 2048)
 DEFAULT_DROPOUT = (0.2, 0.1, 0.0)
 ETA_PAIRS = 200_000  # image pairs sampled to estimate the eta quantile
 INITS = ("match", "mean", "default")
 
 
-class M3LModel:
+class M3L(Estimator):
     """Maps frozen multilingual text embeddings into a frozen image-feature space.
 
-    scikit-learn style: ``__init__`` stores hyper-parameters, :meth:`fit` trains on a
+    A :class:`~backretrieval.train.base.Estimator`: ``__init__`` stores the hyper-parameters
+    unmodified (``get_params`` / ``set_params`` / ``clone`` work), :meth:`fit` checks them
+    (:class:`~backretrieval.train.base.HyperParameterError` naming a bad one) and trains on a
     :class:`~backretrieval.data.Dataset` with images, learned attributes end in ``_``,
-    :meth:`save` writes a model directory that ``m3l:DIR`` / ``patr:DIR`` load as a text model.
+    :meth:`save` writes a model directory (kind ``m3l``) that ``m3l:DIR`` / ``patr:DIR`` load as
+    a text model.
 
     Learned: ``net_`` (torch module), ``eta_`` (PATR), ``history_`` (one dict per epoch, epoch
     0 = the untrained network; validation keys ``val_t2i@K``, ``val_t2i_mrr``, ...),
@@ -58,6 +64,37 @@ class M3LModel:
             content-hash image split.
         threads: torch threads while fitting (None: torch's choice); progress: bars.
     """
+
+    _parameter_constraints = {
+        "loss": [StrOptions(set(LOSSES))],
+        "base": [str],
+        "image_model": [str],
+        "train_langs": ["array-like"],
+        "val_langs": ["array-like", None],
+        "widths": ["array-like"],
+        "dropout": ["array-like"],
+        "rho": [_POSITIVE],
+        "alpha1": [_POSITIVE],
+        "alpha2": [_POSITIVE],
+        "eta": [_POSITIVE, None],
+        "eta_quantile": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "lr": [_POSITIVE],
+        "beta1": [Interval(numbers.Real, 0, 1, closed="left")],
+        "beta2": [Interval(numbers.Real, 0, 1, closed="left")],
+        "batch_size": [Interval(numbers.Integral, 2, None, closed="left")],
+        "epochs": [Interval(numbers.Integral, 0, None, closed="left")],
+        "patience": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "select": [StrOptions({"best", "last"})],
+        "init": [StrOptions(set(INITS))],
+        "standardize": ["boolean"],
+        "seed": [Interval(numbers.Integral, 0, None, closed="left")],
+        "split_seed": [Interval(numbers.Integral, 0, None, closed="left")],
+        "test_frac": [Interval(numbers.Real, 0, 1, closed="left")],
+        "val_frac": [Interval(numbers.Real, 0, 1, closed="left")],
+        "threads": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "progress": ["boolean"],
+    }
+    _fitted_attribute = "net_"
 
     def __init__(
         self,
@@ -93,10 +130,10 @@ class M3LModel:
         self.loss = loss
         self.base = base
         self.image_model = image_model
-        self.train_langs = tuple(train_langs)
-        self.val_langs = None if val_langs is None else tuple(val_langs)
-        self.widths = tuple(widths)
-        self.dropout = tuple(dropout)
+        self.train_langs = train_langs
+        self.val_langs = val_langs
+        self.widths = widths
+        self.dropout = dropout
         self.rho, self.alpha1, self.alpha2 = rho, alpha1, alpha2
         self.eta, self.eta_quantile = eta, eta_quantile
         self.lr, self.beta1, self.beta2 = lr, beta1, beta2
@@ -108,42 +145,23 @@ class M3LModel:
         self.progress = progress
 
     # ------------------------------------------------------------------ checks
-    def _check_params(self) -> None:
-        if self.loss not in LOSSES:
-            raise BackretrievalError(f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
-        if not self.train_langs:
-            raise BackretrievalError("give at least one training language")
-        if len(self.widths) != 2 or any(int(w) < 1 for w in self.widths):
-            raise BackretrievalError(f"widths: two positive hidden widths expected (the last is the image dimension), got {self.widths}")
-        if len(self.dropout) != 3 or any(not 0.0 <= float(p) < 1.0 for p in self.dropout):
-            raise BackretrievalError(f"dropout: three rates in [0, 1) expected, got {self.dropout}")
-        for name in ("lr", "rho", "alpha1", "alpha2"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
-                raise BackretrievalError(f"{name} must be a positive number, got {v!r}")
-        for name in ("beta1", "beta2"):
-            v = getattr(self, name)
-            if not 0.0 <= float(v) < 1.0:
-                raise BackretrievalError(f"{name} must be in [0, 1), got {v!r}")
-        if self.eta is not None and not (float(self.eta) > 0 and math.isfinite(float(self.eta))):
-            raise BackretrievalError(f"eta must be a positive number, got {self.eta!r}")
-        if not 0.0 < float(self.eta_quantile) < 1.0:
-            raise BackretrievalError(f"eta_quantile must be in (0, 1), got {self.eta_quantile!r}")
-        if int(self.batch_size) < 2:
-            raise BackretrievalError(f"batch_size must be at least 2 (negatives come from the batch), got {self.batch_size}")
-        if int(self.epochs) < 0:
-            raise BackretrievalError(f"epochs must be >= 0, got {self.epochs}")
-        if self.patience is not None and int(self.patience) < 1:
-            raise BackretrievalError(f"patience must be a positive number of epochs, got {self.patience}")
-        if self.init not in INITS:
-            raise BackretrievalError(f"unknown init {self.init!r}; choose one of {', '.join(INITS)}")
-        if self.select not in ("best", "last"):
-            raise BackretrievalError(f"select must be 'best' (validation R@10) or 'last', got {self.select!r}")
-        if self.threads is not None and int(self.threads) < 1:
-            raise BackretrievalError(f"threads must be a positive integer, got {self.threads}")
-        check_fracs(self.test_frac, self.val_frac)
+    def _check_more(self) -> None:
+        """The rules between parameters and inside the list-valued ones."""
+        name = type(self).__name__
+        if len(self.train_langs) == 0:
+            raise HyperParameterError(f"The 'train_langs' parameter of {name} must name at least one training language")
+        if len(self.widths) != 2 or any(not isinstance(w, numbers.Integral) or isinstance(w, bool) or w < 1 for w in self.widths):
+            raise HyperParameterError(
+                f"The 'widths' parameter of {name} must be two positive hidden widths (the last is the image dimension), got {self.widths!r}"
+            )
+        if len(self.dropout) != 3 or any(not isinstance(p, numbers.Real) or not 0.0 <= float(p) < 1.0 for p in self.dropout):
+            raise HyperParameterError(f"The 'dropout' parameter of {name} must be three rates in [0, 1), got {self.dropout!r}")
+        try:
+            check_fracs(self.test_frac, self.val_frac)
+        except BackretrievalError as e:
+            raise HyperParameterError(str(e)) from None
         if self.val_frac == 0 and (self.select == "best" or self.patience is not None):
-            raise BackretrievalError("val_frac=0 leaves no validation images: use select='last' and no patience")
+            raise HyperParameterError("val_frac=0 leaves no validation images: use select='last' and no patience")
 
     # ------------------------------------------------------------------ data
     def _texts(self, data: ImageTextData, encoder: Any, langs: Sequence[str], split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -178,7 +196,7 @@ class M3LModel:
         *,
         source: Mapping[str, Any] | None = None,
         log: Callable[[str], None] | None = None,
-    ) -> "M3LModel":
+    ) -> "M3L":
         """Train on the training images' captions in ``train_langs``; validate each epoch.
 
         Args:
@@ -191,7 +209,8 @@ class M3LModel:
             ``self``, fitted.
 
         Raises:
-            BackretrievalError: a bad hyper-parameter (named), or a loss that becomes NaN/inf.
+            HyperParameterError: a bad hyper-parameter (named).
+            BackretrievalError: a loss that becomes NaN/inf.
             DataError: missing images or features, fewer than two training captions or images,
                 or no validation captions.
         """
@@ -243,11 +262,11 @@ class M3LModel:
         finally:
             torch.set_num_threads(saved_threads)
 
-    def _train(self, torch, x_tr, img_tr, x_va, img_va, val_images, val_pos, feats, use_val, say) -> "M3LModel":
+    def _train(self, torch, x_tr, img_tr, x_va, img_va, val_images, val_pos, feats, use_val, say) -> "M3L":
         from tqdm.auto import tqdm
 
         torch.manual_seed(int(self.seed))
-        net = build_network(self.in_dim_, [*self.widths, self.image_dim_], self.dropout)
+        net = build_network(self.in_dim_, [*map(int, self.widths), self.image_dim_], tuple(self.dropout))
         self.init_scale_ = init_last_block(net, x_tr, feats[img_tr], self.init)
         opt = torch.optim.Adam(net.parameters(), lr=float(self.lr), betas=(float(self.beta1), float(self.beta2)))
         X = torch.from_numpy(x_tr)
@@ -337,7 +356,11 @@ class M3LModel:
 
         Returns:
             One ``(W, b)`` per block: W float32 (out, in), b float32 (out,).
+
+        Raises:
+            NotFittedError: before ``fit``.
         """
+        self._require_fitted()
         out = []
         for i, lin in enumerate(self.net_.linears):
             w = lin.weight.detach().numpy().astype(np.float64)
@@ -359,59 +382,33 @@ class M3LModel:
         """
         return numpy_forward(np.asarray(X, dtype=np.float32), self.layers_())
 
-    def config_(self) -> dict[str, Any]:
-        """The saved ``config.json``: format, hyper-parameters (typed), models and versions,
-        split rule and sizes, source and training history (``weights_hash`` is added by
-        :meth:`save`).
+    def info_(self) -> dict[str, Any]:
+        """What training recorded, saved as the model directory's info: input and image
+        dimensions, model versions, the conditioning (``init_scale``, ``input_scale``), PATR's
+        used ``eta`` (None for M3L), split sizes and rule, source, caption counts and history.
 
         Returns:
             A JSON-ready dict.
+
+        Raises:
+            NotFittedError: before ``fit``.
         """
+        self._require_fitted()
         data = self.data_
         counts = {s: int((data.split == SPLIT_CODE[s]).sum()) for s in SPLITS}
         return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "loss": self.loss,
-            "base": self.base,
             "base_version": self.base_version_,
             "in_dim": self.in_dim_,
-            "image_model": self.image_model,
             "image_model_version": data.image_model_version,
             "image_dim": self.image_dim_,
-            "widths": [*map(int, self.widths), self.image_dim_],
-            "dropout": [float(p) for p in self.dropout],
-            "init": self.init,
             "init_scale": self.init_scale_,
-            "standardize": bool(self.standardize),
             "input_scale": float(self.input_scale_),
-            "loss_params": (
-                {"rho": float(self.rho), "alpha1": float(self.alpha1), "alpha2": float(self.alpha2), "d": "squared euclidean"}
-                if self.loss == "m3l"
-                else {
-                    "eta": self.eta_,
-                    # typed: the quantile eta was estimated at (None: eta was given); eta_rule is for people
-                    "eta_quantile": None if self.eta is not None else float(self.eta_quantile),
-                    "eta_rule": "given" if self.eta is not None else
-                    f"quantile {self.eta_quantile} of squared distances between distinct training images",
-                    "d": "squared euclidean",
-                }
-            ),
-            "optimizer": {"name": "adam", "lr": float(self.lr), "beta1": float(self.beta1), "beta2": float(self.beta2)},
-            "batch_size": int(self.batch_size),
-            "epochs": int(self.epochs),
+            "eta": self.eta_,
+            "d": "squared euclidean",
             "epochs_run": int(self.history_[-1]["epoch"]),
-            "patience": self.patience,
-            "select": self.select,
             "best_epoch": int(self.best_epoch_),
-            "seed": int(self.seed),
-            "train_langs": list(self.train_langs),
-            "val_langs": list(self.val_langs) if self.val_langs is not None else list(self.train_langs),
             "source": self.source_,
             "split": {
-                "seed": int(self.split_seed),
-                "test_frac": float(self.test_frac),
-                "val_frac": float(self.val_frac),
                 "images": counts,
                 "rule": "sha: u = blake2b(seed NUL image key) / 2^64; test if u < test_frac, val if u < test_frac + val_frac",
             },
@@ -421,7 +418,8 @@ class M3LModel:
         }
 
     def save(self, out_dir: str | Path) -> Path:
-        """Write ``weights.npz``, ``split.json`` and (last) ``config.json`` into ``out_dir``.
+        """Write the model directory (kind ``m3l``): ``weights.npz``, ``split.json`` and (last)
+        ``model.json`` with the hyper-parameters (``get_params()``, typed) and :meth:`info_`.
 
         Args:
             out_dir: the model directory (created); files are written atomically.
@@ -430,22 +428,14 @@ class M3LModel:
             The directory, loadable as the text model ``m3l:DIR`` / ``patr:DIR``.
 
         Raises:
-            BackretrievalError: the model is not fitted.
+            NotFittedError: the model is not fitted.
         """
-        if not hasattr(self, "net_"):
-            raise BackretrievalError("fit the model before saving it")
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        arrays = {}
-        for i, (w, b) in enumerate(self.layers_()):
-            arrays[f"W{i}"], arrays[f"b{i}"] = w, b
-        atomic_save_npz(out / "weights.npz", **arrays)
+        self._require_fitted()
         split = {s: [k for k, c in zip(self.data_.keys, self.data_.split.tolist()) if c == SPLIT_CODE[s]] for s in SPLITS}
-        atomic_write_text(out / "split.json", json.dumps(split))
-        cfg = self.config_()
-        cfg["weights_hash"] = content_hash((out / "weights.npz").read_bytes())
-        atomic_write_text(out / "config.json", json.dumps(cfg, indent=1, default=json_default))
-        return out
+        return save_model(out_dir, self.layers_(), hyper_parameters=self.get_params(), info=self.info_(), split=split)
+
+
+M3LModel = M3L  # the name before the estimators shared one API
 
 
 def _val_key(rec: Mapping[str, Any]) -> tuple[float, float]:

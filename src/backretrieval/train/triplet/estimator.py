@@ -1,0 +1,308 @@
+"""The Triplet / TripletXL estimator (see the package docstring for the method): parameters and
+their checks, data handling, the checkpoint resume key, inference and the saved model directory.
+The training loop itself is :mod:`.loop`."""
+from __future__ import annotations
+
+import json
+import numbers
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ...core import DataError, content_hash
+from ...data import Dataset
+from ...encoders._text import default_threads
+from ...encoders.triplet import METHODS, TOWERS, head_forward, represent, save_model
+from ..base import Estimator, HyperParameterError, Interval, StrOptions
+from .data import TitleBodyData, assert_no_links, embed_title_body
+from .loop import train_tower
+from .tower import params_of
+
+NEGATIVES = ("batch", "language")
+# The parameters in the checkpoint's resume key (``epochs`` is left out so that a run with more
+# epochs resumes; ``negatives`` and ``tower`` join only away from their defaults, so checkpoints
+# written before those options existed still resume). Frozen: changing it orphans checkpoints.
+_RESUME_KEYS = ("method", "base", "layers", "final_relu", "lr", "alpha", "batch_size", "beta", "k",
+                "refresh_every", "val_frac", "patience", "restore_best", "seed")
+
+
+def resume_key(params: Mapping[str, Any], languages: Sequence[str], x_title: np.ndarray, x_body: np.ndarray,
+               lang_idx: np.ndarray) -> str:
+    """The checkpoint key of a run: its settings (see ``_RESUME_KEYS``) and its data.
+
+    Args:
+        params: the estimator's parameters (``get_params()``).
+        languages: the sorted training languages; x_title, x_body: float32 base vectors;
+            lang_idx: int64 language index of each row.
+
+    Returns:
+        32 hex characters; a checkpoint resumes only when its key is equal.
+    """
+    hp = {k: params[k] for k in _RESUME_KEYS}
+    hp["layers"] = [int(w) for w in params["layers"]]
+    if params["negatives"] != "batch":
+        hp["negatives"] = params["negatives"]
+    if params["tower"] != "mlp":
+        hp["tower"] = params["tower"]
+    data = content_hash(x_title.tobytes() + x_body.tobytes() + lang_idx.tobytes() + "\0".join(languages).encode())
+    return content_hash(json.dumps(hp, sort_keys=True) + data)
+
+
+def _positive(kind=numbers.Integral, low=1):
+    return Interval(kind, low, None, closed="left")
+
+
+class Triplet(Estimator):
+    """Triplet (``method="triplet"``) or TripletXL (``method="tripletxl"``) estimator.
+
+    ``fit(data)`` embeds the titles and bodies of a :class:`TitleBodyData` (or of a
+    :class:`~backretrieval.data.Dataset`'s ``title`` / ``body`` columns, every language, through
+    :meth:`TitleBodyData.from_dataset`) with the frozen ``base`` encoder and trains;
+    ``fit_vectors`` trains on given base vectors. Learned attributes: ``params_`` (numpy
+    weights), ``history_`` (one dict per epoch: train/validation losses and their parts,
+    seconds), ``best_epoch_``, ``languages_``, ``n_train_``, ``n_val_``, ``stopped_early_``.
+    ``save(dir)`` writes a model directory that ``triplet:DIR`` / ``tripletxl:DIR`` load as a
+    text encoder.
+
+    Args:
+        method: ``"triplet"`` (Eq. 1) or ``"tripletxl"`` (Eq. 1 + beta * Eq. 2).
+        base: the frozen base text encoder spec.
+        layers: widths of the dense ReLU layers (a sequence of positive ints).
+        final_relu: a ReLU after the mlp tower's last layer.
+        tower: ``"mlp"`` is the paper's tower (dense ReLU layers of widths ``layers``);
+            ``"residual"`` is ``x + f(x)``, ``f`` = dense ReLU layers of widths ``layers`` and a
+            zero-initialised linear layer back to the base dimension, so training starts at the
+            base encoder's own vectors (``final_relu`` applies to the mlp tower only).
+        lr: Adam's learning rate (> 0); alpha: Eq. 1's margin (>= 0); beta: the weight of
+            L_XL (>= 0); k: neighbours per language; refresh_every: epochs between neighbour
+            refreshes.
+        batch_size: items per batch (>= 2: the negative is another item of the batch);
+            epochs: (>= 1).
+        negatives: ``"batch"`` (the paper) or ``"language"`` (see :func:`.losses.sample_negatives`).
+        val_frac: random validation share in [0, 1); patience: early stopping (None: never);
+            restore_best: keep the weights of the best validation epoch.
+        seed: split, initialisation and batches; threads: torch threads (None: the default);
+            progress: bars.
+
+    Raises (from ``fit``):
+        HyperParameterError: a bad hyper-parameter, named.
+    """
+
+    _parameter_constraints = {
+        "method": [StrOptions(set(METHODS))],
+        "base": [str],
+        "layers": ["array-like"],
+        "final_relu": ["boolean"],
+        "tower": [StrOptions(set(TOWERS))],
+        "lr": [Interval(numbers.Real, 0, None, closed="neither")],
+        "alpha": [Interval(numbers.Real, 0, None, closed="left")],
+        "batch_size": [_positive(low=2)],
+        "epochs": [_positive()],
+        "beta": [Interval(numbers.Real, 0, None, closed="left")],
+        "k": [_positive()],
+        "refresh_every": [_positive()],
+        "negatives": [StrOptions(set(NEGATIVES))],
+        "val_frac": [Interval(numbers.Real, 0, 1, closed="left")],
+        "patience": [_positive(), None],
+        "restore_best": ["boolean"],
+        "seed": [Interval(numbers.Integral, 0, None, closed="left")],
+        "threads": [_positive(), None],
+        "progress": ["boolean"],
+    }
+    _fitted_attribute = "params_"
+
+    def __init__(
+        self,
+        method: str = "triplet",
+        *,
+        base: str = "use-m",
+        layers: Sequence[int] = (300, 300),
+        final_relu: bool = True,
+        tower: str = "mlp",
+        lr: float = 0.01,
+        alpha: float = 0.1,
+        batch_size: int = 128,
+        epochs: int = 40,
+        beta: float = 0.01,
+        k: int = 5,
+        refresh_every: int = 1,
+        negatives: str = "batch",
+        val_frac: float = 0.1,
+        patience: int | None = None,
+        restore_best: bool = True,
+        seed: int = 0,
+        threads: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.method = method
+        self.base = base
+        self.layers = layers
+        self.final_relu = final_relu
+        self.tower = tower
+        self.lr = lr
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.beta = beta
+        self.k = k
+        self.refresh_every = refresh_every
+        self.negatives = negatives
+        self.val_frac = val_frac
+        self.patience = patience
+        self.restore_best = restore_best
+        self.seed = seed
+        self.threads = threads
+        self.progress = progress
+
+    def _check_more(self) -> None:
+        layers = list(self.layers)
+        if not layers or any(not isinstance(w, numbers.Integral) or isinstance(w, bool) or w < 1 for w in layers):
+            raise HyperParameterError(f"The 'layers' parameter of {type(self).__name__} must be positive integer widths, got {self.layers!r}")
+
+    # -- fitting
+    def fit(
+        self,
+        data: TitleBodyData | Dataset,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        base_options: Mapping[str, Any] | None = None,
+        on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    ) -> "Triplet":
+        """Embed the titles and bodies with the frozen base encoder and train.
+
+        Args:
+            data: a :class:`TitleBodyData`, or a Dataset whose corpora have ``title`` and
+                ``body`` columns (every language; :meth:`TitleBodyData.from_dataset` drops ids
+                and concepts). Anything else is refused: no cross-lingual link may be trained on.
+            checkpoint_dir: save every epoch to ``DIR/checkpoint.pt`` and resume from it when
+                the settings and data are the same.
+            base_options: options of the base encoder.
+            on_epoch: called with each epoch's history record.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            HyperParameterError: a bad hyper-parameter (named).
+            DataError: data that could carry links, or too little data.
+        """
+        self._check_params()
+        if isinstance(data, Dataset):
+            data = TitleBodyData.from_dataset(data)
+        assert_no_links(data)
+        x_t, x_b = embed_title_body(data, self.base, progress=self.progress, base_options=base_options)
+        self.data_counts_ = data.counts()
+        return self.fit_vectors(x_t, x_b, data.langs, checkpoint_dir=checkpoint_dir, on_epoch=on_epoch)
+
+    def fit_vectors(
+        self,
+        x_title: np.ndarray,
+        x_body: np.ndarray,
+        langs: Sequence[str],
+        *,
+        checkpoint_dir: str | Path | None = None,
+        on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    ) -> "Triplet":
+        """Train on base-encoder vectors of titles and bodies (rows aligned with ``langs``).
+
+        Args:
+            x_title, x_body: (n, d) base vectors; langs: n language codes.
+            checkpoint_dir, on_epoch: as for :meth:`fit`.
+
+        Returns:
+            ``self``, fitted.
+
+        Raises:
+            HyperParameterError: a bad hyper-parameter (named).
+            DataError: mismatched shapes, NaN/inf, a one-item validation split or fewer than two
+                training items.
+        """
+        import torch
+
+        self._check_params()
+        x_title = np.ascontiguousarray(x_title, dtype=np.float32)
+        x_body = np.ascontiguousarray(x_body, dtype=np.float32)
+        langs_arr = np.asarray(list(langs), dtype=object)
+        n = x_title.shape[0]
+        if x_title.ndim != 2 or x_body.shape != x_title.shape or len(langs_arr) != n:
+            raise DataError(f"training vectors: titles {x_title.shape}, bodies {x_body.shape}, {len(langs_arr)} languages")
+        if not (np.isfinite(x_title).all() and np.isfinite(x_body).all()):
+            raise DataError("training vectors hold NaN or inf")
+        self.languages_ = sorted(set(langs_arr.tolist()))
+        lang_idx = np.array([self.languages_.index(x) for x in langs_arr], dtype=np.int64)
+        n_langs = len(self.languages_)
+
+        rng = np.random.default_rng(self.seed)
+        perm = rng.permutation(n)
+        n_val = int(round(self.val_frac * n))
+        if n_val == 1:
+            raise DataError(f"training data: a validation split of {self.val_frac} gives 1 item; use more data or val_frac=0")
+        val_rows, train_rows = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        if train_rows.size < 2:
+            raise DataError(f"training data: {train_rows.size} training item(s); need at least 2")
+        self.n_train_, self.n_val_ = int(train_rows.size), int(val_rows.size)
+        xl = self.method == "tripletxl"
+        key = resume_key(self.get_params(), self.languages_, x_title, x_body, lang_idx)
+        widths = [int(w) for w in self.layers]
+
+        prev_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads or default_threads())
+        try:
+            tower, history, best_epoch, stopped = train_tower(
+                self, torch, widths, key, x_title, x_body, lang_idx, n_langs, train_rows, val_rows, xl, checkpoint_dir, on_epoch
+            )
+        finally:
+            torch.set_num_threads(prev_threads)
+        self.best_epoch_, self.stopped_early_, self.history_ = best_epoch, stopped, history
+        self.params_ = params_of(tower)
+        self._tower = tower
+        return self
+
+    # -- inference and saving
+    def transform_vectors(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
+        """Item representations from base vectors -- the same numpy code as the saved encoder.
+
+        Raises:
+            NotFittedError: before ``fit``.
+        """
+        self._require_fitted()
+        return represent(head_forward(self.params_, x_title, self.final_relu, self.tower),
+                         head_forward(self.params_, x_body, self.final_relu, self.tower))
+
+    def save(self, model_dir: str | Path, *, meta: Mapping[str, Any] | None = None) -> Path:
+        """Write the model directory (kind ``triplet``, loadable as ``<method>:DIR``) with
+        ``history.json`` and ``history.csv``; ``model.json`` last.
+
+        Args:
+            model_dir: the directory (created).
+            meta: more info to record (dataset, timings, ...).
+
+        Returns:
+            The directory.
+
+        Raises:
+            NotFittedError: before ``fit``.
+        """
+        import pandas as pd
+
+        self._require_fitted()
+        hist = pd.DataFrame(self.history_)
+        first = ["epoch", "train_loss", "train_triplet", "train_xl", "val_loss", "val_triplet", "val_xl"]
+        hist = hist[[c for c in first if c in hist] + [c for c in hist if c not in first]]
+        info = {
+            "languages": self.languages_,
+            "n_train": self.n_train_,
+            "n_val": self.n_val_,
+            "epochs_run": int(self.history_[-1]["epoch"]) if self.history_ else 0,
+            "best_epoch": self.best_epoch_,
+            "stopped_early": self.stopped_early_,
+            "data_counts": getattr(self, "data_counts_", None),
+            "uses_cross_lingual_links": False,
+            **dict(meta or {}),
+        }
+        files = {"history.json": json.dumps(self.history_, indent=1), "history.csv": hist.to_csv(index=False)}
+        return save_model(model_dir, self.params_, hyper_parameters=self.get_params(), info=info, files=files)
+
+
+TripletModel = Triplet  # the name before the estimators shared one API
