@@ -73,7 +73,9 @@ def _estimators() -> list[type]:
     return [Triplet, M3L]
 
 
-ESTIMATOR_METHODS = ("fit", "transform", "fit_transform", "encode", "embed", "predict", "save", "load")
+def _estimator_method(name: str) -> bool:
+    """``fit*``, ``transform*`` / ``predict*`` / ``encode*``, ``save``, ``load``."""
+    return name in ("save", "load") or name.startswith(("fit", "transform", "predict", "encode"))
 
 
 def _defined_here(obj, module) -> bool:
@@ -83,10 +85,10 @@ def _defined_here(obj, module) -> bool:
 def _collect() -> dict[str, object]:
     found: dict[str, object] = {}
 
-    def add_class(cls, methods=None):
+    def add_class(cls, keep=lambda name: True):
         found[f"{cls.__module__}.{cls.__qualname__}"] = cls
         for name, member in vars(cls).items():
-            if name.startswith("_") or (methods is not None and name not in methods):
+            if name.startswith("_") or not keep(name):
                 continue
             func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
             if inspect.isfunction(func):
@@ -109,7 +111,7 @@ def _collect() -> dict[str, object]:
             else:
                 found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     for cls in _estimators():
-        add_class(cls, ESTIMATOR_METHODS)
+        add_class(cls, _estimator_method)
     return found
 
 
@@ -208,7 +210,8 @@ def test_something_collected():
         "backretrieval.train.base.Estimator",
         "backretrieval.train.triplet.estimator.Triplet.fit",
         "backretrieval.train.m3l.fit.M3L.save",
-        "backretrieval.train.m3l.fit.M3L.load",
+        "backretrieval.train.m3l.fit.M3L.transform",
+        "backretrieval.train.triplet.estimator.Triplet.transform_vectors",
     ):
         assert expected in names, expected
     assert not any(n.startswith("backretrieval.analysis.evaluate.") for n in names)
