@@ -56,9 +56,12 @@ SECTION = re.compile(r"^(\s*)(Args|Arguments|Returns|Yields|Raises|Attributes|Ex
 def _modules() -> list:
     mods = [backretrieval.metrics]
     for pkg in (backretrieval.metrics, backretrieval.analysis):
-        for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
-            short = info.name.rsplit(".", 1)[1]
-            if short.startswith("_") or info.name in EXCLUDED_MODULES:
+        # subpackages too (analysis/evaluate/ once it is one and leaves EXCLUDED_MODULES)
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            parts = info.name.split(".")
+            if any(part.startswith("_") for part in parts[2:]) or any(
+                info.name == ex or info.name.startswith(ex + ".") for ex in EXCLUDED_MODULES
+            ):
                 continue
             mods.append(importlib.import_module(info.name))
     mods.append(importlib.import_module("backretrieval.train.base"))
