@@ -35,7 +35,15 @@ Pair = tuple[str, str]
 
 
 def model_label(spec: str) -> str:
-    """Short name of a model spec: ``tripletxl:/x/tripletxl`` -> ``tripletxl``, ``tripletxl:/x/b1`` -> ``tripletxl:b1``."""
+    """Short name of a model spec: ``tripletxl:/x/tripletxl`` -> ``tripletxl``, ``tripletxl:/x/b1`` -> ``tripletxl:b1``.
+
+    Args:
+        spec: a text-model spec, ``NAME`` or ``NAME:PATH``.
+
+    Returns:
+        ``spec`` itself when it has no ``:``; else ``NAME`` when the path's last folder is
+        ``NAME``, otherwise ``NAME:FOLDER``.
+    """
     name, sep, arg = spec.partition(":")
     if not sep:
         return spec
@@ -44,7 +52,18 @@ def model_label(spec: str) -> str:
 
 
 def groups_of(models: Sequence[str], labels: Mapping[str, str]) -> dict[str, list[str]]:
-    """``{label: [model specs]}`` in first-seen order; models sharing a label are training seeds of one model."""
+    """``{label: [model specs]}`` in first-seen order; models sharing a label are training seeds of one model.
+
+    Args:
+        models: model specs.
+        labels: display label of every spec in ``models``.
+
+    Returns:
+        Label -> the specs with that label, labels and specs in the order of ``models``.
+
+    Raises:
+        KeyError: a spec without a label.
+    """
     out: dict[str, list[str]] = {}
     for m in models:
         out.setdefault(labels[m], []).append(m)
@@ -126,7 +145,17 @@ def worst_pairs(base_scores: np.ndarray, frac: float = 0.25) -> np.ndarray:
 
 def mean_lift(model_hits: np.ndarray, base_hits: np.ndarray, *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
     """Mean per-query difference model - base over the given (pairs, seeds, N) outcomes, with a
-    95% percentile bootstrap CI (queries resampled within every (pair, seed) stratum)."""
+    95% percentile bootstrap CI (queries resampled within every (pair, seed) stratum).
+
+    Args:
+        model_hits: per-query outcomes of the model, (..., N), e.g. (pairs, seeds, N) hit@K.
+        base_hits: the base model's outcomes on the same queries, same shape.
+        n_boot: bootstrap replicates.
+        seed: seed of the resampling.
+
+    Returns:
+        ``lift`` (mean of model - base over every query), ``lift_low`` and ``lift_high``.
+    """
     d = np.asarray(model_hits, float) - np.asarray(base_hits, float)
     ci = bootstrap_ci(d.reshape(-1, d.shape[-1]), n_boot=n_boot, seed=seed)
     return {"lift": ci.estimate, "lift_low": ci.low, "lift_high": ci.high}
@@ -142,7 +171,8 @@ def ordering_agreement(bkr: pd.DataFrame, truth: pd.DataFrame) -> dict[str, Any]
     """Per pair, do BkR and the ground truth order the models the same?
 
     Args:
-        bkr, truth: (pairs x models) estimates, same index and columns.
+        bkr: (pairs x models) BkR estimates.
+        truth: (pairs x models) ground-truth estimates, same index and columns as ``bkr``.
 
     Returns:
         ``per_pair`` {pair: Spearman rho of the models' BkR vs truth scores, NaN when a metric ties
@@ -201,7 +231,8 @@ def case_study_summary(
         models: model specs, the base encoder first; specs sharing a label are training seeds of one model.
         labels: display label per spec.
         pairs: directed pairs.
-        k: K of BkR@K; truth_k: K of the ground-truth XLR@K.
+        k: K of BkR@K.
+        truth_k: K of the ground-truth XLR@K.
         n_boot: bootstrap resamples.
         names: display name per data set (keys ``bkr``, ``xlr``).
         worst_frac: the share of pairs (lowest base score) whose lift :func:`worst_pairs` reports.
@@ -212,6 +243,11 @@ def case_study_summary(
         tables per metric), ``truth`` (did BkR tell the truth: correlations, sign agreement, rankings,
         per-pair ordering agreement), ``spread`` (Triplet vs base, TripletXL vs Triplet / base), ``worst`` (lift on the
         base's worst pairs), ``xl_vs_triplet`` (mean per-query lift of each TripletXL over the first Triplet, with CI).
+        The views are BkR@k and XLR@truth_k on the image data, and XLR@truth_k on the held-out
+        data when ``results`` has ``"xlr"``; a view whose ranks are missing is left out.
+
+    Raises:
+        ValueError: the base encoder's label is shared by several specs.
     """
     names = dict(names or {"bkr": "image data", "xlr": "held-out data"})
     groups = groups_of(models, labels)
@@ -277,7 +313,15 @@ def _truth(per_pair: Mapping[str, Any], labs: list[str], base: str) -> dict[str,
 
 
 def directed_pairs(langs: Sequence[str]) -> list[Pair]:
-    """Every ordered pair of distinct languages, in the order given."""
+    """Every ordered pair of distinct languages, in the order given.
+
+    Args:
+        langs: language codes.
+
+    Returns:
+        ``(source, target)`` for every source and every other target: n (n - 1) pairs, sources
+        in the given order, then targets in the given order.
+    """
     return [(s, t) for s in langs for t in langs if s != t]
 
 
@@ -294,12 +338,20 @@ def evaluate_case_study(
         out: work folder of the evaluation records.
         bkr_dataset: data with images for BkR (and XLR where it has links).
         xlr_dataset: optional held-out linked data for a second ground-truth XLR.
-        bkr_n, xlr_n: sample sizes per side; seeds: evaluation seeds; k: K of BkR@K.
+        bkr_n: sample size per side of the BkR grid.
+        xlr_n: sample size per side of the held-out XLR grid.
+        seeds: evaluation (sampling) seeds.
+        k: K of BkR@K.
         image_model: the image encoder g of BkR.
-        progress, log: passed to :func:`backretrieval.analysis.evaluate`.
+        progress: show progress bars.
+        log: called with each progress message (None: silent).
 
     Returns:
         ``{"bkr": EvalResult[, "xlr": EvalResult]}``.
+
+    Raises:
+        BackretrievalError: what :func:`~.evaluate.evaluate` raises (unknown dataset, model or
+            language, a sample larger than the data, ...).
     """
     from .evaluate import EvalConfig, evaluate
 

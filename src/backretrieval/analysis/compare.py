@@ -29,7 +29,19 @@ METRICS_HELP = "bkr@K, bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, xlr_t2s_mrr, corr"
 
 
 def outcome_fn(metric: str):
-    """``"bkr@10"`` -> (ranks key, function ranks -> per-query outcomes)."""
+    """``"bkr@10"`` -> (ranks key, function ranks -> per-query outcomes).
+
+    Args:
+        metric: ``bkr@K``, ``bkr_mrr``, ``xlr@K``, ``xlr_mrr``, ``xlr_t2s@K`` or ``xlr_t2s_mrr``
+            (not ``corr``, which has no per-query outcomes).
+
+    Returns:
+        ``(key, fn)``: the key of the per-query ranks in ``EvalResult.ranks[...]`` (``"bkr"``,
+        ``"xlr"``, ``"xlr_t2s"``) and :func:`.stats.hits` at K or :func:`.stats.reciprocal`.
+
+    Raises:
+        BackretrievalError: any other metric name.
+    """
     m = _METRIC.match(metric)
     if not m:
         raise BackretrievalError(f"unknown metric {metric!r}: use {METRICS_HELP}")
@@ -39,6 +51,20 @@ def outcome_fn(metric: str):
 
 @dataclasses.dataclass
 class Comparison:
+    """The result of :func:`compare`.
+
+    Attributes:
+        metric: the metric the models were ranked by.
+        level: confidence level of the intervals.
+        alpha: significance level of the Holm-adjusted gaps.
+        per_pair: one row per language pair and model, best first: ``pair, rank, model,
+            estimate, ci_low, ci_high, p_vs_next, p_adj, significant`` (the p-values of the gap
+            to the next model; NaN for the last).
+        across_pairs: one row per model, best mean first: ``model, mean, sd, min, max, pairs,
+            mean_rank, wins`` (wins: pairs where it ranks first).
+        run: the evaluation's ``run.json`` (configuration, input fingerprints, environment).
+    """
+
     metric: str
     level: float
     alpha: float
@@ -48,7 +74,12 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """The comparison as JSON-serialisable data, with ``run``: what produced it (configuration,
-        input fingerprints, software environment; see :func:`backretrieval.analysis.evaluate.run_info`)."""
+        input fingerprints, software environment; see :func:`backretrieval.analysis.evaluate.run_info`).
+
+        Returns:
+            ``metric``, ``level``, ``alpha``, ``per_pair`` and ``across_pairs`` as lists of row
+            dicts, and ``run``.
+        """
         return {
             "metric": self.metric,
             "level": self.level,
@@ -214,7 +245,14 @@ def _compare_corr(result: EvalResult, *, level: float, alpha: float) -> Comparis
 
 def counterpart(metric: str) -> str | None:
     """The same measure on the other side: ``bkr@10`` <-> ``xlr@10``, ``bkr_mrr`` <-> ``xlr_mrr``
-    (what a report shows beside the ranked metric where ground truth exists); None otherwise."""
+    (what a report shows beside the ranked metric where ground truth exists); None otherwise.
+
+    Args:
+        metric: a metric name.
+
+    Returns:
+        The counterpart's name, or None for ``xlr_t2s*``, ``corr`` and unknown names.
+    """
     m = _METRIC.match(metric)
     if not m or m.group(1) == "xlr_t2s":
         return None
@@ -224,7 +262,15 @@ def counterpart(metric: str) -> str | None:
 
 def has_metric(result: EvalResult, metric: str) -> bool:
     """Whether every record of ``result`` has what ranking by ``metric`` needs (per-query ranks,
-    or CORR bootstrap replicates)."""
+    or CORR bootstrap replicates).
+
+    Args:
+        result: a finished grid.
+        metric: a metric name (an unknown one has nothing).
+
+    Returns:
+        False for an unknown metric or a result without records.
+    """
     if metric == "corr":
         key = "corr_boot"
     else:
@@ -259,9 +305,21 @@ def pairwise(
     the p-value come from the stored bootstrap replicates (the percentile interval of the
     replicates' difference; the Wald p-value of :func:`compare`).
 
+    Args:
+        result: a finished grid.
+        metric: as for :func:`compare`.
+        n_boot: bootstrap resamples of each gap's interval.
+        n_perm: permutations of each gap's test.
+        level: confidence level of the intervals.
+        alpha: significance level of the Holm-adjusted p-values.
+        seed: seed of the resampling and of the permutations.
+
     Returns:
         One row per language pair and model pair: ``pair, model_a, model_b, diff, diff_low,
         diff_high, p, p_adj, significant`` (``significant``: ``p_adj < alpha``).
+
+    Raises:
+        BackretrievalError: an unknown metric.
     """
     models = list(dict.fromkeys(r["model"] for r in result.records))
     pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
@@ -320,7 +378,16 @@ def _corr_gaps(result, models, src, tgt, seeds, level) -> list[dict[str, Any]]:
 def wins(pw: pd.DataFrame, models: list[str] | None = None) -> pd.DataFrame:
     """Per model, from :func:`pairwise`: ``wins`` (language pair x opponent gaps it leads
     significantly after Holm), ``losses`` (the same, trailing) and ``ties`` (gaps not significant).
-    ``models`` fixes the row order (default: order of appearance)."""
+    ``models`` fixes the row order (default: order of appearance).
+
+    Args:
+        pw: the frame of :func:`pairwise`.
+        models: the models, in the row order wanted (None: order of appearance in ``pw``).
+
+    Returns:
+        Columns ``model, wins, losses, ties``; wins + losses + ties is the number of gaps the
+        model takes part in.
+    """
     names = models or list(dict.fromkeys([*pw["model_a"], *pw["model_b"]]))
     sig = pw[pw["significant"].astype(bool)]
     return pd.DataFrame({

@@ -29,31 +29,81 @@ R = TypeVar("R")
 
 
 class Executor(Protocol):
+    """What the grid needs of an executor (any object with these members will do).
+
+    Attributes:
+        name: how the run record names it, e.g. ``"local"`` or ``"processes:4"``.
+    """
+
     name: str
 
-    def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]: ...
+    def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        """Run ``fn`` on every task, results in any order as they finish.
 
-    def text_encoder(self, spec: str) -> Any: ...
+        Args:
+            fn: a picklable, pure function of one task.
+            tasks: the tasks (consumed lazily; only a few are in flight at a time).
+
+        Yields:
+            ``fn(task)`` for each task, as soon as it is ready.
+        """
+        ...
+
+    def text_encoder(self, spec: str) -> Any:
+        """The encoder that embeds the texts of registry model ``spec`` for the grid.
+
+        Args:
+            spec: a text-model spec string, e.g. ``"use-m"``.
+
+        Returns:
+            A text encoder (``encode(texts, lang)``, ``version``, ...).
+        """
+        ...
 
 
 class LocalExecutor:
-    """Tasks one after another in this process."""
+    """Tasks one after another in this process (no constructor arguments)."""
 
     name = "local"
     encode_chunk = 2048  # texts per cache shard
 
     def text_encoder(self, spec: str) -> Any:
-        """The encoder that embeds the texts of model ``spec`` for the grid."""
+        """The encoder that embeds the texts of model ``spec`` for the grid.
+
+        Args:
+            spec: a text-model spec string, e.g. ``"use-m"`` or ``"use-m@trunc=64"``.
+
+        Returns:
+            The registry's encoder, built in this process.
+
+        Raises:
+            EncoderError: an unknown spec (named).
+        """
         from ..encoders.base import get_text_encoder
 
         return get_text_encoder(spec)
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        """Run ``fn`` on each task in turn, in this process.
+
+        Args:
+            fn: a function of one task.
+            tasks: the tasks, consumed one at a time.
+
+        Yields:
+            ``fn(task)`` in the order of ``tasks``.
+        """
         for task in tasks:
             yield fn(task)
 
 
 def usable_cores() -> int:
+    """The CPU cores this process may run on.
+
+    Returns:
+        The size of the process's CPU affinity set where the platform has one (containers,
+        ``taskset``), else ``os.cpu_count()``; at least 1.
+    """
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -69,7 +119,22 @@ def _limit_threads(n: int) -> None:
 
 def bounded_imap(submit: Callable[[T], Any], wait_any: Callable[[set], tuple[set, set]], result: Callable[[Any], R],
                  tasks: Iterable[T], in_flight: int) -> Iterator[R]:
-    """Keep at most ``in_flight`` submitted tasks; yield results in completion order."""
+    """Keep at most ``in_flight`` submitted tasks; yield results in completion order.
+
+    Backend-neutral: the futures and the waiting are the caller's (``concurrent.futures`` for
+    processes, ``ray.wait`` for Ray), so the bound on memory is one loop for both.
+
+    Args:
+        submit: starts one task and returns its future / handle.
+        wait_any: blocks until at least one of the pending handles is done; returns
+            ``(done, still_pending)``.
+        result: the value of a done handle (re-raises the task's exception).
+        tasks: the tasks, consumed lazily.
+        in_flight: the most handles pending at any time (>= 1).
+
+    Yields:
+        ``result(handle)`` of each task, as the tasks finish.
+    """
     pending: set = set()
     it = iter(tasks)
     exhausted = False
@@ -88,7 +153,12 @@ def bounded_imap(submit: Callable[[T], Any], wait_any: Callable[[set], tuple[set
 
 class ProcessExecutor(LocalExecutor):
     """Tasks in ``workers`` spawned processes with ``threads`` BLAS threads each (encoding stays
-    in this process, where the models use every core)."""
+    in this process, where the models use every core).
+
+    Args:
+        workers: worker processes (None or 0: :func:`usable_cores`).
+        threads: BLAS/OpenMP threads per worker.
+    """
 
     def __init__(self, workers: int | None = None, threads: int = 1):
         self.workers = workers or usable_cores()
@@ -96,6 +166,15 @@ class ProcessExecutor(LocalExecutor):
         self.name = f"processes:{self.workers}"
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        """Run ``fn`` on the tasks in the worker pool, at most ``2 * workers`` in flight.
+
+        Args:
+            fn: a picklable, module-level function of one task.
+            tasks: picklable tasks, consumed lazily.
+
+        Yields:
+            ``fn(task)`` for each task in completion order; a task's exception is raised here.
+        """
         import multiprocessing as mp
 
         with ProcessPoolExecutor(
@@ -111,7 +190,20 @@ class ProcessExecutor(LocalExecutor):
 
 
 def get_executor(spec: Any = None) -> Executor:
-    """``None``/``"local"``, ``"processes[:N]"``, ``"ray[:ADDRESS]"``, or an object with ``imap``."""
+    """The executor named by ``spec``.
+
+    Args:
+        spec: ``None`` or ``"local"``, ``"processes"`` / ``"processes:N"`` (N workers),
+            ``"ray"`` / ``"ray:ADDRESS"``, or an executor object (anything with ``imap``), which
+            is returned as it is.
+
+    Returns:
+        A :class:`LocalExecutor`, :class:`ProcessExecutor`, ``RayExecutor`` or ``spec`` itself.
+        A Ray executor starts or reaches Ray only when it is first used.
+
+    Raises:
+        BackretrievalError: an unknown executor name, or an N that is not a positive integer.
+    """
     if spec is None or spec == "local":
         return LocalExecutor()
     if hasattr(spec, "imap"):

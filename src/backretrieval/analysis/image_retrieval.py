@@ -60,7 +60,15 @@ def model_settings(model: ModelDir) -> dict[str, Any]:
 
 def group_key(model: ModelDir) -> tuple[str, str, str, str, str]:
     """``(base, loss, train langs, image model, settings JSON)``: models with equal keys differ
-    only in their training seed and form one configuration (averaged)."""
+    only in their training seed and form one configuration (averaged).
+
+    Args:
+        model: a saved model directory (kind ``m3l``).
+
+    Returns:
+        The base text model spec, the loss, the comma-joined training languages, the image model
+        spec and :func:`model_settings` as JSON with sorted keys.
+    """
     hp = model.hyper_parameters
     return (hp["base"], hp["loss"], ",".join(hp["train_langs"]), hp["image_model"],
             json.dumps(model_settings(model), sort_keys=True))
@@ -68,7 +76,16 @@ def group_key(model: ModelDir) -> tuple[str, str, str, str, str]:
 
 def group_labels(keys: Sequence[tuple]) -> dict[tuple, str]:
     """``base LOSS`` per group key, plus the settings that tell apart configurations sharing
-    that name (e.g. ``use-m PATR (eta_quantile 0.9, lr 0.001)``)."""
+    that name (e.g. ``use-m PATR (eta_quantile 0.9, lr 0.001)``).
+
+    Args:
+        keys: group keys of :func:`group_key`.
+
+    Returns:
+        Key -> label. Configurations sharing base, loss, training languages and image model are
+        told apart by the settings in which they differ (in the key's settings order); the
+        training languages themselves are not in the label (reports add them).
+    """
     out = {}
     for gk in keys:
         same = [k for k in keys if k[:4] == gk[:4]]
@@ -84,7 +101,13 @@ def group_labels(keys: Sequence[tuple]) -> dict[tuple, str]:
 
 @dataclasses.dataclass
 class Group:
-    """One configuration: its key, label and the results of its seeds."""
+    """One configuration: its key, label and the results of its seeds.
+
+    Args:
+        key: its :func:`group_key`.
+        label: its :func:`group_labels` label.
+        results: one retrieval result per training seed.
+    """
 
     key: tuple
     label: str
@@ -92,20 +115,56 @@ class Group:
 
     @property
     def train_langs(self) -> str:
+        """The comma-joined training languages of the configuration."""
         return self.key[2]
 
     def recalls(self, lang: str, k: int) -> list[float]:
-        """Recall@k of each seed in ``lang``."""
+        """Recall@k of each seed in ``lang``.
+
+        Args:
+            lang: a query language the results were evaluated in.
+            k: a cut-off the results were evaluated at.
+
+        Returns:
+            The ``t2i@k`` of each result (one per seed), in the order of ``results``.
+
+        Raises:
+            KeyError: ``lang`` or ``k`` was not evaluated.
+        """
         return [r.per_lang[lang][f"t2i@{k}"] for r in self.results]
 
     def hits(self, lang: str, k: int) -> np.ndarray:
-        """Per-query hit at k, averaged over the seeds (queries must align)."""
+        """Per-query hit at k, averaged over the seeds (queries must align).
+
+        Args:
+            lang: a query language the results were evaluated in.
+            k: the cut-off (a pessimistic rank <= k is a hit).
+
+        Returns:
+            float64 (queries,) array: the share of seeds whose rank of the query's image is <= k.
+        """
         return np.mean([(r.ranks[lang] <= k).astype(float) for r in self.results], axis=0)
 
 
 @dataclasses.dataclass
 class ImageRetrievalRun:
-    """Everything ``image-retrieval`` reports: per-model results, configurations, comparisons."""
+    """Everything ``image-retrieval`` reports: per-model results, configurations, comparisons.
+
+    Args:
+        dataset: the dataset's name as given.
+        split: the images ranked (``test``, ``val`` or ``all``).
+        sim: ``euclidean`` or ``cosine``.
+        ks: the recall cut-offs, ascending.
+        langs: the query languages.
+        results: one retrieval result per model directory, in the given order.
+        groups: the configurations (models differing only in their training seed).
+        same_queries: whether every model was evaluated on the same queries per language.
+        k_compare: the cut-off of the comparisons (10 when evaluated, else the largest).
+        comparisons: :func:`compare_best` per language (empty with one configuration or when
+            the queries differ).
+        data: the encoded images and splits, per (image model, split seed, test_frac, val_frac).
+        bases: the loaded base text encoders, per spec.
+    """
 
     dataset: str
     split: str
@@ -121,7 +180,14 @@ class ImageRetrievalRun:
     bases: dict[str, Any]
 
     def data_of(self, result: RetrievalResult) -> ImageTextData:
-        """The encoded images and split a result was evaluated on."""
+        """The encoded images and split a result was evaluated on.
+
+        Args:
+            result: one of :attr:`results`.
+
+        Returns:
+            The :class:`~backretrieval.train.m3l.ImageTextData` of its image model and split rule.
+        """
         return self.data[_data_key(result.model)]
 
 
@@ -174,7 +240,8 @@ def image_retrieval(
 
     Args:
         model_dirs: saved model directories.
-        dataset: the loaded dataset (``langs`` loaded); ``dataset_name`` is how it was named.
+        dataset: the loaded dataset (``langs`` loaded).
+        dataset_name: how the dataset was named (recorded in the run).
         langs: query languages.
         split: ``test``, ``val`` or ``all`` (images a model trained on are always left out).
         ks: recall cut-offs; the comparison uses 10 when given, else the largest.

@@ -31,7 +31,20 @@ def per_seed_correlations(
     records: Sequence[dict[str, Any]], truth: str = TRUTH, candidates: dict[str, str] = CANDIDATES
 ) -> pd.DataFrame:
     """One row per (image_model, pair, seed): ``pearson_<c>``, ``spearman_<c>`` for each candidate
-    metric c, computed across the models."""
+    metric c, computed across the models.
+
+    Args:
+        records: evaluation records, one per (model, pair, seed, image model), each with
+            ``image_model``, ``src_lang``, ``tgt_lang`` (or ``pair``), ``seed`` and the metric keys.
+        truth: the ground-truth metric key (default ``"xlr@10"``).
+        candidates: short name -> metric key of each metric judged against ``truth``.
+
+    Returns:
+        A frame with columns ``image_model``, ``pair``, ``seed``, ``n_models`` and
+        ``pearson_<name>``, ``spearman_<name>`` per candidate, in the records' first-seen order.
+        A correlation is NaN when the group has fewer than 3 models or either metric is constant
+        across them.
+    """
     df = pd.DataFrame(records)
     df["pair"] = pair_labels(df)
     rows = []
@@ -56,7 +69,19 @@ def _paired_p(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def meta_table(per_seed: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Table 1: per pair, mean and sd over seeds of each correlation, and p-values of BkR vs CORR."""
+    """Table 1: per pair, mean and sd over seeds of each correlation, and p-values of BkR vs CORR.
+
+    Args:
+        per_seed: the frame of :func:`per_seed_correlations` with candidates ``bkr`` and ``corr``.
+
+    Returns:
+        Pair label (``"en->de"``; with several image models ``"en->de [g]"``) -> ``image_model``,
+        ``seeds``, ``n_models``, ``{pearson,spearman}_{bkr,corr}`` as ``{"mean", "sd"}`` over
+        seeds (NaN seeds ignored; mean NaN when every seed is NaN, sd 0.0 with fewer than two
+        finite seeds) and ``p_{pearson,spearman}_{wilcoxon,ttest}``: two-sided paired p-values of
+        BkR's against CORR's correlation across seeds (NaN with fewer than two seeds where both
+        are defined, or when the two are equal on every seed).
+    """
     out: dict[str, dict[str, Any]] = {}
     for (img, pair), g in per_seed.groupby(["image_model", "pair"], sort=False):
         key = pair if per_seed["image_model"].nunique() == 1 else f"{pair} [{img}]"
@@ -83,12 +108,25 @@ class Calibration:
     For each held-out pair the map is fitted on the (model, pair) means of all other pairs; the
     interval is +- the ``level`` quantile of the absolute leave-one-pair-out residuals within
     those fitting pairs (a cross-conformal interval). ``rows`` has one row per (held-out pair, model).
+
+    Args:
+        rows: columns ``pair``, ``model``, ``bkr`` (the metric mapped from), ``xlr_true``,
+            ``xlr_pred``, ``low``, ``high`` (the interval, clipped to [0, 1]), ``abs_error`` and
+            ``covered`` (whether the true value lies in the unclipped interval).
+        level: the interval's nominal coverage, e.g. 0.9.
     """
 
     rows: pd.DataFrame
     level: float
 
     def summary(self) -> pd.DataFrame:
+        """Per held-out pair: how well the map fitted on the other pairs predicts it.
+
+        Returns:
+            One row per pair: ``mae`` and ``max_error`` (absolute XLR error), ``coverage`` (share
+            of models whose true XLR lies in the interval) and ``spearman_pred_vs_true`` (NaN
+            with fewer than 3 models).
+        """
         g = self.rows.groupby("pair")
         return pd.DataFrame(
             {
@@ -104,7 +142,16 @@ class Calibration:
 
 
 def fit_calibration(bkr: np.ndarray, xlr: np.ndarray):
-    """An increasing isotonic map BkR -> XLR (clipped outside the fitted range)."""
+    """An increasing isotonic map BkR -> XLR (clipped outside the fitted range).
+
+    Args:
+        bkr: 1-D BkR values (one per model, or per model and pair).
+        xlr: the matching 1-D XLR values.
+
+    Returns:
+        A fitted :class:`sklearn.isotonic.IsotonicRegression` (outputs in [0, 1]; inputs outside
+        the fitted range get the prediction at its nearest end).
+    """
     from sklearn.isotonic import IsotonicRegression
 
     return IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(bkr, xlr)
@@ -113,6 +160,23 @@ def fit_calibration(bkr: np.ndarray, xlr: np.ndarray):
 def calibrate_leave_one_pair_out(
     records: Sequence[dict[str, Any]], x: str = "bkr@10", y: str = TRUTH, level: float = 0.9
 ) -> Calibration:
+    """Leave-one-pair-out isotonic calibration of ``x`` (BkR) to ``y`` (XLR), see :class:`Calibration`.
+
+    Records are first averaged per (pair, model) over seeds. A pair is held out in turn; the map
+    is fitted on the other pairs; its interval half-width is the ``level * (1 + 1/n)`` quantile
+    of the absolute residuals of each other pair predicted by a map fitted without that pair
+    too. A held-out pair is skipped when the other pairs hold fewer than 3 (pair, model) means.
+
+    Args:
+        records: evaluation records with ``model``, ``src_lang``, ``tgt_lang`` (or ``pair``)
+            and the two metric keys.
+        x: the metric calibrated from.
+        y: the ground-truth metric predicted.
+        level: nominal coverage of the interval.
+
+    Returns:
+        A :class:`Calibration` (``rows`` empty when no pair could be held out).
+    """
     df = pd.DataFrame(records)
     df["pair"] = pair_labels(df)
     means = df.groupby(["pair", "model"], sort=False)[[x, y]].mean().reset_index()
@@ -155,7 +219,16 @@ def calibrate_leave_one_pair_out(
 
 def image_model_degradation(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Mean correlation with XLR per image model (averaged over pairs and seeds): how BkR holds
-    up as the image similarity g gets weaker. CORR is shown beside it."""
+    up as the image similarity g gets weaker. CORR is shown beside it.
+
+    Args:
+        per_seed: the frame of :func:`per_seed_correlations` (all image models).
+
+    Returns:
+        One row per image model (first-seen order): the mean of ``pearson_bkr``,
+        ``spearman_bkr``, ``pearson_corr``, ``spearman_corr`` over pairs and seeds (NaN entries
+        skipped) and their standard deviations (``*_sd``, ddof 1).
+    """
     cols = ["pearson_bkr", "spearman_bkr", "pearson_corr", "spearman_corr"]
     g = per_seed.groupby("image_model", sort=False)[cols]
     return g.mean().join(g.std(ddof=1).add_suffix("_sd")).reset_index()
@@ -166,7 +239,17 @@ def image_model_degradation(per_seed: pd.DataFrame) -> pd.DataFrame:
 @dataclasses.dataclass
 class MetaResult:
     """Everything the ``meta`` command reports. ``results[image_model]`` is the evaluation grid run
-    with that image model; the first image model is the main one."""
+    with that image model; the first image model is the main one.
+
+    Args:
+        results: image model -> its :class:`~.evaluate.EvalResult`, the main one first.
+        per_seed: :func:`per_seed_correlations` over all image models.
+        table: :func:`meta_table` of the main image model (Table 1).
+        calibration: :func:`calibrate_leave_one_pair_out` on the main image model's records,
+            None with fewer than 3 pairs.
+        degradation: :func:`image_model_degradation` ("how weak may g be").
+        datasets: the datasets merged (one: ``[cfg.dataset]``).
+    """
 
     results: dict[str, Any]  # image model -> EvalResult
     per_seed: pd.DataFrame
@@ -187,7 +270,25 @@ class MetaResult:
 
 def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
     """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) together with each
-    extra image model (sharing everything that does not depend on g), then the meta-evaluation."""
+    extra image model (sharing everything that does not depend on g), then the meta-evaluation.
+
+    BkR is taken at ``cfg.k`` (``bkr@K``); the ground truth is always ``xlr@10`` (``TRUTH``).
+
+    Args:
+        cfg: the grid (:class:`~.evaluate.EvalConfig`); needs a dataset with ground truth and images.
+        out_dir: output folder of the grid (records, resumable); None writes nothing.
+        image_models: extra (weaker) image models g, added to ``cfg.extra_image_models``.
+        progress: show progress bars.
+        log: called with each progress message.
+        executor: how the grid's tasks run (see :func:`~.executors.get_executor`; None: local).
+
+    Returns:
+        The :class:`MetaResult`.
+
+    Raises:
+        BackretrievalError: fewer than 3 models, or a record without ``xlr@10`` or ``bkr@K``
+            (the dataset lacks ground truth or images); the grid's own errors pass through.
+    """
     from .evaluate import evaluate
 
     if len(cfg.models) < 3:

@@ -33,7 +33,15 @@ RUN_ONLY_NOTE = "no stable identity"  # in the one log line that names the run-o
 
 
 def run_only_note(names: list[str]) -> str:
-    """The line a run logs once about its run-only models ``names``."""
+    """The line a run logs once about its run-only models ``names``.
+
+    Args:
+        names: the run-only models' names (at least one).
+
+    Returns:
+        One sentence naming them, containing :data:`RUN_ONLY_NOTE` (how a log filter recognises
+        it) and how to make them resumable.
+    """
     many = len(names) > 1
     return (
         f"model{'s' * many} {', '.join(map(repr, names))}: {RUN_ONLY_NOTE} (a Python object that is not a torch "
@@ -81,7 +89,16 @@ def _object(name: str, value: Any) -> PythonTextModel:
 
 
 def model_names(models: Any) -> list[str]:
-    """The names the records of ``models`` (a list or a dict, see the module doc) use, in order."""
+    """The names the records of ``models`` (a list or a dict, see the module doc) use, in order.
+
+    Args:
+        models: a list of spec strings / :class:`PythonTextModel` objects, a dict name -> spec or
+            object, or one spec string.
+
+    Returns:
+        The names in the given order: dict keys (as strings), a ``PythonTextModel``'s ``name``,
+        a spec string itself. Nothing is checked (see :func:`grid_models`).
+    """
     if isinstance(models, Mapping):
         return [str(k) for k in models]
     if isinstance(models, str):
@@ -91,7 +108,15 @@ def model_names(models: Any) -> list[str]:
 
 def describe_models(models: Any) -> list[str] | dict[str, str]:
     """JSON form of ``models`` for ``run.json``: a list of spec strings stays that list; otherwise
-    name -> spec string, or ``"python:<module.Class>"`` for an object."""
+    name -> spec string, or ``"python:<module.Class>"`` for an object.
+
+    Args:
+        models: as for :func:`model_names`.
+
+    Returns:
+        The list of spec strings unchanged, or a dict name -> spec string or
+        ``"python:<module.Class>"`` (the class of the wrapped object for a ``PythonTextModel``).
+    """
     if isinstance(models, (list, tuple)) and all(isinstance(m, str) for m in models):
         return list(models)
     items = models.items() if isinstance(models, Mapping) else ((n, m) for n, m in zip(model_names(models), models))
@@ -109,12 +134,18 @@ def grid_models(models: Any) -> dict[str, GridModel]:
     """Every model of ``models`` (a list of specs / ``PythonTextModel`` objects, or a dict name ->
     spec string or object), built and checked before anything is encoded.
 
+    Args:
+        models: a list of spec strings / ``PythonTextModel`` objects, or a dict name -> spec
+            string or Python object (wrapped in a ``PythonTextModel`` of that name).
+
     Returns:
         name -> :class:`GridModel`, in the order given.
 
     Raises:
-        BackretrievalError: no model, an empty or repeated name, an unknown spec, an object
-            without ``encode`` that is not callable (each named).
+        BackretrievalError: a bare string instead of a list, no model, an empty or repeated
+            name, an object in a list that is neither a spec nor a ``PythonTextModel``, an
+            unknown spec, an object without ``encode`` that is not callable (each named; the
+            last two as its subclass ``EncoderError``).
     """
     if isinstance(models, str):
         raise BackretrievalError(f"models must be a list or a dict of models, got the string {models!r} (use [{models!r}])")

@@ -25,7 +25,20 @@ R = TypeVar("R")
 
 
 def ray_init(address: str | None = None, num_cpus: int | None = None):
-    """``ray.init`` once per process (no dashboard, quiet); returns the ``ray`` module."""
+    """``ray.init`` once per process (no dashboard, quiet); returns the ``ray`` module.
+
+    Args:
+        address: a cluster to connect to (``"ray://HEAD:10001"`` or ``"HEAD:6379"``; the
+            ``backretrieval`` package is shipped to it); None starts a local Ray.
+        num_cpus: CPUs of a local Ray (None: all); ignored with ``address``.
+
+    Returns:
+        The imported ``ray`` module, initialised (an existing initialisation is kept as it is).
+
+    Raises:
+        BackretrievalError: Ray is not installed, or cannot be started or reached (the address
+            and Ray's message are named).
+    """
     try:
         import ray
     except ImportError as e:
@@ -47,7 +60,14 @@ def ray_init(address: str | None = None, num_cpus: int | None = None):
 
 
 class RayExecutor(LocalExecutor):
-    """Per-sample tasks as Ray tasks (one CPU each); text encoding on Ray Data."""
+    """Per-sample tasks as Ray tasks (one CPU each); text encoding on Ray Data.
+
+    Building one does not touch Ray; the first ``imap`` or ``text_encoder`` call initialises it.
+
+    Args:
+        address: the cluster (see :func:`ray_init`); None: a local Ray.
+        num_cpus: CPUs of a local Ray (None: all).
+    """
 
     encode_chunk = 32768  # texts per Ray Data job (and cache shard): amortises the job start
 
@@ -58,7 +78,19 @@ class RayExecutor(LocalExecutor):
 
     def text_encoder(self, spec: str):
         """Ray Data batch inference for models whose vectors depend only on (text, language);
-        models fitted on the evaluated texts (tfidf-char, PCA variants) stay local."""
+        models fitted on the evaluated texts (tfidf-char, PCA variants) stay local.
+
+        Args:
+            spec: a text-model spec string.
+
+        Returns:
+            A ``RayDataTextEncoder`` for ``spec``, or the local encoder for a model that is not
+            cacheable, is fitted on the evaluated texts, or needs extra inputs (``wants_extra``).
+
+        Raises:
+            EncoderError: an unknown spec.
+            BackretrievalError: Ray is missing or unreachable (see :func:`ray_init`).
+        """
         local = super().text_encoder(spec)
         if not getattr(local, "cacheable", True) or callable(getattr(local, "fit", None)) or getattr(local, "wants_extra", None):
             return local
@@ -68,6 +100,18 @@ class RayExecutor(LocalExecutor):
         return RayDataTextEncoder(spec)
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        """Run ``fn`` as Ray tasks (one CPU each), at most twice the cluster's CPUs in flight.
+
+        Args:
+            fn: a pure function of one task (serialised to the workers).
+            tasks: tasks of plain arrays, consumed lazily.
+
+        Yields:
+            ``fn(task)`` for each task in completion order; a task's exception is raised here.
+
+        Raises:
+            BackretrievalError: Ray is missing or unreachable (see :func:`ray_init`).
+        """
         ray = ray_init(self.address, self.num_cpus)
         remote = ray.remote(num_cpus=1)(fn)
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))

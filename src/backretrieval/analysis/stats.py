@@ -24,10 +24,27 @@ from scipy import stats
 
 
 def hits(ranks: np.ndarray, k: int) -> np.ndarray:
+    """Per-query 0/1 outcomes whose mean is Recall@K (or BkR@K).
+
+    Args:
+        ranks: 1-based pessimistic ranks of the right item, any shape.
+        k: the cut-off K.
+
+    Returns:
+        float64 array of the shape of ``ranks``: 1.0 where the rank is <= ``k``, else 0.0.
+    """
     return (np.asarray(ranks) <= k).astype(np.float64)
 
 
 def reciprocal(ranks: np.ndarray) -> np.ndarray:
+    """Per-query outcomes whose mean is the MRR.
+
+    Args:
+        ranks: 1-based ranks of the right item, any shape (a 0 gives inf).
+
+    Returns:
+        float64 array ``1 / ranks`` of the shape of ``ranks``.
+    """
     return 1.0 / np.asarray(ranks, dtype=np.float64)
 
 
@@ -38,19 +55,52 @@ def _as_strata(x: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
+    """A bootstrap estimate with its percentile interval.
+
+    Args:
+        estimate: the statistic on the full sample (the mean, or the mean difference).
+        low: lower end of the interval (the ``(1 - level) / 2`` quantile of the replicates).
+        high: upper end (the ``(1 + level) / 2`` quantile).
+        level: confidence level, e.g. 0.95.
+    """
+
     estimate: float
     low: float
     high: float
     level: float
 
     def as_dict(self, prefix: str) -> dict[str, float]:
+        """Flat record of the interval (``level`` is left out).
+
+        Args:
+            prefix: key of the estimate, e.g. ``"bkr@1"``.
+
+        Returns:
+            ``{prefix: estimate, prefix_ci_low: low, prefix_ci_high: high}``.
+        """
         return {prefix: self.estimate, f"{prefix}_ci_low": self.low, f"{prefix}_ci_high": self.high}
 
 
 def bootstrap_ci(
     outcomes: np.ndarray, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0, chunk: int = 200
 ) -> Interval:
-    """Percentile bootstrap CI for the mean of ``outcomes`` ((N,) or (seeds, N), stratified)."""
+    """Percentile bootstrap CI for the mean of ``outcomes`` ((N,) or (seeds, N), stratified).
+
+    Each replicate draws N query indices with replacement within every seed's row and averages
+    the rows' means, so the interval is that of the mean over seeds.
+
+    Args:
+        outcomes: per-query outcomes, (N,) or (seeds, N) (e.g. :func:`hits`, :func:`reciprocal`).
+        n_boot: number of bootstrap replicates.
+        level: confidence level of the two-sided percentile interval.
+        seed: seed of ``numpy.random.default_rng`` drawing the indices.
+        chunk: replicates drawn per block (memory ``chunk x N``); part of the random stream, so
+            changing it changes the interval slightly.
+
+    Returns:
+        An :class:`Interval`: the mean of all outcomes and the ``(1 - level) / 2`` and
+        ``(1 + level) / 2`` quantiles of the replicate means.
+    """
     x = _as_strata(outcomes)
     s, n = x.shape
     rng = np.random.default_rng(seed)
@@ -73,7 +123,21 @@ def paired_bootstrap_diff(
     ((N,) or (seeds, N), stratified by seed like :func:`bootstrap_ci`): each replicate draws one
     set of query indices per seed and applies it to both models, so the interval is that of the
     paired difference (narrower than two separate intervals when the models agree on queries).
-    This is :func:`bootstrap_ci` of the per-query difference ``a - b``."""
+    This is :func:`bootstrap_ci` of the per-query difference ``a - b``.
+
+    Args:
+        a, b: per-query outcomes of two models on the same queries, same shape.
+        n_boot: number of bootstrap replicates.
+        level: confidence level of the two-sided percentile interval.
+        seed: seed of the resampling.
+        chunk: replicates drawn per block (part of the random stream).
+
+    Returns:
+        An :class:`Interval` of ``mean(a) - mean(b)``.
+
+    Raises:
+        ValueError: ``a`` and ``b`` do not have the same shape.
+    """
     a, b = _as_strata(a), _as_strata(b)
     if a.shape != b.shape:
         raise ValueError(f"paired outcomes must align: shapes {a.shape} and {b.shape}")
@@ -82,6 +146,16 @@ def paired_bootstrap_diff(
 
 @dataclasses.dataclass(frozen=True)
 class PairedTest:
+    """Result of a paired test of two models on the same queries.
+
+    Args:
+        mean_a: mean outcome of model A.
+        mean_b: mean outcome of model B.
+        diff: ``mean_a - mean_b``.
+        p_value: two-sided p-value of "no difference".
+        method: the test, ``"sign-flip permutation"`` or ``"exact McNemar"``.
+    """
+
     mean_a: float
     mean_b: float
     diff: float  # mean_a - mean_b
@@ -179,7 +253,20 @@ def paired_permutation_test(a: np.ndarray, b: np.ndarray, *, n_perm: int = 10000
 
 
 def mcnemar_exact(hits_a: np.ndarray, hits_b: np.ndarray) -> PairedTest:
-    """Exact McNemar test for paired 0/1 outcomes (binomial test on the discordant queries)."""
+    """Exact McNemar test for paired 0/1 outcomes (binomial test on the discordant queries).
+
+    Args:
+        hits_a: 0/1 (or boolean) outcomes of model A, any shape (flattened; non-zero = hit).
+        hits_b: outcomes of model B on the same queries, same shape.
+
+    Returns:
+        A :class:`PairedTest` whose p-value is the two-sided exact binomial test (p = 1/2) of
+        the queries only A gets right among those exactly one model gets right; 1.0 when no
+        query is discordant.
+
+    Raises:
+        ValueError: the two arrays do not have the same number of outcomes.
+    """
     a, b = np.asarray(hits_a, bool).ravel(), np.asarray(hits_b, bool).ravel()
     if a.shape != b.shape:
         raise ValueError(f"paired outcomes must align: shapes {a.shape} and {b.shape}")
@@ -189,7 +276,15 @@ def mcnemar_exact(hits_a: np.ndarray, hits_b: np.ndarray) -> PairedTest:
 
 
 def holm(p_values: list[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (same order as given)."""
+    """Holm-Bonferroni adjusted p-values (same order as given).
+
+    Args:
+        p_values: the family's raw p-values.
+
+    Returns:
+        Adjusted p-values in the input order: the i-th smallest is multiplied by ``m - i + 1``
+        (m tests, i from 1), made non-decreasing along the sorted order and capped at 1.
+    """
     p = np.asarray(p_values, dtype=np.float64)
     m = p.size
     order = np.argsort(p)
@@ -202,7 +297,16 @@ def holm(p_values: list[float]) -> list[float]:
 
 
 def correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(Pearson r, Spearman rho); NaN where a side is constant."""
+    """Pearson and Spearman correlation of two aligned samples.
+
+    Args:
+        x: 1-D values (e.g. one metric per model).
+        y: 1-D values of the same length.
+
+    Returns:
+        ``(pearson_r, spearman_rho)``; both NaN when there are fewer than 3 values or either
+        side is constant (a correlation is undefined or meaningless there).
+    """
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), float("nan")

@@ -89,7 +89,18 @@ def similarity(src: np.ndarray, tgt: np.ndarray, sim: str, csls_k: int, block_by
 
 
 def rank_summary(ranks: np.ndarray, ks: tuple[int, ...], prefix: str) -> dict[str, float]:
-    """Recall@K for each K, MRR and median rank of an array of 1-based ranks."""
+    """Recall@K for each K, MRR and median rank of an array of 1-based ranks.
+
+    Args:
+        ranks: 1-based (pessimistic) ranks of the right item, one per query.
+        ks: cut-offs K.
+        prefix: key prefix, e.g. ``"xlr"``, ``"xlr_t2s"`` or ``"bkr"``.
+
+    Returns:
+        ``{prefix}@K`` (share of ranks <= K) per K, ``{prefix}_mrr`` (mean of 1 / rank) and
+        ``{prefix}_median_rank`` (the median rank; the mean of the two middle ranks for an even
+        count), floats.
+    """
     out = {f"{prefix}@{k}": float(np.mean(ranks <= k)) for k in ks}
     out[f"{prefix}_mrr"] = float(np.mean(1.0 / ranks))
     out[f"{prefix}_median_rank"] = float(np.median(ranks))

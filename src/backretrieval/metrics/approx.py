@@ -131,10 +131,20 @@ def xlr_approx(
     also return the per-query outcomes ``found_at`` (and ``t2s_found_at``), see the module doc.
 
     Args:
-        src, tgt: (N, d) aligned embeddings; ``ks``: cut-offs (at most the lists' length).
-        method, options: the FAISS index (``hnsw``, ...) and its settings.
-        both_directions: also ``xlr_t2s@K``.
-        tgt_index, target_agreement, check_sample, seed, found_at: see above.
+        src: (N, d) source embeddings; row i is the translation of ``tgt`` row i (may be
+            memory-mapped).
+        tgt: (N, d) target embeddings.
+        ks: cut-offs K, each in [1, N]; ``max(ks)`` neighbours are searched per query.
+        method: the FAISS index, ``"flat"`` (exact), ``"hnsw"`` or ``"ivf"``.
+        options: the index's settings (:class:`~backretrieval.search.faiss_backend.FaissOptions`;
+            None: the defaults).
+        both_directions: also ``xlr_t2s@K`` (an index over ``src`` searched by ``tgt``).
+        tgt_index: a FAISS index already built over ``tgt`` (None: built here).
+        target_agreement: the self-check's target top-1 agreement and top-K recall with exact
+            search (None: no check, the options are used as given).
+        check_sample: queries of the self-check's seeded sample.
+        seed: seed of the self-check's sample.
+        found_at: also return the per-query outcomes ``found_at`` (and ``t2s_found_at``).
 
     Returns:
         ``xlr@K``, ``xlr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate``, ``retrieved`` and,
@@ -202,9 +212,19 @@ def bkr_approx(
     recall of the K nearest. ``found_at``: also return the per-query outcomes (module doc).
 
     Args:
-        src_text, tgt_text, src_img, tgt_img: as :func:`~backretrieval.metrics.bkr`.
-        ks: cut-offs; method, options: the FAISS index and its settings.
-        tgt_text_index, retrieved, target_agreement, check_sample, seed, found_at: see above.
+        src_text, tgt_text, src_img, tgt_img: as :func:`~backretrieval.metrics.bkr` (may be
+            memory-mapped).
+        ks: cut-offs K, each in [1, N]; ``max(ks)`` source images are searched per distinct
+            retrieved target.
+        method: the FAISS index, ``"flat"`` (exact), ``"hnsw"`` or ``"ivf"``.
+        options: the index's settings (:class:`~backretrieval.search.faiss_backend.FaissOptions`;
+            None: the defaults).
+        tgt_text_index: an index already built over ``tgt_text`` (None: built here).
+        retrieved: int (N,) target row retrieved for each source (None: searched here).
+        target_agreement: the self-check's target (None: no check).
+        check_sample: queries of the self-check's seeded sample.
+        seed: seed of the self-check's sample.
+        found_at: also return the per-query outcomes ``found_at``.
 
     Returns:
         ``bkr@K``, ``bkr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate`` and ``retrieved``.

@@ -50,7 +50,8 @@ def bkr_ranks(
         tgt_img: (M, e) image features of the target items, row-aligned with ``tgt_text``.
         sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
-        block_bytes: memory bound of one block of scores (None: the default). (text side; images are compared by cosine)
+        block_bytes: memory bound of one block of scores (None: the default); images are
+            always compared by cosine, whatever ``sim``.
 
     Returns:
         ``(ranks, retrieved)``: int64 (N,) 1-based ranks of each query's own image among the
@@ -58,8 +59,8 @@ def bkr_ranks(
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
-            ``sim``.
+            row (named), mismatched dimensions, text and image rows of a side that do not
+            align, ``csls_k`` outside [1, min(N, M)] (with ``sim="csls"``), or an unknown ``sim``.
     """
     src_text, tgt_text, src_img, tgt_img = _checked(src_text, tgt_text, src_img, tgt_img)
     sc = similarity(src_text, tgt_text, sim, csls_k, block_bytes)
@@ -101,8 +102,8 @@ def bkr(
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
-            ``sim``.
+            row (named), mismatched dimensions, text and image rows of a side that do not
+            align, a K outside [1, N] (or ``csls_k`` outside [1, min(N, M)]), or an unknown ``sim``.
 
     >>> import numpy as np
     >>> t = np.eye(4, dtype=np.float32); img = np.eye(4, dtype=np.float32)

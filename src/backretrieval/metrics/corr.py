@@ -28,7 +28,17 @@ DEFAULT_MAX_PAIRS = 4_000_000
 @dataclasses.dataclass(frozen=True)
 class CorrSide:
     """Average ranks of one side's pair similarities, centred and scaled for a Pearson product;
-    with ``keep_order`` also their sort structure, for bootstrap resamples (:func:`corr_bootstrap`)."""
+    with ``keep_order`` also their sort structure, for bootstrap resamples (:func:`corr_bootstrap`).
+
+    Args:
+        z: float64 (P,) average ranks of the P pairs' similarities minus their mean, divided by
+            the norm of that difference (all zeros when every similarity is equal), so that
+            CORR is ``sum(z_text * z_image)``.
+        pairs: the sampled ``(i, j)`` source/target rows (int arrays of length P), or None when
+            all N x M pairs are used (row-major).
+        order: int (P,) ascending sort order of the similarities (with ``keep_order``).
+        starts: int first sorted position of each group of equal similarities (with ``keep_order``).
+    """
 
     z: np.ndarray  # (ranks - mean) / norm, float64
     pairs: tuple[np.ndarray, np.ndarray] | None  # sampled (i, j), or None for all pairs
@@ -87,7 +97,7 @@ def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEF
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), or two halves computed on different samples.
+            row (named), or the two matrices' dimensions differ.
     """
     return _side(src_img, tgt_img, ("source image features", "target image features"), max_pairs, seed, keep_order)
 
@@ -106,7 +116,7 @@ def text_side(src_text: np.ndarray, tgt_text: np.ndarray, *, max_pairs: int = DE
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), or two halves computed on different samples.
+            row (named), or the two matrices' dimensions differ.
     """
     return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed, keep_order)
 

@@ -40,8 +40,8 @@ def hubness(
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
-            ``sim``.
+            row (named), mismatched dimensions, ``k`` outside [1, M] (or ``csls_k`` outside
+            [1, min(N, M)]), or an unknown ``sim``.
     """
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"))
     (k,) = check_ks(k, tgt.shape[0], "hubness k")

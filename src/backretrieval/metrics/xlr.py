@@ -35,8 +35,8 @@ def xlr_ranks(
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
-            ``sim``.
+            row (named), mismatched dimensions or row counts, ``csls_k`` outside [1, N] (with
+            ``sim="csls"``), or an unknown ``sim``.
     """
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"), same_rows=True)
     sc = similarity(src, tgt, sim, csls_k, block_bytes)
@@ -69,8 +69,8 @@ def xlr(
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), mismatched dimensions or row counts, a K outside [1, N], or an unknown
-            ``sim``.
+            row (named), mismatched dimensions or row counts, a K (or, with ``sim="csls"``,
+            ``csls_k``) outside [1, N], or an unknown ``sim``.
 
     >>> import numpy as np
     >>> x = np.eye(3, dtype=np.float32)

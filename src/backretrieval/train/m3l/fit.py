@@ -47,22 +47,38 @@ class M3L(Estimator):
 
     Args:
         loss: ``"m3l"`` (Eq. 1) or ``"patr"`` (Eq. 2).
-        base: the frozen text model spec; image_model: the frozen image model (or ``precomputed``).
-        train_langs: languages whose captions are trained on; val_langs: of the validation
-            captions (None: the training languages).
+        base: the frozen text model spec (e.g. ``"use-m"``).
+        image_model: the frozen image model spec (or ``"precomputed"`` for a dataset's own
+            image features).
+        train_langs: languages whose captions are trained on (at least one).
+        val_langs: languages of the validation captions (None: the training languages).
         widths: the two hidden widths (the last block's width is the image dimension).
-        dropout: the three blocks' dropout rates.
-        rho, alpha1, alpha2: M3L's exponent and weights.
-        eta: PATR's margin (None: the ``eta_quantile`` of squared distances between distinct
-            training images).
-        lr, beta1, beta2: Adam's settings; batch_size: captions per batch (>= 2); epochs.
+        dropout: the three blocks' dropout rates, each in [0, 1).
+        rho: M3L's exponent of the distance ratios (> 0).
+        alpha1: M3L's weight of the image-negative ratio (> 0).
+        alpha2: M3L's weight of the text-negative ratio (> 0).
+        eta: PATR's margin on squared distances (None: derived with ``eta_quantile``).
+        eta_quantile: the quantile, in (0, 1), of squared distances between two distinct
+            training images used as eta when ``eta`` is None (200,000 seeded pairs at most).
+        lr: Adam's learning rate (> 0).
+        beta1: Adam's first-moment decay, in [0, 1).
+        beta2: Adam's second-moment decay, in [0, 1).
+        batch_size: captions per batch (>= 2: the hardest negative is another batch item).
+        epochs: training epochs (>= 0; 0 keeps the initialised network).
         patience: stop after this many epochs without a better validation R@10 (None: never).
         select: keep the ``"best"`` epoch by validation R@10 (then MRR) or the ``"last"``.
-        init: the last block's initialisation (``match``, ``mean``, ``default``);
-            standardize: centre and scale the base embeddings (see the package doc).
-        seed: initialisation, dropout and batch order; split_seed, test_frac, val_frac: the
-            content-hash image split.
-        threads: torch threads while fitting (None: torch's choice); progress: bars.
+        init: the last block's initialisation (``"match"``, ``"mean"``, ``"default"``).
+        standardize: centre and scale the base embeddings (see the package doc).
+        seed: seeds the initialisation, dropout, batch order and eta's image pairs (>= 0).
+        split_seed: seed of the content-hash train/val/test image split (>= 0).
+        test_frac: share of images held out for testing, in [0, 1).
+        val_frac: share of images for validation, in [0, 1) (0 needs ``select="last"`` and no
+            ``patience``); ``test_frac + val_frac`` must be below 1.
+        threads: torch threads while fitting (None: torch's current setting).
+        progress: show progress bars.
+
+    Parameters are stored as given and checked by :meth:`fit`, which raises
+    ``HyperParameterError`` naming a bad one.
     """
 
     _parameter_constraints = {
@@ -378,7 +394,11 @@ class M3L(Estimator):
             X: (n, in_dim) raw embeddings of the base text model.
 
         Returns:
-            float32 (n, image_dim) mapped captions.
+            float32 (n, image_dim) mapped captions (compare them with image features by squared
+            Euclidean distance, the training metric).
+
+        Raises:
+            NotFittedError: before ``fit``.
         """
         return numpy_forward(np.asarray(X, dtype=np.float32), self.layers_())
 
@@ -429,6 +449,8 @@ class M3L(Estimator):
 
         Raises:
             NotFittedError: the model is not fitted.
+            ModelDirError: the directory cannot be written as a model directory (a recorded
+                value JSON cannot hold).
         """
         self._require_fitted()
         split = {s: [k for k, c in zip(self.data_.keys, self.data_.split.tolist()) if c == SPLIT_CODE[s]] for s in SPLITS}

@@ -33,8 +33,10 @@ def resume_key(params: Mapping[str, Any], languages: Sequence[str], x_title: np.
 
     Args:
         params: the estimator's parameters (``get_params()``).
-        languages: the sorted training languages; x_title, x_body: float32 base vectors;
-            lang_idx: int64 language index of each row.
+        languages: the sorted training languages.
+        x_title: float32 (n, d) base vectors of the titles.
+        x_body: float32 (n, d) base vectors of the bodies.
+        lang_idx: int64 (n,) index into ``languages`` of each row.
 
     Returns:
         32 hex characters; a checkpoint resumes only when its key is equal.
@@ -74,19 +76,25 @@ class Triplet(Estimator):
             ``"residual"`` is ``x + f(x)``, ``f`` = dense ReLU layers of widths ``layers`` and a
             zero-initialised linear layer back to the base dimension, so training starts at the
             base encoder's own vectors (``final_relu`` applies to the mlp tower only).
-        lr: Adam's learning rate (> 0); alpha: Eq. 1's margin (>= 0); beta: the weight of
-            L_XL (>= 0); k: neighbours per language; refresh_every: epochs between neighbour
-            refreshes.
-        batch_size: items per batch (>= 2: the negative is another item of the batch);
-            epochs: (>= 1).
+        lr: Adam's learning rate (> 0).
+        alpha: Eq. 1's margin (>= 0).
+        batch_size: items per batch (>= 2: the negative is another item of the batch).
+        epochs: training epochs (>= 1; fewer run when early stopping triggers).
+        beta: the weight of L_XL in TripletXL's loss (>= 0; unused by Triplet, whose
+            validation L_XL is only monitored).
+        k: neighbours per language in Eq. 2 (>= 1).
+        refresh_every: epochs between neighbour refreshes (>= 1).
         negatives: ``"batch"`` (the paper) or ``"language"`` (see :func:`.losses.sample_negatives`).
-        val_frac: random validation share in [0, 1); patience: early stopping (None: never);
-            restore_best: keep the weights of the best validation epoch.
-        seed: split, initialisation and batches; threads: torch threads (None: the default);
-            progress: bars.
+        val_frac: random validation share in [0, 1) (0: no validation, the last epoch is kept).
+        patience: stop after this many epochs without a lower validation loss (None: never;
+            only with a validation split).
+        restore_best: keep the weights of the epoch with the lowest validation loss.
+        seed: seeds the split, the initialisation and the batches (>= 0).
+        threads: torch threads while fitting (None: the CPU cores this process may use).
+        progress: show progress bars.
 
-    Raises (from ``fit``):
-        HyperParameterError: a bad hyper-parameter, named.
+    Parameters are stored as given and checked by ``fit``, which raises
+    ``HyperParameterError`` naming a bad one.
     """
 
     _parameter_constraints = {
@@ -207,8 +215,13 @@ class Triplet(Estimator):
         """Train on base-encoder vectors of titles and bodies (rows aligned with ``langs``).
 
         Args:
-            x_title, x_body: (n, d) base vectors; langs: n language codes.
-            checkpoint_dir, on_epoch: as for :meth:`fit`.
+            x_title: (n, d) base vectors of the titles (converted to float32).
+            x_body: (n, d) base vectors of the bodies, row-aligned with ``x_title``.
+            langs: n language codes, one per row (the languages are only used to group
+                neighbours per language, never to link items across languages).
+            checkpoint_dir: save every epoch to ``DIR/checkpoint.pt`` and resume from it when
+                the settings and vectors are the same (see :func:`resume_key`).
+            on_epoch: called with each epoch's history record.
 
         Returns:
             ``self``, fitted.
@@ -263,6 +276,15 @@ class Triplet(Estimator):
     def transform_vectors(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
         """Item representations from base vectors -- the same numpy code as the saved encoder.
 
+        Args:
+            x_title: (n, d) base vectors of the titles.
+            x_body: (n, d) base vectors of the bodies, row-aligned with ``x_title``.
+
+        Returns:
+            float32 (n, 2 * out) array ``concat(x_rt / |x_rt|, x_rb / |x_rb|)``: the tower's
+            output for the title and for the body, each half L2-normalised (``out`` is the last
+            layer's width, or d for the residual tower).
+
         Raises:
             NotFittedError: before ``fit``.
         """
@@ -283,6 +305,8 @@ class Triplet(Estimator):
 
         Raises:
             NotFittedError: before ``fit``.
+            ModelDirError: a ``meta`` value JSON cannot hold, or a ``meta`` key that is a
+                reserved header key.
         """
         import pandas as pd
 
