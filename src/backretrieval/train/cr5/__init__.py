@@ -62,12 +62,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..core import BackretrievalError, DataError, atomic_write_text
-from ..data import Corpus, Dataset
-from ..encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
-from ..encoders.cr5 import Cr5Model
-from ..search import csls_penalty, rank_of_true
-from . import _cr5_cg as _cg
+from ...core import BackretrievalError, DataError, atomic_write_text
+from ...data import Corpus, Dataset
+from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
+from ...encoders.cr5 import Cr5Model
+from ...search import csls_penalty, rank_of_true
+from . import _cg
 
 # ====================================================================================== solver
 
@@ -333,7 +333,7 @@ class Cr5Problem:
         from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
 
-        from ._cr5_lanczos import lanczos_top
+        from ._lanczos import lanczos_top
 
         if not 1 <= rank < self.K:
             raise DataError(f"Cr5: rank must be between 1 and the number of training concepts - 1 = {self.K - 1}, got {rank}")
@@ -1306,7 +1306,7 @@ def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: s
     """A bilingual word list from concept-aligned short texts: the pairs of items of the same
     concept whose text (``extra[field]``, else the text) is a single token (:func:`tokenize`) in
     both languages -- e.g. emoji-cldr names: 🐈 "cat" / "Katze". Sorted, without duplicates."""
-    from ..encoders._bow import tokenize
+    from ...encoders._bow import tokenize
 
     corpora = _corpora(ds)
 
