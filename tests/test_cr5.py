@@ -147,6 +147,33 @@ def test_solver_is_deterministic_and_checks_rank():
         solve(blocks, labels, K, rank=3, lam=0.0)
 
 
+_BLAS_CHILD = """
+import json, sys
+import numpy as np, scipy.sparse as sp
+from threadpoolctl import threadpool_info
+import backretrieval.train.cr5.solver as solver
+before = sorted(i["filepath"] for i in threadpool_info())
+rng = np.random.default_rng(0)
+blocks = [sp.random(40, 30, density=0.3, random_state=rng, format="csr") for _ in range(2)]
+labels = [np.arange(40) % 25, (np.arange(40) + 3) % 25]
+solver.solve(blocks, labels, 25, rank=3, lam=1.0)
+solver.solve(blocks, labels, 25, rank=3, lam=1.0, woodbury=False, eig_tol=1e-9)
+print(json.dumps({"before": before, "after": sorted(i["filepath"] for i in threadpool_info())}))
+"""
+
+
+def test_solver_loads_every_blas_before_limiting_threads():
+    """solve() holds BLAS to one thread with threadpoolctl, which only reaches libraries already
+    loaded: in a fresh interpreter, importing the solver must load every BLAS/OpenMP library the
+    solve then uses (else a process's first fit depends on the thread count)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _BLAS_CHILD], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] and got["after"] == got["before"]
+
+
 # ----------------------------------------------------------------------------- preprocessing
 def test_tokenize_latin_cjk_and_normalisation():
     assert tokenize("The Straße, a TEST-case!") == ["the", "straße", "test", "case"]
