@@ -1,4 +1,4 @@
-"""Cr5 on all 10 DDTP languages, rank 300: wall time and peak memory of training, and the P@k of
+"""Cr5 on all 10 DDTP languages, rank 300: wall time and peak memory of training, and the XLR@K of
 the joint model on the held-out test concepts (English with every other language).
 
 Runs in a fresh child process so that the peak RSS is this run's alone: loading the 10
@@ -91,7 +91,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in r.items() if k != "records"}, indent=1), file=sys.stderr)
     from _md import machine, write_section
 
-    from backretrieval.train.cr5 import precision_table_md
+    from backretrieval.report.cr5_tables import precision_table_md
 
     s = r["stats"]
     cmdline = f"BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp python bench/bench_cr5.py --lam {args.lam:g} --n-jobs {args.n_jobs}"
@@ -121,7 +121,7 @@ def main() -> None:
         f"Peak RSS: {r['peak_rss_gib_fit']} GiB after fitting, {r['peak_rss_gib']} GiB for the whole process "
         "(target: 15 minutes and 8 GiB).",
         "",
-        "P@k (percent) of the joint model on the held-out test queries against each target language's pool of",
+        "XLR@K (percent) of the joint model on the held-out test queries against each target language's pool of",
         "held-out documents:",
         "",
         precision_table_md(r["records"]),

@@ -14,6 +14,7 @@ from backretrieval.core import BackretrievalError, DataError, EncoderError
 from backretrieval.data import Corpus, load_dataset
 from backretrieval.encoders._bow import TfidfBow, fit_tfidf, tokenize
 from backretrieval.encoders.cr5 import BIAS, Cr5Model
+from backretrieval.train.base import HyperParameterError, NotFittedError
 from backretrieval.train.cr5 import (
     Cr5,
     Cr5Problem,
@@ -146,6 +147,33 @@ def test_solver_is_deterministic_and_checks_rank():
         solve(blocks, labels, K, rank=3, lam=0.0)
 
 
+_BLAS_CHILD = """
+import json, sys
+import numpy as np, scipy.sparse as sp
+from threadpoolctl import threadpool_info
+import backretrieval.train.cr5.solver as solver
+before = sorted(i["filepath"] for i in threadpool_info())
+rng = np.random.default_rng(0)
+blocks = [sp.random(40, 30, density=0.3, random_state=rng, format="csr") for _ in range(2)]
+labels = [np.arange(40) % 25, (np.arange(40) + 3) % 25]
+solver.solve(blocks, labels, 25, rank=3, lam=1.0)
+solver.solve(blocks, labels, 25, rank=3, lam=1.0, woodbury=False, eig_tol=1e-9)
+print(json.dumps({"before": before, "after": sorted(i["filepath"] for i in threadpool_info())}))
+"""
+
+
+def test_solver_loads_every_blas_before_limiting_threads():
+    """solve() holds BLAS to one thread with threadpoolctl, which only reaches libraries already
+    loaded: in a fresh interpreter, importing the solver must load every BLAS/OpenMP library the
+    solve then uses (else a process's first fit depends on the thread count)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _BLAS_CHILD], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] and got["after"] == got["before"]
+
+
 # ----------------------------------------------------------------------------- preprocessing
 def test_tokenize_latin_cjk_and_normalisation():
     assert tokenize("The Straße, a TEST-case!") == ["the", "straße", "test", "case"]
@@ -179,7 +207,7 @@ def test_tfidf_matches_sklearn():
 
 
 # ----------------------------------------------------------------------------- retrieval metrics
-def _naive_p_at_k(q, d, truth, sim, k_csls, q_pool, ks):
+def _naive_xlr_at_k(q, d, truth, sim, k_csls, q_pool, ks):
     unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
     Q, D, QP = unit(q), unit(d), unit(q_pool)
     s = Q @ D.T
@@ -189,15 +217,15 @@ def _naive_p_at_k(q, d, truth, sim, k_csls, q_pool, ks):
         s = 2 * s - rq[:, None] - rd[None, :]
     t = s[np.arange(len(Q)), truth]
     ranks = (s >= t[:, None] - 1e-6).sum(1)  # pessimistic ties (float32 kernels: tiny slack)
-    return {f"p@{k}": float(np.mean(ranks <= k)) for k in ks}
+    return {f"xlr@{k}": float(np.mean(ranks <= k)) for k in ks}
 
 
-def _assert_p_at_k_exact(got, q, d, truth, sim, k_csls, q_pool, ks):
+def _assert_xlr_at_k_exact(got, q, d, truth, sim, k_csls, q_pool, ks):
     """The fast P@k equals the naive one exactly: the naive ranks are computed with and without a
     1e-6 slack (float32 kernels), and no query's rank may change with it (nothing ambiguous), so
     the two references agree and must equal the fast value -- no query's mismatch is tolerated
     (issue #16 item 7: one was)."""
-    loose = _naive_p_at_k(q, d, truth, sim, k_csls, q_pool, ks)
+    loose = _naive_xlr_at_k(q, d, truth, sim, k_csls, q_pool, ks)
     unit = lambda a: a.astype(np.float64) / np.linalg.norm(a.astype(np.float64), axis=1, keepdims=True)  # noqa: E731
     Q, D, QP = unit(q), unit(d), unit(q_pool)
     s = Q @ D.T
@@ -210,8 +238,8 @@ def _assert_p_at_k_exact(got, q, d, truth, sim, k_csls, q_pool, ks):
     # documents only) count against the query at both ends, as in the fast path
     strict = (s > t[:, None] + 1e-6).sum(1) + (s == t[:, None]).sum(1)
     for k in ks:
-        assert float(np.mean(strict <= k)) == loose[f"p@{k}"], f"p@{k}: a query's rank is within the slack"
-        assert got[f"p@{k}"] == loose[f"p@{k}"], (k, got[f"p@{k}"], loose[f"p@{k}"])
+        assert float(np.mean(strict <= k)) == loose[f"xlr@{k}"], f"xlr@{k}: a query's rank is within the slack"
+        assert got[f"xlr@{k}"] == loose[f"xlr@{k}"], (k, got[f"xlr@{k}"], loose[f"xlr@{k}"])
 
 
 @pytest.mark.parametrize("sim", ["cosine", "csls"])
@@ -222,10 +250,10 @@ def test_retrieval_precision_matches_naive(sim):
     q = d[truth] + 0.8 * rng.standard_normal((60, 16)).astype(np.float32)
     pool = np.concatenate([q, rng.standard_normal((40, 16)).astype(np.float32)])
     got = retrieval_precision(q, d, truth, q_pool=pool, sim=sim, ks=(1, 5, 10))
-    _assert_p_at_k_exact(got, q, d, truth, sim, 10, pool, (1, 5, 10))
+    _assert_xlr_at_k_exact(got, q, d, truth, sim, 10, pool, (1, 5, 10))
     # a zero query vector (no known token) scores 0 everywhere: pessimistic rank = all candidates
     z = retrieval_precision(np.zeros((1, 16), np.float32), d, np.array([0]), sim="cosine")
-    assert z["p@10"] == 0.0 and z["mrr"] == pytest.approx(1 / 300)
+    assert z["xlr@10"] == 0.0 and z["xlr_mrr"] == pytest.approx(1 / 300) and z["xlr_median_rank"] == 300
 
 
 # ----------------------------------------------------------------------------- real data
@@ -298,8 +326,8 @@ def test_fit_attributes_and_retrieval_well_above_chance(fitted, ddtp, split):
     }
     for r in recs:
         chance = 10 / r["n_candidates"]
-        assert r["p@10"] > max(0.4, 20 * chance), r  # DDTP translations are close: far above chance
-        assert r["p@1"] <= r["p@5"] <= r["p@10"]
+        assert r["xlr@10"] > max(0.4, 20 * chance), r  # DDTP translations are close: far above chance
+        assert r["xlr@1"] <= r["xlr@5"] <= r["xlr@10"]
 
 
 def test_save_load_and_encoder(fitted, ddtp, tmp_path):
@@ -313,7 +341,7 @@ def test_save_load_and_encoder(fitted, ddtp, tmp_path):
     texts = ddtp["de"].texts[:50]
     again = Cr5.load(d)
     np.testing.assert_array_equal(again.transform(texts, "de"), fitted.transform(texts, "de"))
-    assert again.rank == 40 and again.lam == 10.0
+    assert again.rank == 40 and again.lam == 10.0 and again.get_params() == fitted.get_params()
     enc = get_text_encoder(f"cr5:{d}")
     assert enc.dim == 41 and enc.languages == frozenset({"de", "en", "ja"})
     v = enc.encode(texts + ["qqqxxyyzz zzzqqqxx"], "de")
@@ -351,16 +379,16 @@ def test_word_retrieval_matches_naive(fitted):
     ti = {w: i for i, w in enumerate(words_de)}
     qs = sorted(si[a] for a, _ in dictionary[:80])
     inv = {si[a]: ti[b] for a, b in dictionary[:80]}
-    _assert_p_at_k_exact(r, sx[qs], tx, np.array([inv[q] for q in qs]), "cosine", 10, sx, (1, 5, 10))
+    _assert_xlr_at_k_exact(r, sx[qs], tx, np.array([inv[q] for q in qs]), "cosine", 10, sx, (1, 5, 10))
 
 
 def test_select_lambda_keeps_the_best_validation_score(ddtp, split):
     train = training_corpora(ddtp, split, "pairwise", pair=("en", "de"))
     model, lam, table = select_lambda(lambda l: Cr5(rank=10, lam=l), train, ddtp, split, [1.0, 100.0], pairs=[("en", "de")])
     assert [r["lam"] for r in table] == [1.0, 100.0]
-    best = max(table, key=lambda r: r["val_p@1"])
+    best = max(table, key=lambda r: r["val_xlr@1"])
     assert lam == best["lam"] and model.lam == lam
-    assert all(0 <= r["val_p@1"] <= 1 for r in table)
+    assert all(0 <= r["val_xlr@1"] <= 1 for r in table)
 
 
 def test_fit_rejects_bad_input(ddtp):
@@ -370,10 +398,71 @@ def test_fit_rejects_bad_input(ddtp):
     nocpt = Corpus(dataset="x", lang="de", ids=c.ids[:10], texts=c.texts[:10], concepts=None)
     with pytest.raises(DataError, match="no concepts"):
         Cr5(rank=5).fit({"en": c, "de": nocpt})
-    with pytest.raises(DataError, match="lam"):
+    with pytest.raises(HyperParameterError, match="'lam'"):  # a bad hyper-parameter, before any data is read
         Cr5(rank=5, lam=-1).fit(ddtp)
-    with pytest.raises(BackretrievalError, match="not fitted"):
-        Cr5().transform(["x"], "en")
+    for kind in (NotFittedError, BackretrievalError):
+        with pytest.raises(kind, match="Cr5 is not fitted yet"):
+            Cr5().transform(["x"], "en")
+
+
+HYPER = {"rank", "lam", "max_vocab", "min_df", "min_words", "max_words", "min_languages", "cg_tol", "cg_maxiter",
+         "eig_tol", "eig_maxiter", "woodbury", "seed", "n_jobs", "progress"}
+
+
+def test_estimator_shape_params_clone_and_bad_hyper_parameters():
+    """Cr5 on train.base.Estimator: parameters from the __init__ signature, clone, set_params, and a
+    HyperParameterError naming each bad hyper-parameter (checked before the data are looked at)."""
+    from sklearn.base import clone
+
+    m = Cr5(rank=7, lam=0.5, max_words=None, seed=3)
+    p = m.get_params()
+    assert set(p) == HYPER and p["rank"] == 7 and p["lam"] == 0.5 and p["max_words"] is None and p["seed"] == 3
+    c = clone(m)
+    assert c is not m and c.get_params() == p
+    assert m.set_params(rank=9) is m and m.rank == 9
+    assert repr(Cr5(rank=12)) == "Cr5(rank=12)"
+    bad = [
+        ({"rank": 0}, ["'rank'", "Got 0"]), ({"rank": 2.0}, ["'rank'"]), ({"rank": True}, ["'rank'", "True"]),
+        ({"lam": 0.0}, ["'lam'"]), ({"lam": float("inf")}, ["'lam'", "inf"]), ({"lam": float("nan")}, ["'lam'"]),
+        ({"lam": True}, ["'lam'", "True"]), ({"cg_tol": -1e-3}, ["'cg_tol'"]), ({"eig_tol": "0.1"}, ["'eig_tol'"]),
+        ({"max_vocab": 0}, ["'max_vocab'"]), ({"min_words": -1}, ["'min_words'"]), ({"max_words": 2.5}, ["'max_words'"]),
+        ({"min_languages": 0}, ["'min_languages'"]), ({"woodbury": "yes"}, ["'woodbury'"]), ({"n_jobs": 0}, ["'n_jobs'"]),
+        ({"seed": -1}, ["'seed'"]), ({"progress": 1}, ["'progress'"]),
+        ({"min_words": 10, "max_words": 5}, ["max_words=5", "min_words=10"]),
+    ]
+    for kw, words in bad:
+        with pytest.raises(HyperParameterError) as err:
+            Cr5(**kw).fit({})  # {} would be a DataError: the hyper-parameters are checked first
+        assert isinstance(err.value, BackretrievalError)
+        for w in words:
+            assert w in str(err.value), (kw, str(err.value))
+    Cr5(min_words=0, max_words=None, max_vocab=None, seed=np.int64(2))._check_params()  # the edges are fine
+
+
+def test_precision_table_and_eval_md(tmp_path):
+    """The report layer's Markdown: one row per directed pair, xlr@K in percent, '-' for a missing
+    similarity; eval.md titles the run."""
+    from types import SimpleNamespace
+
+    from backretrieval.report.cr5_tables import precision_table_md, write_eval_md
+
+    def rec(s, t, sim, x1, x5, x10):
+        return {"src": s, "tgt": t, "sim": sim, "xlr@1": x1, "xlr@5": x5, "xlr@10": x10, "n_queries": 4, "n_candidates": 9}
+
+    recs = [rec("en", "de", "cosine", 0.5, 0.75, 1.0), rec("en", "de", "csls", 0.25, 0.5, 0.75), rec("de", "en", "cosine", 0.0, 0.25, 1.0)]
+    lines = precision_table_md(recs).splitlines()
+    assert lines == [
+        "| query | target | cosine xlr@1 | cosine xlr@5 | cosine xlr@10 | csls xlr@1 | csls xlr@5 | csls xlr@10 | queries | candidates |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| en | de | 50.0 | 75.0 | 100.0 | 25.0 | 50.0 | 75.0 | 4 | 9 |",
+        "| de | en | 0.0 | 25.0 | 100.0 | - | - | - | 4 | 9 |",
+    ]
+    assert precision_table_md(recs[:1], ks=(1,)).splitlines()[2] == "| en | de | 50.0 | 4 | 9 |"
+    model = SimpleNamespace(languages_=["de", "en"], rank=16)
+    path = write_eval_md(tmp_path, {"regime": "joint", "model": model, "lam": 10.0, "test": recs})
+    text = path.read_text()
+    assert path == tmp_path / "eval.md" and text.startswith("# Cr5 joint (de, en), rank 16, lambda 10\n")
+    assert "\n".join(lines) + "\n" in text
 
 
 def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
@@ -396,6 +485,8 @@ def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
         assert (out / f).is_file(), f
     ev = json.loads((out / "eval.json").read_text())
     assert ev["regime"] == "joint" and len(ev["test"]) == 4
+    assert {"xlr@1", "xlr@5", "xlr@10", "xlr_mrr"} <= set(ev["test"][0]) and "p@1" not in ev["test"][0]
+    assert "| en | de |" in (out / "eval.md").read_text() and "cosine xlr@1" in (out / "eval.md").read_text()
     # a pairwise model on the same held-out concepts (--split): same test queries, same pools
     out2 = tmp_path / "cr5-pair"
     r = CliRunner().invoke(main, [

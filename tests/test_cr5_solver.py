@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from backretrieval.train import _cr5_cg
+from backretrieval.train.cr5 import _cg as _cr5_cg
 from backretrieval.train.cr5 import Cr5Problem, solve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -198,7 +198,7 @@ def test_lanczos_equals_arpack_at_the_paper_tolerance(rank):
     it declines (None) exactly when ARPACK needed a restart."""
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    from backretrieval.train._cr5_lanczos import lanczos_top
+    from backretrieval.train.cr5._lanczos import lanczos_top
 
     M = _dense_M(8)
     K = M.shape[0]
@@ -224,7 +224,7 @@ def test_lanczos_equals_arpack_at_the_paper_tolerance(rank):
 
 def test_lanczos_declines_what_it_cannot_converge():
     """A tolerance one factorisation cannot meet: None (the solver then runs eigsh, and says so)."""
-    from backretrieval.train._cr5_lanczos import lanczos_top
+    from backretrieval.train.cr5._lanczos import lanczos_top
 
     rng = np.random.default_rng(1)
     d = np.linspace(1.0, 1.001, 400)  # no gap: the Ritz values converge slowly

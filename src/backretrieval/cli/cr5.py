@@ -38,7 +38,7 @@ def _one_pair(spec: str, option: str) -> tuple[str, str]:
 @click.option("--eval-pairs", default=None, help="Pairs to hold out and evaluate (default: the pair, or the first language with each other one).")
 @click.option("--rank", type=POSITIVE, default=300, show_default=True, help="Embedding dimension r.")
 @click.option("--lam", default="1", show_default=True,
-              help="Ridge lambda; a comma list (e.g. 0.3,1,3) is chosen from by mean validation P@1.")
+              help="Ridge lambda; a comma list (e.g. 0.3,1,3) is chosen from by mean validation xlr@1.")
 @click.option("--max-vocab", type=POSITIVE, default=200_000, show_default=True, help="Vocabulary size per language (most frequent tokens).")
 @click.option("--min-df", type=POSITIVE, default=3, show_default=True, help="Drop tokens in fewer training documents.")
 @click.option("--min-words", type=NON_NEGATIVE, default=5, show_default=True, help="Training documents need at least this many distinct tokens.")
@@ -65,7 +65,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     """Train Cr5 (crosslingual reduced-rank ridge regression, WSDM 2019) on concept-aligned documents.
 
     Writes OUT as a model directory (use it as `--models cr5:OUT`), and with held-out concepts
-    OUT/eval.md (P@1/5/10, cosine and CSLS, both directions), OUT/eval.json and OUT/split.json.
+    OUT/eval.md (xlr@1/5/10, cosine and CSLS, both directions), OUT/eval.json and OUT/split.json.
 
     Example: backretrieval train cr5 --dataset ddtp --langs en,de,fr,it,ja --rank 300 --out models/cr5-ddtp
     """
@@ -141,10 +141,11 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
         f"fit {model.fit_seconds_:.0f}s (total {time.perf_counter() - t0:.0f}s)"
     )
     if res["lambda_table"] and len(res["lambda_table"]) > 1:
-        click.echo("lambda selection (mean validation P@1): " + ", ".join(f"{r['lam']:g}: {r['val_p@1']:.3f}" for r in res["lambda_table"]))
+        click.echo("lambda selection (mean validation xlr@1): " + ", ".join(f"{r['lam']:g}: {r['val_xlr@1']:.3f}" for r in res["lambda_table"]))
     if res["test"]:
-        from ..train.cr5 import precision_table_md
+        from ..report.cr5_tables import precision_table_md, write_eval_md
 
+        write_eval_md(out, res)
         click.echo("\n" + precision_table_md(res["test"]))
         click.echo(f"\nwrote {Path(out)} (model, eval.md, eval.json, split.json); use it as --models cr5:{out}")
     else:

@@ -4,6 +4,8 @@
 * :func:`bkr` -- Backretrieval, the image-pivoted metric
 * :func:`corr` -- the CORR baseline (Spearman of text vs image distances)
 * :func:`hubness` -- k-occurrence skewness
+* :func:`retrieval_ranks` -- ranks of the true candidate for queries against a candidate pool
+  (cosine, CSLS with a query pool, Euclidean): the training code's evaluations
 * :func:`csls` -- cross-domain similarity local scaling scores (small inputs; the metrics take
   ``sim="csls"`` and compute it blockwise)
 """
@@ -13,6 +15,7 @@ from ._inputs import SIMILARITIES, rank_summary
 from .bkr import bkr, bkr_ranks
 from .corr import CorrSide, bootstrap_row_weights, corr, corr_bootstrap, corr_details, corr_from_sides, image_side, text_side
 from .hubness import hubness
+from .retrieval import RANK_SIMILARITIES, retrieval_ranks
 from .xlr import xlr, xlr_ranks
 
 
@@ -43,5 +46,5 @@ def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
 
 __all__ = [
     "SIMILARITIES", "CorrSide", "bootstrap_row_weights", "corr_bootstrap", "rank_summary", "bkr", "bkr_ranks", "corr", "corr_details", "corr_from_sides",
-    "csls", "image_side", "text_side", "hubness", "xlr", "xlr_ranks",
+    "csls", "image_side", "text_side", "hubness", "xlr", "xlr_ranks", "RANK_SIMILARITIES", "retrieval_ranks",
 ]

@@ -14,7 +14,7 @@ from ...data import Dataset
 from ...encoders._modeldir import ModelDir
 from ...encoders.m3l import load_model
 from ...metrics import rank_summary
-from ...search import l2_normalize, rank_of_true
+from ...metrics import retrieval_ranks as _ranks  # the one retrieval-ranks function
 from .data import ImageTextData, collect_images
 
 VAL_KS = (1, 5, 10)
@@ -29,7 +29,8 @@ def retrieval_ranks(
 
     ``euclidean``: nearest first by squared distance, computed blockwise as the score
     ``2 <q, x> - |x|^2`` (the query's own norm is the same for every image). ``cosine``: by
-    cosine similarity.
+    cosine similarity. A thin call of :func:`backretrieval.metrics.retrieval_ranks` restricted
+    to these two similarities.
 
     Args:
         queries: (n, d) mapped captions.
@@ -41,20 +42,12 @@ def retrieval_ranks(
         int64 (n,) 1-based ranks (ties count against the query).
 
     Raises:
-        BackretrievalError: an unknown ``sim``, mismatched shapes, or NaN/inf in a query (named).
+        BackretrievalError: an unknown ``sim``; :class:`~backretrieval.core.MetricInputError`
+            (a BackretrievalError): mismatched shapes, or NaN/inf in a query or image (named).
     """
     if sim not in RETRIEVAL_SIMS:
         raise BackretrievalError(f"unknown retrieval similarity {sim!r}; choose one of {', '.join(RETRIEVAL_SIMS)}")
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    g = np.ascontiguousarray(gallery, dtype=np.float32)
-    if q.ndim != 2 or g.ndim != 2 or q.shape[1] != g.shape[1]:
-        raise BackretrievalError(f"queries {q.shape} and gallery {g.shape} must be 2-D with the same dimension")
-    if not np.isfinite(q).all():
-        raise BackretrievalError(f"NaN or inf in query vector {int(np.argmin(np.isfinite(q).all(axis=1)))}")
-    true_image = np.asarray(true_image, dtype=np.int64)
-    if sim == "cosine":
-        return rank_of_true(l2_normalize(q), l2_normalize(g), true_image)
-    return rank_of_true(q, g, true_image, scale=2.0, d_bias=np.einsum("ij,ij->i", g, g).astype(np.float32))
+    return _ranks(queries, gallery, true_image, sim=sim)
 
 
 def recall_summary(ranks: np.ndarray, ks: Sequence[int] = VAL_KS) -> dict[str, float]:

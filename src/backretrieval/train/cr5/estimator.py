@@ -1,0 +1,272 @@
+"""The Cr5 estimator (:class:`Cr5`): document selection, TF-IDF preprocessing and the solver of
+:mod:`.solver`, on the training layer's one estimator shape (:class:`~..base.Estimator`)."""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import DataError
+from ...data import Corpus, Dataset
+from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
+from ...encoders.cr5 import Cr5Model
+from ..base import Estimator, HyperParameterError, Interval
+from .solver import solve
+from .splits import _corpora
+
+_POSITIVE_INT = Interval(numbers.Integral, 1, None, closed="left")
+_POSITIVE_REAL = Interval(numbers.Real, 0, math.inf, closed="neither")
+
+
+class Cr5(Estimator):
+    """Crosslingual reduced-rank ridge regression, scikit-learn style.
+
+    >>> model = Cr5(rank=300, lam=1.0).fit(dataset)          # doctest: +SKIP
+    >>> vecs = model.transform(["a text"], "en")             # doctest: +SKIP
+    >>> model.save("models/cr5-ddtp")                         # doctest: +SKIP
+
+    ``fit`` takes a :class:`~backretrieval.data.Dataset` or a mapping language -> Corpus whose
+    items carry concepts. Learned attributes: ``languages_``, ``vocabulary_`` and ``idf_`` (per
+    language), ``components_`` (per language, ``Phi_l``: rank x |V_l| float32, orthonormal rows
+    across languages), ``singular_values_`` (of W), ``eigenvalues_`` (top of M, Eq. 12),
+    ``n_documents_`` (per language), ``n_concepts_``, ``stats_`` and ``fit_seconds_``.
+
+    Hyper-parameters (checked at the start of ``fit``; a bad one raises
+    :class:`~backretrieval.train.base.HyperParameterError` naming it): ``rank`` (r), ``lam``
+    (ridge lambda), ``max_vocab`` / ``min_df`` (vocabulary per language), ``min_words`` <=
+    ``max_words`` (distinct tokens of a training document), ``min_languages`` (languages a
+    training concept needs), ``cg_tol`` / ``cg_maxiter`` / ``eig_tol`` / ``eig_maxiter`` (Sec. 4.1
+    tolerances), ``woodbury`` (per-language solves), ``seed`` (eigsh start vector), ``n_jobs``
+    (threads; same bits for any value) and ``progress`` (bars on stderr).
+    """
+
+    _parameter_constraints: dict[str, list[Any]] = {
+        "rank": [_POSITIVE_INT],
+        "lam": [_POSITIVE_REAL],
+        "max_vocab": [_POSITIVE_INT, None],
+        "min_df": [_POSITIVE_INT],
+        "min_words": [Interval(numbers.Integral, 0, None, closed="left")],
+        "max_words": [_POSITIVE_INT, None],
+        "min_languages": [_POSITIVE_INT],
+        "cg_tol": [_POSITIVE_REAL],
+        "cg_maxiter": [_POSITIVE_INT],
+        "eig_tol": [_POSITIVE_REAL],
+        "eig_maxiter": [_POSITIVE_INT],
+        "woodbury": ["boolean"],
+        "seed": [Interval(numbers.Integral, 0, None, closed="left")],
+        "n_jobs": [_POSITIVE_INT],
+        "progress": ["boolean"],
+    }
+    _fitted_attribute = "components_"
+
+    def __init__(
+        self,
+        rank: int = 300,
+        lam: float = 1.0,
+        *,
+        max_vocab: int | None = 200_000,
+        min_df: int = 3,
+        min_words: int = 5,
+        max_words: int | None = 1000,
+        min_languages: int = 2,
+        cg_tol: float = 0.01,
+        cg_maxiter: int = 500,
+        eig_tol: float = 0.1,
+        eig_maxiter: int = 250,
+        woodbury: bool = True,
+        seed: int = 0,
+        n_jobs: int = 1,
+        progress: bool = False,
+    ) -> None:
+        self.rank = rank
+        self.lam = lam
+        self.max_vocab = max_vocab
+        self.min_df = min_df
+        self.min_words = min_words
+        self.max_words = max_words
+        self.min_languages = min_languages
+        self.cg_tol = cg_tol
+        self.cg_maxiter = cg_maxiter
+        self.eig_tol = eig_tol
+        self.eig_maxiter = eig_maxiter
+        self.woodbury = woodbury
+        self.seed = seed
+        self.n_jobs = n_jobs
+        self.progress = progress
+
+    def _check_more(self) -> None:
+        """Booleans where a number is wanted (scikit-learn's Real intervals accept them) and
+        ``max_words`` below ``min_words``."""
+        for name in ("lam", "cg_tol", "eig_tol"):
+            value = getattr(self, name)
+            if isinstance(value, bool):
+                raise HyperParameterError(f"The {name!r} parameter of Cr5 must be a positive number, got {value!r}")
+        if self.max_words is not None and self.max_words < self.min_words:
+            raise HyperParameterError(f"Cr5: max_words={self.max_words} is below min_words={self.min_words}")
+
+    # ------------------------------------------------------------------ fit
+    def select_documents(self, corpus: Dataset | Mapping[str, Corpus]) -> dict[str, np.ndarray]:
+        """Rows of each language used for training: a concept, ``min_words`` <= distinct tokens
+        <= ``max_words``, and a concept present in at least ``min_languages`` languages.
+
+        Raises:
+            DataError: a corpus without concepts, or ``corpus`` not corpora per language.
+        """
+        corpora = _corpora(corpus)
+        rows: dict[str, np.ndarray] = {}
+        for lang, c in corpora.items():
+            if c.concepts is None:
+                raise DataError(f"Cr5.fit: corpus {c.dataset}/{lang} has no concepts (cross-lingual labels)")
+            has = np.fromiter((x is not None for x in c.concepts), dtype=bool, count=len(c))
+            nw = n_unique_tokens(c.texts)
+            ok = has & (nw >= self.min_words)
+            if self.max_words is not None:
+                ok &= nw <= self.max_words
+            rows[lang] = np.flatnonzero(ok)
+        count: dict[str, int] = {}
+        for lang, r in rows.items():
+            for cpt in {corpora[lang].concepts[i] for i in r}:
+                count[cpt] = count.get(cpt, 0) + 1
+        return {
+            lang: r[np.fromiter((count[corpora[lang].concepts[i]] >= self.min_languages for i in r), dtype=bool, count=len(r))]
+            for lang, r in rows.items()
+        }
+
+    def fit(self, corpus: Dataset | Mapping[str, Corpus]) -> "Cr5":
+        """Learn vocabularies, IDF and ``Phi`` from concept-labelled documents (see the class doc).
+
+        Args:
+            corpus: a Dataset or a mapping language -> Corpus whose items carry concepts (at
+                least two languages).
+
+        Returns:
+            self, fitted.
+
+        Raises:
+            HyperParameterError: a bad hyper-parameter (named).
+            DataError: fewer than two languages, a corpus without concepts or without a
+                training document left, or ``rank`` not below the number of training concepts.
+        """
+        self._check_params()
+        t0 = time.perf_counter()
+        corpora = _corpora(corpus)
+        if len(corpora) < 2:
+            raise DataError(f"Cr5.fit: needs at least two languages, got {sorted(corpora)}")
+        langs = sorted(corpora)
+        rows = self.select_documents(corpora)
+        blocks, labels, vocab, idf, ndocs = [], [], {}, {}, {}
+        concept_index: dict[str, int] = {}
+        for lang in langs:
+            c = corpora[lang]
+            r = rows[lang]
+            if r.size == 0:
+                raise DataError(
+                    f"Cr5.fit: no training document left for {c.dataset}/{lang} (concepts shared with another "
+                    f"language and {self.min_words}-{self.max_words} distinct tokens)"
+                )
+            texts = [c.texts[i] for i in r]
+            vocab[lang], idf[lang] = fit_tfidf(texts, min_df=self.min_df, max_features=self.max_vocab)
+            x = TfidfBow(vocab[lang], idf[lang]).transform(texts)
+            nonzero = np.diff(x.indptr) > 0
+            x = x[nonzero]
+            cpts = [c.concepts[i] for i, keep in zip(r, nonzero) if keep]
+            blocks.append(x)
+            labels.append(np.fromiter((concept_index.setdefault(k, len(concept_index)) for k in cpts), dtype=np.int64, count=len(cpts)))
+            ndocs[lang] = int(x.shape[0])
+        t_prep = time.perf_counter() - t0
+        sol = solve(
+            blocks,
+            labels,
+            len(concept_index),
+            rank=int(self.rank),
+            lam=float(self.lam),
+            cg_tol=float(self.cg_tol),
+            cg_maxiter=int(self.cg_maxiter),
+            eig_tol=float(self.eig_tol),
+            eig_maxiter=int(self.eig_maxiter),
+            woodbury=bool(self.woodbury),
+            seed=int(self.seed),
+            n_jobs=int(self.n_jobs),
+            progress=bool(self.progress),
+            names=langs,
+        )
+        self.languages_ = langs
+        self.vocabulary_ = vocab
+        self.idf_ = idf
+        self.components_ = {lang: ph.astype(np.float32) for lang, ph in zip(langs, sol.phi)}
+        self.singular_values_ = sol.singular_values
+        self.eigenvalues_ = sol.eigenvalues
+        self.n_documents_ = ndocs
+        self.n_concepts_ = len(concept_index)
+        self.stats_ = sol.stats.as_dict()
+        self.preprocess_seconds_ = round(t_prep, 3)
+        self.fit_seconds_ = round(time.perf_counter() - t0, 3)
+        self._model = self._make_model()
+        return self
+
+    # ------------------------------------------------------------------ use
+    def _make_model(self) -> Cr5Model:
+        meta = {
+            "hyper_parameters": self.get_params(),
+            "training": {
+                "n_documents": self.n_documents_,
+                "n_concepts": self.n_concepts_,
+                "eigenvalues": [float(v) for v in self.eigenvalues_],
+                "fit_seconds": self.fit_seconds_,
+                "preprocess_seconds": self.preprocess_seconds_,
+                "solver": self.stats_,
+            },
+        }
+        meta.update(getattr(self, "extra_meta_", {}))
+        return Cr5Model(self.vocabulary_, self.idf_, self.components_, self.singular_values_, meta)
+
+    def _fitted(self) -> Cr5Model:
+        self._require_fitted()
+        return self._model
+
+    @property
+    def model_(self) -> Cr5Model:
+        return self._fitted()
+
+    def transform(self, texts: Sequence[str], lang: str) -> np.ndarray:
+        """float32 (n, rank) embeddings ``Phi_l x`` (all-zero for a text without a known token)."""
+        return self._fitted().transform(texts, lang)
+
+    def word_vectors(self, lang: str) -> tuple[list[str], np.ndarray]:
+        """Vocabulary of ``lang`` and its word vectors (columns of ``Phi_l``, as rows)."""
+        return self._fitted().word_vectors(lang)
+
+    def save(self, path: str | Path, **extra_meta: Any) -> Path:
+        """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``)."""
+        model = self._fitted()
+        if extra_meta:
+            model.meta.update(extra_meta)
+        return model.save(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Cr5":
+        """An estimator holding the model of a saved directory (hyper-parameters restored: the
+        saved values of the names ``get_params()`` knows; others are ignored)."""
+        model = Cr5Model.load(path)
+        known = cls().get_params()
+        hp = {k: v for k, v in model.meta.get("hyper_parameters", {}).items() if k in known}
+        est = cls(**hp)
+        tr = model.meta.get("training", {})
+        est.languages_ = list(model.languages)
+        est.vocabulary_ = {lang: model.bow[lang].vocabulary for lang in model.languages}
+        est.idf_ = {lang: model.bow[lang].idf for lang in model.languages}
+        est.components_ = dict(model.phi)
+        est.singular_values_ = model.singular_values
+        est.eigenvalues_ = np.asarray(tr.get("eigenvalues", []), dtype=np.float64)
+        est.n_documents_ = tr.get("n_documents", {})
+        est.n_concepts_ = tr.get("n_concepts")
+        est.stats_ = tr.get("solver", {})
+        est.fit_seconds_ = tr.get("fit_seconds")
+        est.preprocess_seconds_ = tr.get("preprocess_seconds")
+        est._model = model
+        return est

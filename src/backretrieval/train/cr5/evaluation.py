@@ -1,0 +1,299 @@
+"""Cr5 evaluation and experiments: document retrieval over a split's candidate pools
+(:func:`evaluate_retrieval`, Sec. 4.2), lambda selection by validation retrieval
+(:func:`select_lambda`), word translation retrieval (:func:`word_retrieval`, Sec. 4.4) and one
+regime's split-train-evaluate run (:func:`train_evaluate`).
+
+Records name their metric like every metric of the project (``name@K``): ``xlr@K`` (the share of
+queries whose true candidate ranks <= K; pessimistic ties), ``xlr_mrr`` and ``xlr_median_rank``
+(before: ``p@k`` and ``mrr``). Ranks come from :func:`backretrieval.metrics.retrieval_ranks`.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import DataError, atomic_write_text
+from ...data import Corpus, Dataset
+from ...encoders.cr5 import Cr5Model
+from ...metrics import rank_summary, retrieval_ranks
+from .estimator import Cr5
+from .splits import Split, _corpora, _pair_key, candidate_rows, make_split, training_corpora, write_heldout
+
+METRIC = "xlr"  # record keys xlr@K, xlr_mrr, xlr_median_rank
+SIMS = ("cosine", "csls")
+
+
+def retrieval_precision(
+    q: np.ndarray, d: np.ndarray, truth: np.ndarray, *, q_pool: np.ndarray | None = None, sim: str = "cosine",
+    csls_k: int = 10, ks: Sequence[int] = (1, 5, 10),
+) -> dict[str, float]:
+    """XLR@K of queries ``q`` against candidates ``d`` (``truth[i]``: the candidate row of query
+    ``i``): the share of queries whose true candidate ranks <= K (pessimistic ties), MRR and
+    median rank. CSLS: ``2 cos - r_D(q) - r_P(d)`` with ``r`` the mean similarity to the
+    ``csls_k`` nearest items of the other side (``q_pool``, default ``q``).
+
+    Returns:
+        ``{"xlr@K": ..., "xlr_mrr": ..., "xlr_median_rank": ...}``.
+
+    Raises:
+        DataError: ``sim`` is not cosine or csls.
+    """
+    if sim not in SIMS:
+        raise DataError(f"unknown similarity {sim!r}; use cosine or csls")
+    ranks = retrieval_ranks(q, d, truth, sim=sim, query_pool=q_pool, csls_k=csls_k)
+    return rank_summary(ranks, tuple(ks), METRIC)
+
+
+def evaluate_retrieval(
+    embed: Callable[[Sequence[str], str], np.ndarray],
+    ds: Dataset | Mapping[str, Corpus],
+    split: Split,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    *,
+    phase: str = "test",
+    sims: Sequence[str] = ("cosine", "csls"),
+    csls_k: int = 10,
+    ks: Sequence[int] = (1, 5, 10),
+) -> list[dict[str, Any]]:
+    """Document retrieval of Sec. 4.2 for each pair and both directions: the ``phase`` (test or
+    val) queries of the pair against the target language's candidate pool. ``embed(texts,
+    lang)`` gives the vectors (e.g. ``Cr5.transform``). One record per (pair, direction, sim)."""
+    if phase not in ("test", "val"):
+        raise DataError(f"phase must be 'test' or 'val', got {phase!r}")
+    corpora = _corpora(ds)
+    pairs = list(split.pairs if pairs is None else pairs)
+    queries = split.test if phase == "test" else split.val
+    pool_rows: dict[str, np.ndarray] = {}
+    pool_vecs: dict[str, np.ndarray] = {}
+    for a, b in pairs:
+        for lang in (a, b):
+            if lang not in pool_rows:
+                pool_rows[lang] = candidate_rows(corpora, split, lang, phase)
+                c = corpora[lang]
+                pool_vecs[lang] = embed([c.texts[i] for i in pool_rows[lang]], lang)
+    out = []
+    for a, b in pairs:
+        key = _pair_key(a, b) if _pair_key(a, b) in queries else _pair_key(b, a)
+        if key not in queries:
+            raise DataError(f"pair {a}-{b} has no {phase} queries in the split (pairs: {', '.join(queries)})")
+        concepts = queries[key]
+        for s, t in ((a, b), (b, a)):
+            pos_s = {corpora[s].concepts[i]: j for j, i in enumerate(pool_rows[s])}
+            pos_t = {corpora[t].concepts[i]: j for j, i in enumerate(pool_rows[t])}
+            qi = np.array([pos_s[c] for c in concepts], dtype=np.int64)
+            ti = np.array([pos_t[c] for c in concepts], dtype=np.int64)
+            for sim in sims:
+                rec = {"src": s, "tgt": t, "sim": sim, "phase": phase, "n_queries": len(concepts),
+                       "n_candidates": int(len(pool_rows[t]))}
+                rec.update(retrieval_precision(pool_vecs[s][qi], pool_vecs[t], ti, q_pool=pool_vecs[s], sim=sim,
+                                               csls_k=csls_k, ks=ks))
+                out.append(rec)
+    return out
+
+
+def mean_score(records: Sequence[Mapping[str, Any]], key: str = "xlr@1", sim: str | None = None) -> float:
+    """Mean of ``key`` over records (optionally one similarity only): the lambda-selection score."""
+    vals = [r[key] for r in records if sim is None or r["sim"] == sim]
+    if not vals:
+        raise DataError(f"no records to average ({key}, sim={sim})")
+    return float(np.mean(vals))
+
+
+def select_lambda(
+    make: Callable[[float], Cr5],
+    train: Mapping[str, Corpus],
+    ds: Dataset | Mapping[str, Corpus],
+    split: Split,
+    lams: Sequence[float],
+    *,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    key: str = "xlr@1",
+    sim: str | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> tuple[Cr5, float, list[dict[str, Any]]]:
+    """Fit ``make(lam)`` on ``train`` for every lambda and keep the one with the best mean
+    validation ``key`` (over pairs, directions and ``sim``; ties: the smaller lambda).
+    Returns the chosen fitted model, its lambda and one record per lambda."""
+    if not lams:
+        raise DataError("select_lambda: no lambda given")
+    best: tuple[float, float, Cr5] | None = None
+    table = []
+    for lam in sorted(set(float(x) for x in lams)):
+        model = make(lam).fit(train)
+        recs = evaluate_retrieval(model.transform, ds, split, pairs, phase="val")
+        score = mean_score(recs, key, sim)
+        table.append({"lam": lam, f"val_{key}": score, "fit_seconds": model.fit_seconds_})
+        log(f"lambda={lam:g}: validation {key}={score:.4f} ({model.fit_seconds_:.0f}s)")
+        if best is None or score > best[0]:
+            best = (score, lam, model)
+    assert best is not None
+    return best[2], best[1], table
+
+
+def word_retrieval(
+    model: Cr5 | Cr5Model,
+    dictionary: Sequence[tuple[str, str]],
+    src: str,
+    tgt: str,
+    *,
+    sims: Sequence[str] = ("cosine", "csls"),
+    csls_k: int = 10,
+    ks: Sequence[int] = (1, 5, 10),
+) -> list[dict[str, Any]]:
+    """Word translation retrieval (Sec. 4.4) with the columns of ``Phi`` as word vectors: each
+    dictionary source word (lower-cased, in the source vocabulary) queries the whole target
+    vocabulary; a word's rank is the best rank of its listed translations (``xlr@K``: the share
+    of words with a translation in the top K). Pairs whose words are not in the vocabularies are
+    skipped (counted in ``n_skipped``).
+
+    Raises:
+        DataError: no dictionary pair has both words in the vocabularies.
+    """
+    m = model.model_ if isinstance(model, Cr5) else model
+    sv, sx = m.word_vectors(src)
+    tv, tx = m.word_vectors(tgt)
+    s_idx = {w: i for i, w in enumerate(sv)}
+    t_idx = {w: i for i, w in enumerate(tv)}
+    gold: dict[int, set[int]] = {}
+    skipped = 0
+    for a, b in dictionary:
+        a, b = a.strip().lower(), b.strip().lower()
+        if a in s_idx and b in t_idx:
+            gold.setdefault(s_idx[a], set()).add(t_idx[b])
+        else:
+            skipped += 1
+    if not gold:
+        raise DataError(f"word retrieval {src}->{tgt}: no dictionary pair has both words in the vocabularies")
+    qs = np.array(sorted(gold), dtype=np.int64)
+    # one query row per (word, listed translation); a word's rank is the best of its rows
+    alts = [sorted(gold[q]) for q in qs]
+    rows = np.repeat(qs, [len(a) for a in alts])
+    truth = np.fromiter((t for a in alts for t in a), dtype=np.int64, count=len(rows))
+    starts = np.concatenate([[0], np.cumsum([len(a) for a in alts])[:-1]])
+    out = []
+    for sim in sims:
+        ranks = retrieval_ranks(sx[rows], tx, truth, sim=sim, query_pool=sx, csls_k=csls_k)
+        best = np.minimum.reduceat(ranks, starts)
+        rec = {"src": src, "tgt": tgt, "sim": sim, "n_queries": int(len(qs)), "n_skipped": skipped,
+               "n_candidates": int(tx.shape[0])}
+        rec.update(rank_summary(best, tuple(ks), METRIC))
+        out.append(rec)
+    return out
+
+
+def default_eval_pairs(regime: str, languages: Sequence[str], pair: tuple[str, str] | None) -> list[tuple[str, str]]:
+    """Pairs evaluated when none are given: the trained pair (pairwise, transitive), else the
+    first language with every other one (joint)."""
+    if regime in ("pairwise", "transitive"):
+        if pair is None:
+            raise DataError(f"{regime} training needs a pair")
+        return [tuple(pair)]
+    return [(languages[0], lang) for lang in languages[1:]]
+
+
+def train_evaluate(
+    ds: Dataset | Mapping[str, Corpus],
+    *,
+    regime: str = "joint",
+    languages: Sequence[str] | None = None,
+    pair: tuple[str, str] | None = None,
+    pivot: str | None = None,
+    eval_pairs: Sequence[tuple[str, str]] | None = None,
+    lams: Sequence[float] = (1.0,),
+    split: Split | None = None,
+    split_options: Mapping[str, Any] | None = None,
+    holdout: bool = True,
+    params: Mapping[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    meta: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Split, train a regime (lambda by validation when several are given) and evaluate on the
+    test queries.
+
+    With ``out_dir``, writes the model directory plus ``split.json``, ``eval.json`` and
+    ``heldout.jsonl`` (:func:`.splits.write_heldout`); the Markdown table ``eval.md`` is the
+    report layer's (:func:`backretrieval.report.cr5_tables.write_eval_md`). ``holdout=False``
+    trains on every concept (a model for use elsewhere; no evaluation, one lambda).
+
+    Returns:
+        ``{"regime", "languages", "pair", "pivot", "model", "lam", "lambda_table", "test",
+        "split", "seconds"}`` (``test``: :func:`evaluate_retrieval` records).
+
+    Raises:
+        DataError: several lambdas without held-out concepts, a regime without its pair or
+            pivot, or what the split and the fit reject.
+    """
+    corpora = _corpora(ds)
+    langs = list(languages) if languages else sorted(corpora)
+    if regime == "pairwise" and pair is None and len(langs) == 2:
+        pair = (langs[0], langs[1])
+    if regime == "transitive" and (pair is None or pivot is None) and len(langs) == 3 and pivot in langs:
+        pair = tuple(x for x in langs if x != pivot)  # type: ignore[assignment]
+    params = dict(params or {})
+    lams = [float(x) for x in lams]
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"regime": regime, "languages": langs, "pair": pair, "pivot": pivot}
+    if not holdout:
+        if len(lams) != 1:
+            raise DataError("training without held-out concepts cannot choose lambda: give one lambda")
+        if regime == "joint":
+            train = {lang: corpora[lang] for lang in langs}
+        else:
+            empty = Split(langs, [], {}, {}, [], 0)
+            train = training_corpora(corpora, empty, regime, pair=pair, pivot=pivot)
+        model = Cr5(lam=lams[0], **params).fit(train)
+        result.update(model=model, lam=lams[0], lambda_table=[], test=[], split=None)
+    else:
+        pairs = list(eval_pairs) if eval_pairs else default_eval_pairs(regime, langs, pair)
+        if split is None:
+            split = make_split({lang: corpora[lang] for lang in langs}, pairs, **dict(split_options or {}))
+        train = training_corpora(corpora, split, regime, pair=pair, pivot=pivot, languages=langs)
+        log(f"{regime} training: " + ", ".join(f"{lang} {len(c)} docs" for lang, c in train.items()))
+        model, lam, table = select_lambda(lambda lam: Cr5(lam=lam, **params), train, corpora, split, lams, pairs=pairs, log=log)
+        test = evaluate_retrieval(model.transform, corpora, split, pairs, phase="test")
+        result.update(model=model, lam=lam, lambda_table=table, test=test, split=split)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    if out_dir is not None:
+        out = Path(out_dir)
+        info = {
+            **dict(meta or {}),
+            "regime": regime,
+            "pair": list(pair) if pair else None,
+            "pivot": pivot,
+            "lambda_selection": result["lambda_table"],
+            "heldout": bool(holdout),
+        }
+        model.save(out, experiment=info)
+        if result["split"] is not None:
+            result["split"].save(out / "split.json")
+            atomic_write_text(out / "eval.json", json.dumps({**info, "lam": result["lam"], "test": result["test"]}, indent=1))
+            write_heldout(corpora, result["split"], out / "heldout.jsonl")
+    return result
+
+
+def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: str, field: str | None = "title") -> list[tuple[str, str]]:
+    """A bilingual word list from concept-aligned short texts: the pairs of items of the same
+    concept whose text (``extra[field]``, else the text) is a single token (:func:`tokenize`) in
+    both languages -- e.g. emoji-cldr names: 🐈 "cat" / "Katze". Sorted, without duplicates."""
+    from ...encoders._bow import tokenize
+
+    corpora = _corpora(ds)
+
+    def single(c: Corpus) -> dict[str, set[str]]:
+        col = c.extra.get(field) if field else None
+        texts = col if col is not None else c.texts
+        out: dict[str, set[str]] = {}
+        for k, t in zip(c.concepts or [], texts):
+            toks = tokenize(str(t))
+            if k is not None and len(toks) == 1:
+                out.setdefault(k, set()).add(toks[0])
+        return out
+
+    s, t = single(corpora[src]), single(corpora[tgt])
+    return sorted({(a, b) for k in s.keys() & t.keys() for a in s[k] for b in t[k]})

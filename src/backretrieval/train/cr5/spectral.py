@@ -1,0 +1,161 @@
+"""The spectral steps of :class:`.problem.Cr5Problem`: the top eigenvectors of ``M`` (Eq. 12, Lanczos
+by :mod:`._lanczos`, else ARPACK's eigsh) and ``Phi`` from them (Eq. 14, warm-started from the
+eigsh solves, and Eq. 15). A mixin: it relies on the problem's solves (``matvec_M``,
+``solve_A_multi``, ``xhat_t``) and state; kept apart only to keep each module short."""
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+
+from ...core import BackretrievalError, DataError
+
+
+class SpectralSteps:
+    """Eq. 12 eigenvectors and Eq. 14-15 of a :class:`~.problem.Cr5Problem` (mixin)."""
+
+    def top_eigenvectors(
+        self, rank: int, *, tol: float = 0.1, maxiter: int = 250, seed: int = 0, ncv: int | None = None, progress: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``rank`` eigenpairs of M (eigenvalues descending, vectors K x rank).
+
+        First ARPACK's first Lanczos factorisation (``ncv`` vectors, eigsh's default ``2 rank + 1``)
+        by :func:`._lanczos.lanczos_top`, which is all ARPACK does at Sec. 4.1's tolerance;
+        when a Ritz pair misses ``tol`` there, ``eigsh`` from the same start vector (with its
+        restarts, up to ``maxiter``). With ``progress`` a bar counts the matvecs against the
+        factorisation's ``ncv + 1`` (a restart adds ``ncv - rank``) and says when the Ritz vectors
+        are formed. The matvec inputs and their per-language solutions are kept (float32, at most
+        ``ncv + 1`` of them) for the warm starts of :meth:`embedding`."""
+        from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+        from tqdm.auto import tqdm
+
+        from ._lanczos import lanczos_top
+
+        if not 1 <= rank < self.K:
+            raise DataError(f"Cr5: rank must be between 1 and the number of training concepts - 1 = {self.K - 1}, got {rank}")
+        t0 = time.perf_counter()
+        ncv_ = ncv if ncv is not None else min(max(2 * rank + 1, 20), self.K)  # eigsh's default
+        if progress:
+            self.progress = True
+        if self.woodbury:
+            self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
+            self._hist_x = [np.empty((ncv_ + 1, p), dtype=np.float32) for p in self.p]
+            self._hist_n = 0
+            k = min(self.deflation, min(self.p) // 8)
+            self.say(f"Cr5: preconditioners (Jacobi + top-{k} eigenpairs per language) and w = B^-1 mu...")
+            self._map(self.preconditioner, range(len(self.X)))
+            self._woodbury_terms()
+
+        def new_bar(what: str):
+            return tqdm(total=ncv_ + 1, desc=f"Cr5 {what} (rank {rank}, K {self.K:,})", unit="matvec", disable=not progress,
+                        **self.bar_options)
+
+        bar = new_bar("Lanczos")
+
+        def mv(u: np.ndarray) -> np.ndarray:
+            out = self.matvec_M(u)
+            if bar.n >= bar.total:  # ARPACK restarted: ncv - rank more per restart
+                bar.total += max(ncv_ - rank, 1)
+            bar.update(1)
+            if bar.n == ncv_ + 1:
+                bar.set_postfix_str("basis complete; forming the Ritz vectors", refresh=True)
+            return out
+
+        v0 = np.random.default_rng(seed).standard_normal(self.K)
+        res = lanczos_top(mv, v0, rank, ncv_, tol) if rank < ncv_ < self.K else None
+        bar.close()
+        if res is not None:
+            vals, vecs = res
+            self.stats.eig_converged = rank
+            self.stats.eig_method = "lanczos"
+        else:
+            self.stats.eig_method = "arpack"
+            self._hist_n = 0
+            self.say(f"Cr5: not every Ritz pair met tol={tol:g} in one factorisation; eigsh (ARPACK, with restarts)...")
+            bar = new_bar("eigsh")
+            op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
+            try:
+                vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
+                self.stats.eig_converged = rank
+            except ArpackNoConvergence as e:
+                vals, vecs = e.eigenvalues, e.eigenvectors
+                self.stats.eig_converged = len(vals)
+                if len(vals) == 0:
+                    raise BackretrievalError(
+                        f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
+                    ) from None
+                warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=2)
+            finally:
+                bar.close()
+        order = np.argsort(-vals, kind="stable")
+        self.stats.eig_seconds += time.perf_counter() - t0
+        return vals[order], vecs[:, order]
+
+    def _warm_coefficients(self, P: np.ndarray) -> np.ndarray | None:
+        """``C`` with ``P ~= U^T C`` over the kept matvec inputs ``U`` (rows): the Ritz vectors lie in
+        the span of ARPACK's orthonormal Lanczos basis, so ``C = U P`` and, by linearity,
+        ``B_l^-1 b_l(P) ~= C^T H_l`` for the kept solutions ``H_l``. A column of P outside that span
+        (its coefficients' norm is not ~1, e.g. after an ARPACK restart overflowed the kept rows)
+        gets ``None``-like zero coefficients: a cold start."""
+        if self._hist_u is None or self._hist_n == 0:
+            return None
+        U = self._hist_u[: self._hist_n]
+        # ARPACK's first matvec is on the unnormalised start vector (to bring it into the range of M):
+        # only the unit-norm Lanczos vectors form the orthonormal basis
+        unit = np.abs(np.linalg.norm(U, axis=1) - 1.0) <= 1e-4
+        C = U @ P.astype(np.float32)  # (m, r)
+        C[~unit] = 0.0
+        ok = np.abs(np.linalg.norm(C, axis=0) - np.linalg.norm(P, axis=0)) <= 1e-3 * np.linalg.norm(P, axis=0)
+        C[:, ~ok] = 0.0
+        self.stats.phi_warm_columns += int(ok.sum())
+        return C
+
+    def embedding(self, P: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """``Phi`` with orthonormal rows per language (r x p_l), the singular values of W and
+        the (sign-adjusted) eigenvectors ``Q`` of ``Phi* Phi*^T`` (Eq. 15)."""
+        from tqdm.auto import tqdm
+
+        t0 = time.perf_counter()
+        r = P.shape[1]
+        C = self._warm_coefficients(P) if self.woodbury else None
+        m = self._hist_n
+        Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
+        chunk = max(8, 8 * self.n_jobs)
+        self.say(f"Cr5: solving Eq. 14 for {'+'.join(self.names)} ({r} right-hand sides each, {chunk} at a time, "
+                 f"{'warm-started from the eigsh solves' if C is not None else 'cold start'})...")
+        bar = tqdm(total=r, desc="Cr5 Eq. 14", unit="rhs", disable=not self.progress, **self.bar_options)
+        for j0 in range(0, r, chunk):
+            cols = slice(j0, min(r, j0 + chunk))
+            bs = self.xhat_t(P[self.y, cols])  # Xc^T Y P, these columns
+            warm = None if C is None else [(C[:, cols].T @ h[:m]).T for h in self._hist_x]
+            for z, x in zip(Zs, self.solve_A_multi(bs, warm)):
+                z[:, cols] = x
+            bar.update(cols.stop - cols.start)
+        bar.close()
+        self._hist_u, self._hist_x = None, []  # free the eigsh history
+        self.say("Cr5: Eq. 15 (eigendecomposition of Phi* Phi*^T, orthonormal Phi)...")
+        G = sum(z.T @ z for z in Zs)  # Phi* Phi*^T
+        lam_, Q = np.linalg.eigh(G)
+        order = np.argsort(-lam_, kind="stable")
+        lam_, Q = lam_[order], Q[:, order]
+        if lam_[-1] <= 0:
+            raise BackretrievalError("Cr5: Phi* is rank deficient (an eigenvalue of Phi* Phi*^T is not positive)")
+        T = Q / np.sqrt(lam_)  # (r x r): Phi = T^T Phi*
+        phis = []
+        for i in range(len(Zs)):  # one language at a time: Phi*^T is freed as Phi is made
+            phis.append(np.ascontiguousarray((Zs[i] @ T).T))
+            Zs[i] = None
+        # sign convention: the largest-magnitude entry of each row (over all languages; the first
+        # one on ties) is positive
+        best, val = np.full(r, -1.0), np.zeros(r)
+        for ph in phis:
+            v = ph[np.arange(r), np.argmax(np.abs(ph), axis=1)]
+            better = np.abs(v) > best
+            best[better], val[better] = np.abs(v[better]), v[better]
+        sign = np.sign(val)
+        sign[sign == 0] = 1.0
+        for ph in phis:
+            ph *= sign[:, None]
+        self.stats.phi_seconds += time.perf_counter() - t0
+        return phis, np.sqrt(lam_), Q * sign
