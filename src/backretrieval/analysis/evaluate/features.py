@@ -110,10 +110,13 @@ class _Features:
                 out[lang] = enc.encode_images(c.image_paths)
         return out
 
-    def text(self, model: Any) -> dict[str, np.ndarray]:
+    def text(self, model: Any, name: str) -> dict[str, np.ndarray]:
         """Every needed text of every language, embedded with ``model`` (fitted first if it has a
         ``fit``). A model that declares ``wants_extra = ("title", "body")`` also gets those
-        columns of the corpus as ``extra={name: [...]}``."""
+        columns of the corpus as ``extra={name: [...]}``. ``name`` is what the records call the
+        model (the user's name in ``EvalConfig.models``, not the encoder's spec): errors and
+        :attr:`unsupported` use it. A language the model declines (``UnsupportedLanguageError``)
+        is left out of the result and noted in ``unsupported[name]``."""
         corpora = self.corpora
         if hasattr(model, "fit") and callable(model.fit):
             model.fit({lang: c.texts for lang, c in corpora.items()})
@@ -125,7 +128,7 @@ class _Features:
                 missing = [w for w in wanted if w not in c.extra]
                 if missing:
                     raise DataError(
-                        f"{c.dataset}/{lang}: text model {getattr(model, 'name', model)!r} needs the column(s) "
+                        f"{c.dataset}/{lang}: text model {name!r} needs the column(s) "
                         f"{', '.join(missing)}, which this dataset does not have"
                     )
                 kw["extra"] = {w: c.extra[w] for w in wanted}
@@ -134,7 +137,7 @@ class _Features:
                     warnings.simplefilter("always", TruncationWarning)
                     out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
             except UnsupportedLanguageError as e:  # the grid skips the model's pairs with this language
-                self.unsupported.setdefault(getattr(model, "name", str(model)), {})[lang] = str(e)
+                self.unsupported.setdefault(name, {})[lang] = str(e)
             for w in caught:  # truncation notes go to the log; other warnings stay warnings
                 if issubclass(w.category, TruncationWarning):
                     self.log(str(w.message))

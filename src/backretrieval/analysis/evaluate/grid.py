@@ -2,27 +2,26 @@
 what is left and runs one :class:`~.tasks.SampleTask` per sample (see the package docstring)."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...core import BackretrievalError, atomic_save_npz, atomic_write_text
+from ...core import BackretrievalError
 from ...core.io import check_writable_dir
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
 from ..models import grid_models, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
-from .features import _check_needs, _draw, _Features, _same_sample_note
-from .records import (
-    MANIFEST, RecordSlot, _DamagedRecord, _fingerprint_inputs, _label, _load_record, _read_manifest, _with_identity,
-    run_info, write_results,
-)
+from .features import _check_needs, _draw, _Features, _same_sample_note, _Samples
+from .records import RecordSlot, RecordStore, _fingerprint_inputs, _with_identity, run_info, write_results
 from .tasks import SampleTask, check_approx
+
+Sample = tuple[str, str, int]  # (src, tgt, seed)
+
 
 def evaluate(
     cfg: EvalConfig,
@@ -36,7 +35,7 @@ def evaluate(
 ) -> EvalResult:
     """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``.
 
-    ``executor`` (see :mod:`.executors`; default: in this process) runs the per-sample tasks.
+    ``executor`` (see :mod:`backretrieval.analysis.executors`; default: in this process) runs the per-sample tasks.
     ``log`` receives one line per notable event: resumed records, inputs that changed since the
     records in ``out_dir`` were computed, damaged record files, truncated texts, skipped models,
     seeds that all draw the same sample.
@@ -70,7 +69,6 @@ def evaluate(
     # build and check every model before loading anything
     models = grid_models(cfg.models)
     names = list(models)
-    encoders = {name: m.encoder for name, m in models.items()}
     run_only = [name for name, m in models.items() if m.run_only]
     if run_only:
         log(run_only_note(run_only))
@@ -88,116 +86,73 @@ def evaluate(
     if same:
         log(same)
         notes.append(same)
-    needed: dict[str, set[int]] = {lang: set() for lang in langs}
-    for (s, t, _), sm in samples.items():
-        for part in (sm.xlr, sm.bkr):
-            if part is not None:
-                needed[s].update(part[0].tolist())
-                needed[t].update(part[1].tolist())
-    needed_rows = {lang: np.array(sorted(rows), dtype=np.int64) for lang, rows in needed.items()}
     image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
-    feats = _Features(ds, needed_rows, [g for g in image_models if g], progress, log, cfg.dataset)
-    inputs = _fingerprint_inputs(cfg, samples, feats, encoders, image_models)
+    feats = _Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset)
+    inputs = _fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
 
-    partial = Path(out_dir) / ".partial" if out_dir is not None else None
-    manifest = _read_manifest(partial, log) if partial is not None else {}
+    # resume what earlier runs finished; say which inputs changed for the rest
+    store = RecordStore(out_dir, inputs, log)
+    stored = [name for name in names if name not in run_only]
     found: dict[RecordSlot, tuple[dict, dict]] = {}
-    todo: dict[tuple[str, str, int], list[str]] = {}
+    todo: dict[Sample, list[str]] = {}
     changed: dict[str, int] = {}
-    for spec in names:
+    for name in names:
         for s, t, seed in samples:
             done = 0
             for g in image_models:
-                slot = (spec, g, s, t, seed)
-                if partial is None or spec in run_only:
+                slot = (name, g, s, t, seed)
+                if name not in stored:
                     continue
-                path = partial / f"{inputs.key(slot)}.json"
-                if path.exists():  # finished in an earlier run
-                    try:
-                        found[slot] = _load_record(path)
-                        done += 1
-                        continue
-                    except _DamagedRecord as e:
-                        log(f"damaged record file {e}: recomputing the record")
-                old = manifest.get(inputs.slot_id(slot))
-                if isinstance(old, dict) and old.get("record") != inputs.key(slot):
-                    before = old.get("inputs") if isinstance(old.get("inputs"), dict) else {}
-                    for part, value in inputs.parts(slot).items():
-                        if before.get(part) != value:
-                            label = _label(part, slot)
-                            changed[label] = changed.get(label, 0) + 1
+                got = store.load(slot)
+                if got is not None:  # finished in an earlier run
+                    found[slot] = got
+                    done += 1
+                    continue
+                for label in store.changed(slot):
+                    changed[label] = changed.get(label, 0) + 1
             if done < len(image_models):
-                todo.setdefault((s, t, seed), []).append(spec)
+                todo.setdefault((s, t, seed), []).append(name)
     if found:
-        log(f"resuming: {len(found)} finished records found in {partial}")
+        log(f"resuming: {len(found)} finished records found in {store.partial}")
     for label, count in changed.items():
         log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
-    if partial is not None:  # the inputs of this run, for the next one to compare with
-        slots = dict(manifest)
-        for spec in (name for name in names if name not in run_only):
-            for s, t, seed in samples:
-                for g in image_models:
-                    slot = (spec, g, s, t, seed)
-                    slots[inputs.slot_id(slot)] = {"record": inputs.key(slot), "inputs": inputs.parts(slot)}
-        atomic_write_text(partial / MANIFEST, json.dumps({"format": 1, "slots": slots}))
+    store.write_manifest((name, g, s, t, seed) for name in stored for s, t, seed in samples for g in image_models)
+
     # encode every model that has work left (through the cache), then run one task per sample
     ex = get_executor(executor)
     text: dict[str, dict[str, np.ndarray]] = {}
     encode_s: dict[str, float] = {}
-    for spec in dict.fromkeys(spec for specs in todo.values() for spec in specs):
+    for name in dict.fromkeys(name for todo_names in todo.values() for name in todo_names):
         t0 = time.perf_counter()
-        m = models[spec]  # a Python object encodes here, with every executor (it is never pickled)
+        m = models[name]  # a Python object encodes here, with every executor (it is never pickled)
         enc = m.encoder if m.spec is None else ex.text_encoder(m.spec)
-        text[spec] = feats.text(CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress))
-        encode_s[spec] = round(time.perf_counter() - t0, 3)
-
-    for spec, langs_missing in feats.unsupported.items():
+        text[name] = feats.text(CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress), name)
+        encode_s[name] = round(time.perf_counter() - t0, 3)
+    for name, langs_missing in feats.unsupported.items():
         for lang, why in langs_missing.items():
-            log(f"skipping {spec} for the pairs with {lang!r}: {why}")
-    todo = {key: [m for m in specs if key[0] in text[m] and key[1] in text[m]] for key, specs in todo.items()}
-    todo = {key: specs for key, specs in todo.items() if specs}
+            log(f"skipping {name} for the pairs with {lang!r}: {why}")
+    todo = {key: [m for m in todo_names if key[0] in text[m] and key[1] in text[m]] for key, todo_names in todo.items()}
+    todo = {key: todo_names for key, todo_names in todo.items() if todo_names}
 
-    def tasks():
-        for (s, t, seed), specs in todo.items():
-            sm = samples[(s, t, seed)]
-
-            def rows(part, model):
-                return text[model][s][feats.rows(s, part[0])], text[model][t][feats.rows(t, part[1])]
-
-            images = {}
-            if sm.bkr is not None:
-                si, ti = feats.rows(s, sm.bkr[0]), feats.rows(t, sm.bkr[1])
-                images = {g: (feats.images[g][s][si], feats.images[g][t][ti]) for g in image_models}
-            yield SampleTask(
-                s, t, seed, cfg.n, cfg.k, cfg.sim, cfg.csls_k, specs,
-                None if sm.xlr is None else {m: rows(sm.xlr, m) for m in specs},
-                None if sm.bkr is None else {m: rows(sm.bkr, m) for m in specs},
-                images,
-                cfg.corr_boot,
-                cfg.approx,
-                cfg.approx_target,
-            )
-
-    n_runs = sum(len(specs) for specs in todo.values()) * len(image_models)
+    n_runs = sum(len(todo_names) for todo_names in todo.values()) * len(image_models)
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
-    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, tasks()):
-        for spec, g, values, ranks in runs:
-            slot = (spec, g, s, t, seed)
+    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models)):
+        for name, g, values, ranks in runs:
+            slot = (name, g, s, t, seed)
             if slot in found:
                 continue
             rec: dict[str, Any] = {
-                "model": spec, "model_identity": inputs.models[spec], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
-                "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[spec],
+                "model": name, "model_identity": inputs.models[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[name],
             }
             if g is None:  # no images: no image fields
                 del rec["image_model"]
-            if partial is not None and spec not in run_only:  # ranks first: the .json marks a finished record
-                path = partial / f"{inputs.key(slot)}.json"
-                atomic_save_npz(path.with_suffix(".npz"), **ranks)
-                atomic_write_text(path, json.dumps(rec))
+            if name in stored:
+                store.save(slot, rec, ranks)
             found[slot] = (rec, ranks)
             bar.update(1)
     bar.close()
+
     info = run_info(cfg, ds, feats, inputs, ex.name)
     order = {m: i for i, m in enumerate(names)}
     results = {}
@@ -219,3 +174,40 @@ def evaluate(
         for g, res in result.others.items():
             write_results(res.records, Path(out_dir) / "image-models" / slug(g), info)
     return result
+
+
+def _needed_rows(samples: dict[Sample, _Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per language, the sorted rows some sample uses (the only ones encoded)."""
+    needed: dict[str, set[int]] = {lang: set() for lang in langs}
+    for (s, t, _), sm in samples.items():
+        for part in (sm.xlr, sm.bkr):
+            if part is not None:
+                needed[s].update(part[0].tolist())
+                needed[t].update(part[1].tolist())
+    return {lang: np.array(sorted(rows), dtype=np.int64) for lang, rows in needed.items()}
+
+
+def _sample_tasks(
+    cfg: EvalConfig, samples: dict[Sample, _Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
+    feats: _Features, image_models: Sequence[str | None],
+) -> Iterator[SampleTask]:
+    """One task per sample with work left: the rows of its models' embeddings and of its images."""
+    for (s, t, seed), todo_names in todo.items():
+        sm = samples[(s, t, seed)]
+
+        def rows(part, model):
+            return text[model][s][feats.rows(s, part[0])], text[model][t][feats.rows(t, part[1])]
+
+        images = {}
+        if sm.bkr is not None:
+            si, ti = feats.rows(s, sm.bkr[0]), feats.rows(t, sm.bkr[1])
+            images = {g: (feats.images[g][s][si], feats.images[g][t][ti]) for g in image_models}
+        yield SampleTask(
+            s, t, seed, cfg.n, cfg.k, cfg.sim, cfg.csls_k, todo_names,
+            None if sm.xlr is None else {m: rows(sm.xlr, m) for m in todo_names},
+            None if sm.bkr is None else {m: rows(sm.bkr, m) for m in todo_names},
+            images,
+            cfg.corr_boot,
+            cfg.approx,
+            cfg.approx_target,
+        )

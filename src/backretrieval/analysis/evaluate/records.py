@@ -9,12 +9,12 @@ import zipfile
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ...core import atomic_write_text, content_hash
+from ...core import atomic_save_npz, atomic_write_text, content_hash
 from ...core.env import environment
 from ...data import Dataset
 from ...data.corpus import fingerprint
@@ -125,6 +125,66 @@ def _load_record(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     except _DAMAGED as e:
         raise _DamagedRecord(npz, e) from None
     return rec, ranks
+
+
+class RecordStore:
+    """``OUT/.partial``: the finished records of earlier runs, each under the key of its inputs
+    (:meth:`_Inputs.key`), and the manifest of the inputs of the last run (which input changed).
+
+    Args:
+        out_dir: the output folder; None: nothing is stored or resumed.
+        inputs: the fingerprints of this run.
+        log: receives damaged files and changed inputs.
+    """
+
+    def __init__(self, out_dir: str | Path | None, inputs: _Inputs, log: Callable[[str], None]):
+        self.partial = Path(out_dir) / ".partial" if out_dir is not None else None
+        self.inputs, self.log = inputs, log
+        self.manifest = _read_manifest(self.partial, log) if self.partial is not None else {}
+
+    def _path(self, slot: RecordSlot) -> Path:
+        assert self.partial is not None
+        return self.partial / f"{self.inputs.key(slot)}.json"
+
+    def load(self, slot: RecordSlot) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """The stored record and ranks of ``slot`` computed from these inputs; None when there is
+        none (or it is damaged: logged, naming the file)."""
+        if self.partial is None:
+            return None
+        path = self._path(slot)
+        if not path.exists():
+            return None
+        try:
+            return _load_record(path)
+        except _DamagedRecord as e:
+            self.log(f"damaged record file {e}: recomputing the record")
+            return None
+
+    def changed(self, slot: RecordSlot) -> list[str]:
+        """What changed (``"data for de"``, ``"model use-m"``, ...) since the last run computed
+        ``slot``, by the manifest; empty when it has no entry for it or nothing changed."""
+        old = self.manifest.get(self.inputs.slot_id(slot))
+        if not isinstance(old, dict) or old.get("record") == self.inputs.key(slot):
+            return []
+        before = old.get("inputs") if isinstance(old.get("inputs"), dict) else {}
+        return [_label(part, slot) for part, value in self.inputs.parts(slot).items() if before.get(part) != value]
+
+    def write_manifest(self, slots: Iterable[RecordSlot]) -> None:
+        """Record the inputs of ``slots`` (this run's), keeping the other entries, for the next run."""
+        if self.partial is None:
+            return
+        entries = dict(self.manifest)
+        for slot in slots:
+            entries[self.inputs.slot_id(slot)] = {"record": self.inputs.key(slot), "inputs": self.inputs.parts(slot)}
+        atomic_write_text(self.partial / MANIFEST, json.dumps({"format": 1, "slots": entries}))
+
+    def save(self, slot: RecordSlot, rec: dict[str, Any], ranks: dict[str, np.ndarray]) -> None:
+        """Store a finished record: its ranks first, as the ``.json`` marks a record finished."""
+        if self.partial is None:
+            return
+        path = self._path(slot)
+        atomic_save_npz(path.with_suffix(".npz"), **ranks)
+        atomic_write_text(path, json.dumps(rec))
 
 
 def config_json(cfg: EvalConfig) -> dict[str, Any]:
