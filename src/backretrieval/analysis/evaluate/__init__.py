@@ -17,7 +17,7 @@ input changed ("data for de changed since the records in OUT were computed: reco
 records"). A damaged record file is recomputed with a warning naming it.
 
 Models are spec strings or Python objects under the user's name (``models={"ours": obj,
-"use-m": "use-m"}``, see :mod:`.models`); every record carries ``model`` (the name) and
+"use-m": "use-m"}``, see :mod:`backretrieval.analysis.models`); every record carries ``model`` (the name) and
 ``model_identity`` (the model fingerprint its key holds). A run-only object (no torch weights,
 no version) is never resumed from ``OUT/.partial`` nor stored there; the run says so once.
 
@@ -34,7 +34,7 @@ the same sample are said (``EvalResult.notes``). With ``EvalConfig.approx`` the 
 computes XLR@K and BkR@K from self-calibrating FAISS lists instead (records say
 ``approximate`` and carry each search's calibration, ``approx_*``).
 
-The package's modules, in the order a run uses them: :mod:`.config` (what goes in and out),
+The package's modules: :mod:`.config` (what goes in and out),
 :mod:`.features` (samples and their embeddings), :mod:`.records` (keys, manifest, stored records,
 ``run.json``), :mod:`.tasks` (the per-sample work, a pure function) and :mod:`.grid` (:func:`evaluate`).
 """
