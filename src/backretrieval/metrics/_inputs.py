@@ -12,19 +12,27 @@ from ..search import csls_penalty, unit_rows
 SIMILARITIES = ("cosine", "csls")
 
 
-def check_rows(x: np.ndarray, name: str) -> None:
-    """``x`` is a non-empty 2-D numeric array whose rows are all usable (no NaN/inf, none all
-    zero), checked chunk by chunk without copying ``x`` whole; raises naming the first bad row."""
+def _check_shape(x: np.ndarray, name: str) -> None:
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise MetricInputError(f"{name}: expected a non-empty 2-D array, got shape {x.shape}")
     if not np.issubdtype(x.dtype, np.number):
         raise MetricInputError(f"{name}: expected numbers, got dtype {x.dtype}")
+
+
+def _check_values(x: np.ndarray, name: str) -> None:
     bad = first_bad_row(x)
     if bad is not None:
         kind, row = bad
         if kind == "nonfinite":
             raise MetricInputError(f"{name}: NaN or inf in row {row}")
         raise MetricInputError(f"{name}: all-zero vector in row {row} (cosine undefined)")
+
+
+def check_rows(x: np.ndarray, name: str) -> None:
+    """``x`` is a non-empty 2-D numeric array whose rows are all usable (no NaN/inf, none all
+    zero), checked chunk by chunk without copying ``x`` whole; raises naming the first bad row."""
+    _check_shape(x, name)
+    _check_values(x, name)
 
 
 def check_dims(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
@@ -38,8 +46,10 @@ def check_dims(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
 def as_matrix(x: np.ndarray, name: str) -> np.ndarray:
     """``x`` as float32 (n, d); rejects other shapes, NaN/inf and all-zero rows, naming the row."""
     x = np.asarray(x)
-    check_rows(x, name)
-    return np.asarray(x, dtype=np.float32)
+    _check_shape(x, name)
+    x = np.asarray(x, dtype=np.float32)
+    _check_values(x, name)  # on the float32 matrix: its chunks are views, nothing is converted twice
+    return x
 
 
 def check_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], same_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
