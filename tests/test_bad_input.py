@@ -313,7 +313,7 @@ def test_meta_with_k_other_than_10(tmp_path, feature_data):
                    "--pairs", "en-de,de-en", "--seeds", "2"))
     assert res.exit_code == 0, res.output
     md = (out / "meta.md").read_text(encoding="utf-8")
-    assert "Correlation across models of bkr@5 (BkR)" in md
+    assert "Correlation across models of bkr@5 (BkR) and of CORR with the ground truth XLR@10 (whatever K is)" in md
     assert "| model | xlr@10 | bkr@5 | corr | hubness_skew@5 |" in md, md
     doc = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     assert doc["candidates"]["bkr"] == "bkr@5" and doc["truth"] == "xlr@10"

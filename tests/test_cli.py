@@ -20,7 +20,7 @@ from backretrieval.analysis import EvalConfig, evaluate
 from backretrieval.cli import main
 from backretrieval.data import load_dataset
 
-evaluate_module = importlib.import_module("backretrieval.analysis.evaluate")  # the module, not the function
+tasks_module = importlib.import_module("backretrieval.analysis.evaluate.tasks")  # where the grid finds the task
 
 REQUIRED_KEYS = {
     "model", "image_model", "src_lang", "tgt_lang", "seed", "n", "k",
@@ -98,7 +98,7 @@ def _cfg(**kw) -> EvalConfig:
 
 def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, shared_data):
     reference = evaluate(_cfg(), tmp_path / "straight", progress=False)
-    real = evaluate_module.run_sample_task
+    real = tasks_module.run_sample_task
     calls = {"n": 0}
 
     def flaky(task):
@@ -108,12 +108,12 @@ def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, 
         return real(task)
 
     out = tmp_path / "interrupted"
-    monkeypatch.setattr(evaluate_module, "run_sample_task", flaky)
+    monkeypatch.setattr(tasks_module, "run_sample_task", flaky)
     with pytest.raises(KeyboardInterrupt):
         evaluate(_cfg(), out, progress=False)
     assert not (out / "results.jsonl").exists()  # nothing half-written
     assert len(list((out / ".partial").glob("*.json"))) == 2  # both models of the first sample
-    monkeypatch.setattr(evaluate_module, "run_sample_task", real)
+    monkeypatch.setattr(tasks_module, "run_sample_task", real)
     logs: list[str] = []
     resumed = evaluate(_cfg(), out, progress=False, log=logs.append)
     assert any("resuming: 2 finished records" in m for m in logs)

@@ -323,6 +323,19 @@ def test_generic_image_and_feature_row_together(tmp_path):
     assert generic.load(tmp_path / "ok.csv", image_features=tmp_path / "feats.npy")["en"].image_paths
 
 
+def test_generic_images_or_feature_rows_for_every_item_of_a_language_or_none(tmp_path, items):
+    rows = [{k: v for k, v in r.items() if k not in ("title", "body")} for r in items]
+    rows[1] = {k: v for k, v in rows[1].items() if k != "image"}  # en: a1 has an image, a2 none
+    with pytest.raises(DataError, match=r"id 'a2' \(line 2\) has no image, while other 'en' items have one; "
+                                        r"give an image for every item of a language or none"):
+        generic.load(_write_jsonl(tmp_path / "some.jsonl", rows))
+    np.save(tmp_path / "feats.npy", np.zeros((3, 2), np.float32))
+    rows = [{"id": "r0", "lang": "de", "text": "t", "image_feature_row": 0}, {"id": "r1", "lang": "de", "text": "u"}]
+    with pytest.raises(DataError, match=r"id 'r1' \(line 2\) has no image_feature_row, while other 'de' items have "
+                                        r"one; give a row for every item of a language or none"):
+        generic.load(_write_jsonl(tmp_path / "rows.jsonl", rows), image_features=tmp_path / "feats.npy")
+
+
 def test_generic_missing_file_and_type(tmp_path):
     with pytest.raises(DataError, match="nothere.jsonl"):
         generic.load(tmp_path / "nothere.jsonl")

@@ -226,3 +226,36 @@ def test_meta_over_several_files_says_run_only_once(tmp_path, emoji):
     assert sum("'chars': no stable identity" in line for line in logs) == 1, logs
     assert {r["model"] for r in m.main.records} == {"chars", "random", "tfidf-char"}
     assert len(m.main.records) == 2 * 3 * 2  # 2 files x 3 models x 2 seeds
+
+
+def test_a_model_that_declines_a_language_is_skipped_under_the_users_name(tmp_path, emoji):
+    """``PythonTextModel(languages=...)``: the grid skips the model's pairs with another language
+    and names the model as the records do (the dict key, not the object's own name)."""
+    logs: list[str] = []
+    picky = PythonTextModel("chars-internal", chars, version="1", languages=["en", "de"])
+    cfg = cfg_for({"picky": picky, "random": "random"}, pairs=[("en", "de"), ("en", "fr")], seeds=[0])
+    res = evaluate(cfg, tmp_path / "out", progress=False, log=logs.append)
+    assert {(r["model"], r["tgt_lang"]) for r in res.records} == {("picky", "de"), ("random", "de"), ("random", "fr")}
+    skipped = [m for m in logs if m.startswith("skipping ")]
+    assert skipped == ["skipping picky for the pairs with 'fr': model 'picky' embeds only en, de, not 'fr'"], logs
+
+
+def test_skipped_languages_are_noted_under_the_grid_name_not_the_encoders():
+    """A spec under a user's name (``{"ours": "cr5:DIR"}``): the encoder calls itself by its spec,
+    the grid's note (and so the "skipping" line) by the user's name."""
+    from backretrieval.analysis.evaluate.features import _Features
+    from backretrieval.core import UnsupportedLanguageError
+
+    class EnglishOnly:
+        name = "cr5:/models/ours"  # what a spec-built encoder calls itself
+
+        def encode(self, texts, lang, *, ids=None):
+            if lang != "en":
+                raise UnsupportedLanguageError(f"cr5: the model has no language {lang!r}")
+            return np.ones((len(texts), 3), np.float32)
+
+    ds = load_dataset("emoji-cldr", langs=["en", "de"])
+    feats = _Features(ds, {"en": np.arange(4), "de": np.arange(4)}, [], progress=False)
+    out = feats.text(EnglishOnly(), "ours")
+    assert list(out) == ["en"] and out["en"].shape == (4, 3)
+    assert feats.unsupported == {"ours": {"de": "cr5: the model has no language 'de'"}}

@@ -136,17 +136,10 @@ def compare(
     if metric == "corr":
         return dataclasses.replace(_compare_corr(result, level=level, alpha=alpha), run=result.run)
     key, fn = outcome_fn(metric)
-    models = list(dict.fromkeys(r["model"] for r in result.records))
-    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
-    seeds = sorted({r["seed"] for r in result.records})
+    models, pairs, seeds = _extent(result)
     rows = []
     for src, tgt in pairs:
-        outcomes = {}
-        for m in models:
-            per_seed = [result.ranks.get((m, src, tgt, s), {}).get(key) for s in seeds]
-            if any(x is None for x in per_seed):
-                continue
-            outcomes[m] = np.stack([fn(x) for x in per_seed])
+        outcomes = _outcomes(result, key, fn, models, src, tgt, seeds)
         if not outcomes:
             raise BackretrievalError(f"{src}->{tgt}: no {key} results to compare (does the dataset have what {metric} needs?)")
         cis = {m: bootstrap_ci(o, n_boot=n_boot, level=level, seed=seed) for m, o in outcomes.items()}
@@ -155,22 +148,70 @@ def compare(
             paired_permutation_test(outcomes[a], outcomes[b], n_perm=n_perm, seed=seed).p_value
             for a, b in zip(order, order[1:])
         ]
-        p_adj = holm(p_next) if p_next else []
-        for i, m in enumerate(order):
-            rows.append(
-                {
-                    "pair": f"{src}->{tgt}",
-                    "rank": i + 1,
-                    "model": m,
-                    "estimate": cis[m].estimate,
-                    "ci_low": cis[m].low,
-                    "ci_high": cis[m].high,
-                    "p_vs_next": p_next[i] if i < len(p_next) else np.nan,
-                    "p_adj": p_adj[i] if i < len(p_adj) else np.nan,
-                    "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
-                }
-            )
+        rows += _ranked_rows(f"{src}->{tgt}", order, {m: (c.estimate, c.low, c.high) for m, c in cis.items()}, p_next, alpha)
     return dataclasses.replace(_finish(metric, level, alpha, rows), run=result.run)
+
+
+def _extent(result: EvalResult) -> tuple[list[str], list[tuple[str, str]], list[int]]:
+    """The models and language pairs of ``result``'s records (in order of appearance) and its seeds (sorted)."""
+    models = list(dict.fromkeys(r["model"] for r in result.records))
+    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
+    seeds = sorted({r["seed"] for r in result.records})
+    return models, pairs, seeds
+
+
+def _outcomes(result: EvalResult, key: str, fn: Callable[[np.ndarray], np.ndarray], models: list[str], src: str,
+              tgt: str, seeds: list[int]) -> dict[str, np.ndarray]:
+    """Per model that has ranks ``key`` on ``src->tgt`` for every seed: its per-query outcomes
+    ``fn(ranks)``, one row per seed."""
+    out = {}
+    for m in models:
+        per_seed = [result.ranks.get((m, src, tgt, s), {}).get(key) for s in seeds]
+        if all(x is not None for x in per_seed):
+            out[m] = np.stack([fn(x) for x in per_seed])
+    return out
+
+
+def _corr_replicates(result: EvalResult, models: list[str], src: str, tgt: str,
+                     seeds: list[int]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Per model that has CORR and its bootstrap replicates on ``src->tgt`` for every seed:
+    replicate b of the mean over seeds, and the mean CORR over seeds."""
+    value = {(r["model"], r["src_lang"], r["tgt_lang"], r["seed"]): r.get("corr") for r in result.records}
+    reps, est = {}, {}
+    for m in models:
+        boots = [result.ranks.get((m, src, tgt, s), {}).get("corr_boot") for s in seeds]
+        vals = [value.get((m, src, tgt, s)) for s in seeds]
+        if all(b is not None for b in boots) and all(v is not None for v in vals):
+            reps[m] = np.mean(np.stack(boots), axis=0)  # replicate b of the mean over seeds
+            est[m] = float(np.mean(vals))
+    return reps, est
+
+
+def _wald_p(diff: float, rep_diff: np.ndarray) -> float:
+    """Two-sided Wald p-value of a gap ``diff`` with the bootstrap standard error of its replicates."""
+    se = float(np.nanstd(rep_diff, ddof=1))
+    return float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else (1.0 if diff == 0 else 0.0)
+
+
+def _ranked_rows(pair: str, order: list[str], interval: dict[str, tuple[float, float, float]], p_next: list[float],
+                 alpha: float) -> list[dict[str, Any]]:
+    """The ``per_pair`` rows of one language pair: models best first with (estimate, low, high)
+    and the raw and Holm-adjusted p-value of each gap to the next model."""
+    p_adj = holm(p_next) if p_next else []
+    return [
+        {
+            "pair": pair,
+            "rank": i + 1,
+            "model": m,
+            "estimate": interval[m][0],
+            "ci_low": interval[m][1],
+            "ci_high": interval[m][2],
+            "p_vs_next": p_next[i] if i < len(p_next) else np.nan,
+            "p_adj": p_adj[i] if i < len(p_adj) else np.nan,
+            "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
+        }
+        for i, m in enumerate(order)
+    ]
 
 
 def _finish(metric: str, level: float, alpha: float, rows: list[dict[str, Any]]) -> Comparison:
@@ -197,50 +238,24 @@ def _compare_corr(result: EvalResult, *, level: float, alpha: float) -> Comparis
     so differences are paired). p-value of a gap: a two-sided Wald test with the bootstrap
     standard error of the paired difference, ``2 Phi(-|d| / se*(d))`` (unlike the percentile
     count of replicates below 0, it has no 1/B floor, which Holm's correction would inflate)."""
-    models = list(dict.fromkeys(r["model"] for r in result.records))
-    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
-    seeds = sorted({r["seed"] for r in result.records})
-    value = {(r["model"], r["src_lang"], r["tgt_lang"], r["seed"]): r.get("corr") for r in result.records}
+    models, pairs, seeds = _extent(result)
     rows = []
     q = (1 - level) / 2
     for src, tgt in pairs:
-        reps, est = {}, {}
-        for m in models:
-            boots = [result.ranks.get((m, src, tgt, s), {}).get("corr_boot") for s in seeds]
-            vals = [value.get((m, src, tgt, s)) for s in seeds]
-            if any(b is None for b in boots) or any(v is None for v in vals):
-                continue
-            reps[m] = np.mean(np.stack(boots), axis=0)  # replicate b of the mean over seeds
-            est[m] = float(np.mean(vals))
+        reps, est = _corr_replicates(result, models, src, tgt, seeds)
         if not reps:
             raise BackretrievalError(
                 f"{src}->{tgt}: no CORR bootstrap to compare: CORR needs images, and intervals need "
                 "EvalConfig.corr_boot > 0 (the compare command sets it)"
             )
         order = sorted(reps, key=lambda m: -est[m])
-        p_next = []
-        for a, b in zip(order, order[1:]):
-            se = float(np.nanstd(reps[a] - reps[b], ddof=1))
-            diff = est[a] - est[b]
-            p_next.append(float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else (1.0 if diff == 0 else 0.0))
-        p_adj = holm(p_next) if p_next else []
-        for i, m in enumerate(order):
+        p_next = [_wald_p(est[a] - est[b], reps[a] - reps[b]) for a, b in zip(order, order[1:])]
+        interval = {}
+        for m in order:
             lo, hi = np.nanquantile(reps[m], [q, 1 - q])
-            rows.append(
-                {
-                    "pair": f"{src}->{tgt}",
-                    "rank": i + 1,
-                    "model": m,
-                    "estimate": est[m],
-                    "ci_low": float(lo),
-                    "ci_high": float(hi),
-                    "p_vs_next": p_next[i] if i < len(p_next) else np.nan,
-                    "p_adj": p_adj[i] if i < len(p_adj) else np.nan,
-                    "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
-                }
-            )
+            interval[m] = (est[m], float(lo), float(hi))
+        rows += _ranked_rows(f"{src}->{tgt}", order, interval, p_next, alpha)
     return _finish("corr", level, alpha, rows)
-
 
 
 def counterpart(metric: str) -> str | None:
@@ -321,13 +336,15 @@ def pairwise(
     Raises:
         BackretrievalError: an unknown metric.
     """
-    models = list(dict.fromkeys(r["model"] for r in result.records))
-    pairs = list(dict.fromkeys((r["src_lang"], r["tgt_lang"]) for r in result.records))
-    seeds = sorted({r["seed"] for r in result.records})
+    models, pairs, seeds = _extent(result)
     rows = []
     for src, tgt in pairs:
-        gaps = _corr_gaps(result, models, src, tgt, seeds, level) if metric == "corr" else _rank_gaps(
-            result, metric, models, src, tgt, seeds, n_boot=n_boot, n_perm=n_perm, level=level, seed=seed)
+        if metric == "corr":
+            gaps = _corr_gaps(*_corr_replicates(result, models, src, tgt, seeds), level=level)
+        else:
+            key, fn = outcome_fn(metric)
+            gaps = _rank_gaps(_outcomes(result, key, fn, models, src, tgt, seeds), n_boot=n_boot, n_perm=n_perm,
+                              level=level, seed=seed)
         p_adj = holm([g["p"] for g in gaps]) if gaps else []
         for g, pa in zip(gaps, p_adj):
             rows.append({"pair": f"{src}->{tgt}", **g, "p_adj": pa, "significant": bool(pa < alpha)})
@@ -335,13 +352,8 @@ def pairwise(
     return pd.DataFrame(rows, columns=cols)
 
 
-def _rank_gaps(result, metric, models, src, tgt, seeds, *, n_boot, n_perm, level, seed) -> list[dict[str, Any]]:
-    key, fn = outcome_fn(metric)
-    outcomes = {}
-    for m in models:
-        per_seed = [result.ranks.get((m, src, tgt, s), {}).get(key) for s in seeds]
-        if all(x is not None for x in per_seed):
-            outcomes[m] = np.stack([fn(x) for x in per_seed])
+def _rank_gaps(outcomes: dict[str, np.ndarray], *, n_boot: int, n_perm: int, level: float, seed: int) -> list[dict[str, Any]]:
+    """Every two models' gap (higher mean first): paired bootstrap interval and sign-flip p-value."""
     order = sorted(outcomes, key=lambda m: -float(outcomes[m].mean()))
     gaps = []
     for i, a in enumerate(order):
@@ -352,15 +364,9 @@ def _rank_gaps(result, metric, models, src, tgt, seeds, *, n_boot, n_perm, level
     return gaps
 
 
-def _corr_gaps(result, models, src, tgt, seeds, level) -> list[dict[str, Any]]:
-    value = {(r["model"], r["src_lang"], r["tgt_lang"], r["seed"]): r.get("corr") for r in result.records}
-    reps, est = {}, {}
-    for m in models:
-        boots = [result.ranks.get((m, src, tgt, s), {}).get("corr_boot") for s in seeds]
-        vals = [value.get((m, src, tgt, s)) for s in seeds]
-        if all(b is not None for b in boots) and all(v is not None for v in vals):
-            reps[m] = np.mean(np.stack(boots), axis=0)
-            est[m] = float(np.mean(vals))
+def _corr_gaps(reps: dict[str, np.ndarray], est: dict[str, float], *, level: float) -> list[dict[str, Any]]:
+    """Every two models' CORR gap (higher first): percentile interval of the replicates'
+    difference and the Wald p-value of :func:`_compare_corr`."""
     order = sorted(reps, key=lambda m: -est[m])
     q = (1 - level) / 2
     gaps = []
@@ -368,10 +374,9 @@ def _corr_gaps(result, models, src, tgt, seeds, level) -> list[dict[str, Any]]:
         for b in order[i + 1:]:
             d = reps[a] - reps[b]
             diff = est[a] - est[b]
-            se = float(np.nanstd(d, ddof=1))
-            p = float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else (1.0 if diff == 0 else 0.0)
             lo, hi = np.nanquantile(d, [q, 1 - q])
-            gaps.append({"model_a": a, "model_b": b, "diff": diff, "diff_low": float(lo), "diff_high": float(hi), "p": p})
+            gaps.append({"model_a": a, "model_b": b, "diff": diff, "diff_low": float(lo), "diff_high": float(hi),
+                         "p": _wald_p(diff, d)})
     return gaps
 
 

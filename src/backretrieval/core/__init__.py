@@ -3,7 +3,7 @@
 Every other layer may import from here; this package imports nothing from the project.
 """
 from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
-from .rows import normalize_rows
+from .rows import first_bad_row, normalize_rows
 from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default, json_ready
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "atomic_save_npz",
     "cache_dir",
     "content_hash",
+    "first_bad_row",
     "json_default",
     "json_ready",
     "normalize_rows",

@@ -1,4 +1,5 @@
-"""Row-wise L2 normalisation of embedding matrices, the one helper every encoder uses.
+"""Row-wise helpers for embedding matrices: L2 normalisation (the one every encoder uses) and the
+one check for rows no similarity can use (NaN/inf, all zero), which encoders and metrics share.
 
 Scoring code uses :func:`backretrieval.search.l2_normalize` instead: it produces the same bits on
 every machine (an exactly rounded norm), which scores and ranks need; an encoder's output is
@@ -27,3 +28,32 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
         raise ValueError(f"normalize_rows needs a 2-D array, got shape {x.shape}")
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+CHECK_CHUNK = 65536  # rows converted to float32 at a time by first_bad_row
+
+
+def first_bad_row(x: np.ndarray, chunk: int = CHECK_CHUNK) -> tuple[str, int] | None:
+    """The first row of ``x`` no cosine similarity can use, as it reads in float32.
+
+    Checked ``chunk`` rows at a time, so a huge (or memory-mapped) input is never copied whole.
+
+    Args:
+        x: a 2-D numeric array.
+        chunk: rows converted at a time.
+
+    Returns:
+        ``("nonfinite", i)`` for the first row with a NaN or inf (looked for first, in every
+        row), else ``("zero", i)`` for the first all-zero row, else None.
+    """
+    first_zero = None
+    for s in range(0, x.shape[0], chunk):
+        c = np.asarray(x[s : s + chunk], dtype=np.float32)
+        bad = ~np.isfinite(c).all(axis=1)
+        if bad.any():
+            return "nonfinite", s + int(np.argmax(bad))
+        if first_zero is None:
+            zero = ~c.any(axis=1)
+            if zero.any():
+                first_zero = s + int(np.argmax(zero))
+    return None if first_zero is None else ("zero", first_zero)

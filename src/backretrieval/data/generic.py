@@ -314,21 +314,9 @@ def build_dataset(
         col = by_lang[lang]
         image_paths = image_rows = None
         feats = None
-        if any(x is not None for x in col["images"]):
-            j = next((j for j, x in enumerate(col["images"]) if x is None), None)
-            if j is not None:
-                raise DataError(
-                    f"{path}: id {col['ids'][j]!r} ({col['rows'][j]}) has no image, while other "
-                    f"{lang!r} items have one; give an image for every item of a language or none"
-                )
+        if _all_or_none(col, "images", path, lang, "image", "an image"):
             image_paths = col["images"]
-        if any(x is not None for x in col["frows"]):
-            j = next((j for j, x in enumerate(col["frows"]) if x is None), None)
-            if j is not None:
-                raise DataError(
-                    f"{path}: id {col['ids'][j]!r} ({col['rows'][j]}) has no image_feature_row, while "
-                    f"other {lang!r} items have one; give a row for every item of a language or none"
-                )
+        if _all_or_none(col, "frows", path, lang, "image_feature_row", "a row"):
             if image_paths is not None:
                 raise DataError(
                     f"{path}: language {lang!r} mixes image paths and image_feature_row; use one of them"
@@ -348,6 +336,20 @@ def build_dataset(
             extra=extra,
         )
     return Dataset(name=dsname, corpora=corpora, description=description or f"items read from {path}")
+
+
+def _all_or_none(col: dict[str, list], key: str, path: Any, lang: str, field: str, thing: str) -> bool:
+    """Whether the items of ``lang`` have column ``key`` (``field`` in the file) -- every one of
+    them; raises naming the first item without it when only some do (``thing``: what to give)."""
+    if all(x is None for x in col[key]):
+        return False
+    j = next((j for j, x in enumerate(col[key]) if x is None), None)
+    if j is not None:
+        raise DataError(
+            f"{path}: id {col['ids'][j]!r} ({col['rows'][j]}) has no {field}, while other "
+            f"{lang!r} items have one; give {thing} for every item of a language or none"
+        )
+    return True
 
 
 INFO = register(

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..core import EncoderError
+from ..core import EncoderError, first_bad_row
 
 
 @runtime_checkable
@@ -114,30 +114,29 @@ def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping
 def get_text_encoder(spec: str, **options: Any) -> TextEncoder:
     """Build a text encoder from its spec, e.g. ``"e5-small"``, ``"precomputed:emb.parquet"`` or a
     variant such as ``"use-m@trunc=64@noise=0.5"`` (see :mod:`.variants`)."""
-    if "@" in spec:  # a variant of another model: BASE@OP=VALUE...
-        from .cache import CachedTextEncoder
-        from .variants import VariantEncoder, parse_variant
-
-        base, ops = parse_variant(spec)
-        enc = VariantEncoder(CachedTextEncoder(get_text_encoder(base, **options)), ops)
-        enc.name = spec
-        return enc
-    _load()
-    return _build(spec, _TEXT, "text", options)
+    return _get(spec, "text", options)
 
 
 def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
-    """Build an image encoder from its spec, e.g. ``"efficientnet-lite0"`` or ``"color-hist"``."""
-    if "@" in spec:  # IMAGE_MODEL@noise=S: a deliberately weakened g
-        from .cache import CachedImageEncoder
-        from .variants import ImageVariantEncoder, parse_variant
+    """Build an image encoder from its spec, e.g. ``"efficientnet-lite0"`` or ``"color-hist"``; a
+    deliberately weakened g as ``IMAGE_MODEL@noise=S`` (see :mod:`.variants`)."""
+    return _get(spec, "image", options)
+
+
+def _get(spec: str, kind: str, options: dict[str, Any]) -> Any:
+    """The encoder of ``spec`` from the ``kind`` ("text" / "image") registry; ``BASE@OP=VALUE...``
+    wraps the (cached) encoder of ``BASE`` in the variant."""
+    if "@" in spec:
+        from .cache import CachedImageEncoder, CachedTextEncoder
+        from .variants import ImageVariantEncoder, VariantEncoder, parse_variant
 
         base, ops = parse_variant(spec)
-        enc = ImageVariantEncoder(CachedImageEncoder(get_image_encoder(base, **options)), ops)
+        cached, variant = (CachedTextEncoder, VariantEncoder) if kind == "text" else (CachedImageEncoder, ImageVariantEncoder)
+        enc = variant(cached(_get(base, kind, options)), ops)
         enc.name = spec
         return enc
     _load()
-    return _build(spec, _IMAGE, "image", options)
+    return _build(spec, _TEXT if kind == "text" else _IMAGE, kind, options)
 
 
 def check_embeddings(x: np.ndarray, n: int, what: str, ids: Sequence[str] | None = None) -> np.ndarray:
@@ -149,13 +148,13 @@ def check_embeddings(x: np.ndarray, n: int, what: str, ids: Sequence[str] | None
     x = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
     if x.ndim != 2 or x.shape[0] != n:
         raise EncoderError(f"{what}: expected an array of {n} rows, got shape {x.shape}")
-    label = (lambda i: f"id {ids[i]!r}") if ids is not None else (lambda i: f"row {i}")
-    bad = ~np.isfinite(x).all(axis=1)
-    if bad.any():
-        raise EncoderError(f"{what}: NaN or inf in the embedding of {label(int(np.argmax(bad)))}")
-    zero = ~x.any(axis=1)
-    if zero.any():
-        raise EncoderError(f"{what}: all-zero embedding for {label(int(np.argmax(zero)))}")
+    bad = first_bad_row(x)
+    if bad is not None:
+        kind, i = bad
+        label = f"id {ids[i]!r}" if ids is not None else f"row {i}"
+        if kind == "nonfinite":
+            raise EncoderError(f"{what}: NaN or inf in the embedding of {label}")
+        raise EncoderError(f"{what}: all-zero embedding for {label}")
     return x
 
 

@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core import EncoderError
+from ..core import EncoderError, UnsupportedLanguageError
+from ._text import supports_language
 from .base import check_embeddings
 
 
@@ -69,7 +70,8 @@ class PythonTextModel:
         model: an object with ``encode(list[str], ...)`` or a callable ``f(list[str])``.
         version: a stable identity for on-disk caching (see the module doc); a torch module gets
             one from its weights when this is None.
-        languages: the languages it supports (None: any).
+        languages: the languages it embeds (None: any); asked for another, :meth:`encode` raises
+            ``UnsupportedLanguageError`` and the grid skips the pairs with that language, saying so.
         batch_size: texts per call.
     """
 
@@ -93,6 +95,14 @@ class PythonTextModel:
         self.dim: int | None = None
 
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
+        """float32 (n, dim) embeddings of ``texts`` (in ``lang``), in order, checked row by row.
+
+        Raises:
+            UnsupportedLanguageError: ``lang`` is not one of ``languages``.
+            EncoderError: the user's model failed or returned a bad array (naming the model).
+        """
+        if self.languages is not None and not supports_language(self.languages, lang):
+            raise UnsupportedLanguageError(f"model {self.name!r} embeds only {', '.join(self.languages)}, not {lang!r}")
         texts = list(texts)
         out = []
         for s in range(0, len(texts), self.batch_size):

@@ -6,35 +6,57 @@ from typing import Iterable
 
 import numpy as np
 
-from ..core import MetricInputError
+from ..core import MetricInputError, first_bad_row
 from ..search import csls_penalty, unit_rows
 
 SIMILARITIES = ("cosine", "csls")
 
 
-def as_matrix(x: np.ndarray, name: str) -> np.ndarray:
-    """``x`` as float32 (n, d); rejects other shapes, NaN/inf and all-zero rows, naming the row."""
-    x = np.asarray(x)
+def _check_shape(x: np.ndarray, name: str) -> None:
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise MetricInputError(f"{name}: expected a non-empty 2-D array, got shape {x.shape}")
     if not np.issubdtype(x.dtype, np.number):
         raise MetricInputError(f"{name}: expected numbers, got dtype {x.dtype}")
-    x = np.asarray(x, dtype=np.float32)
-    finite = np.isfinite(x).all(axis=1)
-    if not finite.all():
-        raise MetricInputError(f"{name}: NaN or inf in row {int(np.argmin(finite))}")
-    nonzero = x.any(axis=1)
-    if not nonzero.all():
-        raise MetricInputError(f"{name}: all-zero vector in row {int(np.argmin(nonzero))} (cosine undefined)")
-    return x
 
 
-def check_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], same_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    a, b = as_matrix(a, names[0]), as_matrix(b, names[1])
+def _check_values(x: np.ndarray, name: str) -> None:
+    bad = first_bad_row(x)
+    if bad is not None:
+        kind, row = bad
+        if kind == "nonfinite":
+            raise MetricInputError(f"{name}: NaN or inf in row {row}")
+        raise MetricInputError(f"{name}: all-zero vector in row {row} (cosine undefined)")
+
+
+def check_rows(x: np.ndarray, name: str) -> None:
+    """``x`` is a non-empty 2-D numeric array whose rows are all usable (no NaN/inf, none all
+    zero), checked chunk by chunk without copying ``x`` whole; raises naming the first bad row."""
+    _check_shape(x, name)
+    _check_values(x, name)
+
+
+def check_dims(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
+    """``a`` and ``b`` have the same number of dimensions (columns)."""
     if a.shape[1] != b.shape[1]:
         raise MetricInputError(
             f"dimension mismatch: {names[0]} has {a.shape[1]} dimensions, {names[1]} has {b.shape[1]}"
         )
+
+
+def as_matrix(x: np.ndarray, name: str) -> np.ndarray:
+    """``x`` as float32 (n, d); rejects other shapes, NaN/inf and all-zero rows, naming the row."""
+    x = np.asarray(x)
+    _check_shape(x, name)
+    x = np.asarray(x, dtype=np.float32)
+    _check_values(x, name)  # on the float32 matrix: its chunks are views, nothing is converted twice
+    return x
+
+
+def check_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], same_rows: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides as float32 matrices (:func:`as_matrix`) of the same dimension; with
+    ``same_rows``, aligned (as many rows)."""
+    a, b = as_matrix(a, names[0]), as_matrix(b, names[1])
+    check_dims(a, b, names)
     if same_rows and a.shape[0] != b.shape[0]:
         raise MetricInputError(
             f"{names[0]} has {a.shape[0]} rows but {names[1]} has {b.shape[0]}; rows must be aligned"

@@ -36,29 +36,7 @@ import numpy as np
 
 from ..core import MetricInputError
 from ..search.faiss_backend import FaissOptions, build_index, calibrate, exact_index, search
-from ._inputs import check_ks
-
-CHECK_CHUNK = 65536
-
-
-def _check(x: np.ndarray, name: str) -> None:
-    """Shape, NaN/inf and all-zero rows, checked chunk by chunk (inputs may be huge)."""
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise MetricInputError(f"{name}: expected a non-empty 2-D array, got shape {x.shape}")
-    for s in range(0, x.shape[0], CHECK_CHUNK):
-        c = np.asarray(x[s : s + CHECK_CHUNK], dtype=np.float32)
-        bad = ~np.isfinite(c).all(axis=1)
-        if bad.any():
-            raise MetricInputError(f"{name}: NaN or inf in row {s + int(np.argmax(bad))}")
-        zero = ~c.any(axis=1)
-        if zero.any():
-            raise MetricInputError(f"{name}: all-zero vector in row {s + int(np.argmax(zero))} (cosine undefined)")
-
-
-def _dims(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> None:
-    if a.shape[1] != b.shape[1]:
-        raise MetricInputError(f"dimension mismatch: {names[0]} has {a.shape[1]} dimensions, {names[1]} has {b.shape[1]}")
-
+from ._inputs import check_dims, check_ks, check_rows
 
 def _summary(pos: np.ndarray, ks: tuple[int, ...], prefix: str) -> dict[str, float]:
     """``pos``: 1-based rank of the right item within the K found, 0 when it was not found."""
@@ -154,9 +132,9 @@ def xlr_approx(
         MetricInputError: bad matrices (named as in :func:`~backretrieval.metrics.xlr`), misaligned
             rows, a given index whose size or dimension does not fit, or bad ``retrieved`` rows.
     """
-    _check(src, "source embeddings")
-    _check(tgt, "target embeddings")
-    _dims(src, tgt, ("source embeddings", "target embeddings"))
+    check_rows(src, "source embeddings")
+    check_rows(tgt, "target embeddings")
+    check_dims(src, tgt, ("source embeddings", "target embeddings"))
     if src.shape[0] != tgt.shape[0]:
         raise MetricInputError(f"source has {src.shape[0]} rows but target has {tgt.shape[0]}; rows must be aligned")
     ks = check_ks(ks, src.shape[0])
@@ -235,9 +213,9 @@ def bkr_approx(
     """
     for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
                     (src_img, "source image features"), (tgt_img, "target image features")):
-        _check(x, name)
-    _dims(src_text, tgt_text, ("source text embeddings", "target text embeddings"))
-    _dims(src_img, tgt_img, ("source image features", "target image features"))
+        check_rows(x, name)
+    check_dims(src_text, tgt_text, ("source text embeddings", "target text embeddings"))
+    check_dims(src_img, tgt_img, ("source image features", "target image features"))
     for side, a, b in (("source", src_text, src_img), ("target", tgt_text, tgt_img)):
         if a.shape[0] != b.shape[0]:
             raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from ..analysis.evaluate import pair_labels, slug, summarize, write_results
-from ..analysis.meta import MetaResult
+from ..analysis.meta import TRUTH, MetaResult
 from ..analysis.models import model_names
 from ..core import atomic_write_text, json_ready
 from .table import format_meta_table, format_summary
@@ -27,7 +27,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     out.mkdir(parents=True, exist_ok=True)
     main_g = cfg.image_model
     bkr_key = f"bkr@{cfg.k}"
-    columns = ("xlr@10", bkr_key, "corr", f"hubness_skew@{cfg.k}")
+    columns = (TRUTH, bkr_key, "corr", f"hubness_skew@{cfg.k}")
     datasets = res.datasets or [cfg.dataset]
     name = " + ".join(datasets)
     if len(datasets) > 1:  # the merged records (each dataset's own are in OUT/datasets/<name>/)
@@ -40,7 +40,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "seeds": len(cfg.seeds),
         "models": model_names(cfg.models),
         "image_model": main_g,
-        "truth": "xlr@10",
+        "truth": TRUTH,
         "candidates": {"bkr": bkr_key, "corr": "corr"},
         "pairs": res.table,
         "image_models": res.degradation.to_dict(orient="records"),
@@ -58,7 +58,8 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "",
         f"N={cfg.n} per side, {len(cfg.seeds)} seeds, {len(cfg.models)} models, image model g = {main_g}, "
         f"similarity {cfg.sim}. Correlation across models of {bkr_key} (BkR) and of CORR with the ground truth "
-        "XLR@10; mean ± sd over seeds; p = paired Wilcoxon signed-rank test over seeds of BkR's vs CORR's correlation.",
+        f"{TRUTH.upper()} (whatever K is); mean ± sd over seeds; p = paired Wilcoxon signed-rank test over seeds of "
+        "BkR's vs CORR's correlation.",
         "",
         format_meta_table(res.table),
         "",
@@ -104,7 +105,7 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
         "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png", bkr=bkr_key),
         "box": F.boxplot_by_model(records, bkr_key, fig_dir / "boxplot_bkr.png"),
         "heat_bkr": F.heatmap(records, bkr_key, fig_dir / "heatmap_bkr.png"),
-        "heat_xlr": F.heatmap(records, "xlr@10", fig_dir / "heatmap_xlr.png"),
+        "heat_xlr": F.heatmap(records, TRUTH, fig_dir / "heatmap_xlr.png"),
     }
     if len(res.results) > 1:
         pngs["weak"] = F.degradation_plot(res.degradation, fig_dir / "image_models.png")

@@ -255,13 +255,9 @@ def analyze(
     log: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
     """The full analysis as a JSON-ready dict (see :func:`format_markdown`)."""
-    con = store.connect(path)
-    try:
-        store.check_integrity(con, path)
+    with store.opened(path, check=True) as con:
         tables = store.load_tables(con)
         raters = store.list_raters(con)
-    finally:
-        con.close()
     meta = tables["meta"]
     models = tables["models"]
     credits = tables["credits"]
@@ -425,11 +421,8 @@ def format_markdown(res: dict[str, Any]) -> str:
 def ratings_frame(path: str | Path) -> pd.DataFrame:
     """Every rating, unblinded: rater, query, suggestion, the models that retrieved it (with
     rank), score, number of writes."""
-    con = store.connect(path)
-    try:
+    with store.opened(path) as con:
         t = store.load_tables(con)
-    finally:
-        con.close()
     cr = t["credits"].merge(t["models"], on="model_id")
     who = cr.groupby("sugg_id").apply(
         lambda g: ";".join(f"{s}#{r}" for s, r in zip(g.spec, g["rank"])), include_groups=False

@@ -64,9 +64,7 @@ def proxy_rate(db: str | Path, out: str | Path, terms: list[str], *, force: bool
     if Path(db).resolve() == out.resolve():
         raise DataError("proxy ratings go to a copy of the study: --out must differ from the study file")
     store.require_new(out, force)
-    src_con = store.connect(db)
-    try:
-        store.check_integrity(src_con, db)
+    with store.opened(db, check=True) as src_con:
         meta = store.read_meta(src_con)
         tmp = files.private_tempfile(out)
         try:
@@ -85,8 +83,6 @@ def proxy_rate(db: str | Path, out: str | Path, terms: list[str], *, force: bool
         except BaseException:
             files.remove_tempfile(tmp)
             raise
-    finally:
-        src_con.close()
     ds = load_dataset(meta["dataset"], langs=[meta["src"], meta["tgt"]], **(meta.get("dataset_options") or {}))
     src, tgt = ds[meta["src"]], ds[meta["tgt"]]
     if not (src.has_concepts and tgt.has_concepts):

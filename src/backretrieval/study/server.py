@@ -78,11 +78,8 @@ def create_app(db_path: str | Path):
     write_lock = threading.Lock()
 
     def with_db(fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        con = store.connect(db_path)
-        try:
+        with store.opened(db_path) as con:
             return fn(con)
-        finally:
-            con.close()
 
     def rater(token: str) -> str:
         """The rater's name (404 for an unknown token), noted for the access log."""

@@ -23,13 +23,14 @@ Durability: WAL journal, ``synchronous=FULL``, every rating one ``BEGIN IMMEDIAT
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import re
 import secrets
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -183,6 +184,26 @@ def connect(path: str | Path) -> sqlite3.Connection:
         con.close()
         raise StudyError(f"{path}: unsupported study schema version {row and row[0]!r} (expected {SCHEMA_VERSION})")
     return con
+
+
+@contextlib.contextmanager
+def opened(path: str | Path, *, check: bool = False) -> Iterator[sqlite3.Connection]:
+    """:func:`connect` for a ``with`` block: closed (and its study lock released) on leaving it.
+
+    Args:
+        path: the study file.
+        check: refuse a damaged file first (:func:`check_integrity`).
+
+    Raises:
+        Unavailable, StudyError: as :func:`connect` and :func:`check_integrity`.
+    """
+    con = connect(path)
+    try:
+        if check:
+            check_integrity(con, path)
+        yield con
+    finally:
+        con.close()
 
 
 def check_integrity(con: sqlite3.Connection, path: str | Path) -> None:

@@ -1,0 +1,211 @@
+"""The samples of the grid and the embeddings of the rows they use.
+
+:func:`_draw` draws a (pair, seed)'s matching sample (XLR) and non-matching sample (BkR);
+:func:`_check_needs` and :func:`_same_sample_note` check and describe them right after
+sampling; :class:`_Features` embeds every needed row once per language through the cache and
+keeps the rows' digests the records' keys are made of."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ...core import BackretrievalError, DataError, UnsupportedLanguageError
+from ...data import Dataset, matching, non_matching
+from ...data.corpus import fingerprint
+from ...encoders._text import TruncationWarning
+from ...encoders.base import get_image_encoder
+from ...encoders.cache import CachedImageEncoder
+from ...encoders.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
+from .config import EvalConfig
+
+@dataclasses.dataclass
+class _Samples:
+    xlr: tuple[np.ndarray, np.ndarray] | None
+    bkr: tuple[np.ndarray, np.ndarray] | None
+
+
+def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
+    s, t = ds[src], ds[tgt]
+    has_links = s.has_concepts and t.has_concepts
+    has_images = s.has_images and t.has_images
+    if not has_links and not has_images:
+        raise DataError(
+            f"{ds.name} {src}-{tgt}: nothing to evaluate: no cross-lingual links (for XLR) and no images (for BkR)"
+        )
+    return _Samples(
+        matching(s, t, n, seed) if has_links else None,
+        non_matching(s, t, n, seed) if has_images else None,
+    )
+
+
+def check_image_model(spec: str, corpora: Iterable[Any], dataset: str | None = None) -> None:
+    """Whether image model ``spec`` can give the image features of ``corpora``: a model that
+    encodes image files needs image files, ``precomputed`` (and its variants) a feature file.
+
+    Args:
+        spec: the image model, e.g. ``"efficientnet-lite0"``, ``"precomputed@noise=4"``.
+        corpora: the corpora (one per language) whose images are needed.
+        dataset: how the error names the dataset (default: the corpora's dataset name).
+
+    Raises:
+        DataError: naming the model, the dataset and the language that do not fit together.
+    """
+    precomputed = uses_precomputed_features(spec)
+    for c in corpora:
+        if not c.has_images:
+            continue
+        name = dataset or c.dataset
+        if precomputed and c.image_features is None:
+            raise DataError(
+                f"image model {spec!r} reads a precomputed image-feature file, but dataset {name} ({c.lang}) "
+                "has image files and no feature file: choose an image model that encodes images, e.g. efficientnet-lite0"
+            )
+        if not precomputed and c.image_paths is None:
+            raise DataError(
+                f"image model {spec!r} needs image files, but dataset {name} ({c.lang}) has only precomputed "
+                f"image features ({c.image_features}): use image model 'precomputed' (or 'precomputed@noise=S' for a "
+                "weaker g)"
+            )
+
+
+class _Features:
+    """Embeddings of the needed rows of each language, computed once through the cache."""
+
+    def __init__(
+        self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool,
+        log: Callable[[str], None] = lambda msg: None, dataset_label: str | None = None,
+    ):
+        self.ds, self.needed, self.progress, self.log = ds, needed, progress, log
+        self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
+        self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
+        for g in image_models:  # every image model fits the data before anything is encoded
+            check_image_model(g, self.corpora.values(), dataset_label)
+        self.unsupported: dict[str, dict[str, str]] = {}  # model -> language -> why it cannot embed it
+        # per needed row: digests of its content and of its image (for the records' keys)
+        self.row_digests = {lang: c.row_digests() for lang, c in self.corpora.items()}
+        self.image_digests = {lang: c.image_digests() for lang, c in self.corpora.items()}
+        self.image_versions: dict[str, str] = {}  # image model -> its version (cache namespace)
+        self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
+
+    def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
+        """The image features of model ``spec`` for every language with images: encoded from the
+        image files through the cache, or (``precomputed[@noise=S]``) read from the dataset's
+        feature file and weakened as the spec says."""
+        enc = get_image_encoder(spec)
+        self.image_versions[spec] = str(enc.version)
+        precomputed = uses_precomputed_features(spec)
+        if not precomputed:
+            enc = CachedImageEncoder(enc, progress=self.progress)
+        out = {}
+        for lang, c in self.corpora.items():
+            if not c.has_images:
+                continue
+            if precomputed:
+                x = load_feature_rows(c.image_features, c.image_rows, f"{c.dataset}/{lang} images")
+                out[lang] = weaken_features(enc, x, self.image_digests[lang])
+            else:
+                out[lang] = enc.encode_images(c.image_paths)
+        return out
+
+    def text(self, model: Any, name: str) -> dict[str, np.ndarray]:
+        """Every needed text of every language, embedded with ``model`` (fitted first if it has a
+        ``fit``). A model that declares ``wants_extra = ("title", "body")`` also gets those
+        columns of the corpus as ``extra={name: [...]}``. ``name`` is what the records call the
+        model (the user's name in ``EvalConfig.models``, not the encoder's spec): errors and
+        :attr:`unsupported` use it. A language the model declines (``UnsupportedLanguageError``)
+        is left out of the result and noted in ``unsupported[name]``."""
+        corpora = self.corpora
+        if hasattr(model, "fit") and callable(model.fit):
+            model.fit({lang: c.texts for lang, c in corpora.items()})
+        wanted = tuple(getattr(model, "wants_extra", ()) or ())
+        out = {}
+        for lang, c in corpora.items():
+            kw: dict[str, Any] = {}
+            if wanted:
+                missing = [w for w in wanted if w not in c.extra]
+                if missing:
+                    raise DataError(
+                        f"{c.dataset}/{lang}: text model {name!r} needs the column(s) "
+                        f"{', '.join(missing)}, which this dataset does not have"
+                    )
+                kw["extra"] = {w: c.extra[w] for w in wanted}
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", TruncationWarning)
+                    out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
+            except UnsupportedLanguageError as e:  # the grid skips the model's pairs with this language
+                self.unsupported.setdefault(name, {})[lang] = str(e)
+            for w in caught:  # truncation notes go to the log; other warnings stay warnings
+                if issubclass(w.category, TruncationWarning):
+                    self.log(str(w.message))
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return out
+
+    def fit_fingerprint(self) -> str:
+        """Fingerprint of what a model with a ``fit`` hook is fitted on: every needed row."""
+        return fingerprint(d for lang in self.corpora for d in (lang.encode(), *self.row_digests[lang]))
+
+    def sample_fingerprint(self, lang: str, parts: Sequence[np.ndarray | None], images: bool) -> str:
+        """Fingerprint of the rows of ``lang`` a sample uses (its XLR part, then its BkR part): of
+        their content, or (``images=True``) of their images."""
+        table = self.image_digests[lang] if images else self.row_digests[lang]
+        out: list[bytes] = []
+        for tag, part in zip((b"xlr", b"bkr"), parts):
+            if part is not None:
+                out.append(tag)
+                out.extend(table[i] for i in self.rows(lang, part))
+        return fingerprint(out)
+
+    def rows(self, lang: str, idx: np.ndarray) -> np.ndarray:
+        p = self.pos[lang]
+        return np.fromiter((p[int(i)] for i in idx), dtype=np.int64, count=len(idx))
+
+
+
+NEEDS = {
+    "xlr": "cross-lingual links (rows of two languages sharing a concept) for the ground truth XLR",
+    "bkr": "images (image files or an image-feature file) for BkR and CORR",
+}
+
+
+def _check_needs(dataset: str, samples: dict[tuple[str, str, int], _Samples], needs: Sequence[str], purpose: str) -> None:
+    """Right after sampling, before any encoding: every pair has what ``purpose`` needs."""
+    unknown = set(needs) - set(NEEDS)
+    if unknown:
+        raise BackretrievalError(f"unknown requirement(s) {', '.join(sorted(unknown))}: use {', '.join(NEEDS)}")
+    for (s, t, _), sm in samples.items():
+        for need in needs:
+            if getattr(sm, need) is None:
+                raise DataError(f"{purpose} needs {NEEDS[need]}, but dataset {dataset} ({s}-{t}) has none")
+
+
+def _same_sample_note(samples: dict[tuple[str, str, int], _Samples], cfg: EvalConfig) -> str | None:
+    """One sentence when every seed draws the same sample of a pair (N is all there is)."""
+    if len(cfg.seeds) < 2:
+        return None
+
+    def rows(part):
+        return None if part is None else (frozenset(part[0].tolist()), frozenset(part[1].tolist()))
+
+    found = []
+    for s, t in cfg.pairs:
+        sms = [samples[(s, t, seed)] for seed in cfg.seeds]
+        same = []
+        for name, what in (("xlr", f"all the concepts {s} and {t} share (XLR)"),
+                           ("bkr", f"all the {s} and {t} items a non-matching sample can hold (BkR)")):
+            first = rows(getattr(sms[0], name))
+            if first is not None and all(rows(getattr(sm, name)) == first for sm in sms[1:]):
+                same.append(what)
+        if same:
+            found.append(f"{s}->{t} ({' and '.join(same)})")
+    if not found:
+        return None
+    return (
+        f"every seed draws the same sample: N={cfg.n} is all the data has for {'; '.join(found)}, so the "
+        f"{len(cfg.seeds)} seeds differ only in the order of the items and their spread (sd 0) measures nothing; "
+        "give a smaller N for a spread over samples"
+    )

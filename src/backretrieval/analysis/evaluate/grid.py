@@ -1,0 +1,213 @@
+"""The grid itself: :func:`evaluate` draws the samples, resumes the finished records, encodes
+what is left and runs one :class:`~.tasks.SampleTask` per sample (see the package docstring)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ...core import BackretrievalError
+from ...core.io import check_writable_dir
+from ...data import load_dataset
+from ...encoders.cache import CachedTextEncoder
+from ..models import grid_models, run_only_note
+from . import tasks as _tasks
+from .config import EvalConfig, EvalResult, slug
+from .features import _check_needs, _draw, _Features, _same_sample_note, _Samples
+from .records import RecordSlot, RecordStore, _fingerprint_inputs, _with_identity, run_info, write_results
+from .tasks import SampleTask, check_approx
+
+Sample = tuple[str, str, int]  # (src, tgt, seed)
+
+
+def evaluate(
+    cfg: EvalConfig,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda msg: None,
+    executor: Any = None,
+    needs: Sequence[str] = (),
+    purpose: str = "this evaluation",
+) -> EvalResult:
+    """Run the grid; return one record per (model, src, tgt, seed) and write them to ``out_dir``.
+
+    ``executor`` (see :mod:`backretrieval.analysis.executors`; default: in this process) runs the per-sample tasks.
+    ``log`` receives one line per notable event: resumed records, inputs that changed since the
+    records in ``out_dir`` were computed, damaged record files, truncated texts, skipped models,
+    seeds that all draw the same sample.
+
+    Args:
+        cfg: the grid.
+        out_dir: where the records go (checked writable before anything is done); None: nowhere.
+        progress: show progress bars.
+        log: receives the notable events.
+        executor: where the per-sample tasks run.
+        needs: what the caller needs of every pair: ``"xlr"`` (cross-lingual links) and/or
+            ``"bkr"`` (images); checked right after sampling, before any encoding.
+        purpose: how the error for a missing need names the caller, e.g. ``"compare --metric xlr@10"``.
+
+    Returns:
+        The :class:`EvalResult`.
+
+    Raises:
+        BackretrievalError: bad configuration or data (named), an output folder that cannot be written.
+    """
+    from ..executors import get_executor
+
+    if out_dir is not None:
+        check_writable_dir(out_dir, "output folder")
+    if cfg.n < 1:
+        raise BackretrievalError(f"n must be positive, got {cfg.n}")
+    if cfg.k > cfg.n:
+        raise BackretrievalError(f"K={cfg.k} is larger than N={cfg.n}")
+    if cfg.approx is not None:
+        check_approx(cfg)
+    # build and check every model before loading anything
+    models = grid_models(cfg.models)
+    names = list(models)
+    run_only = [name for name, m in models.items() if m.run_only]
+    if run_only:
+        log(run_only_note(run_only))
+    langs = list(dict.fromkeys(lang for pair in cfg.pairs for lang in pair))
+    ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
+    for lang in langs:
+        ds[lang]  # unknown language -> clear error before any work
+    samples = {(s, t, seed): _draw(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
+    _check_needs(cfg.dataset, samples, needs, purpose)
+    has_bkr = any(sm.bkr is not None for sm in samples.values())
+    notes: list[str] = []
+    if not has_bkr:
+        log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
+    same = _same_sample_note(samples, cfg)
+    if same:
+        log(same)
+        notes.append(same)
+    image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
+    feats = _Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset)
+    inputs = _fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
+
+    # resume what earlier runs finished; say which inputs changed for the rest
+    store = RecordStore(out_dir, inputs, log)
+    stored = [name for name in names if name not in run_only]
+    found: dict[RecordSlot, tuple[dict, dict]] = {}
+    todo: dict[Sample, list[str]] = {}
+    changed: dict[str, int] = {}
+    for name in names:
+        for s, t, seed in samples:
+            done = 0
+            for g in image_models:
+                slot = (name, g, s, t, seed)
+                if name not in stored:
+                    continue
+                got = store.load(slot)
+                if got is not None:  # finished in an earlier run
+                    found[slot] = got
+                    done += 1
+                    continue
+                for label in store.changed(slot):
+                    changed[label] = changed.get(label, 0) + 1
+            if done < len(image_models):
+                todo.setdefault((s, t, seed), []).append(name)
+    if found:
+        log(f"resuming: {len(found)} finished records found in {store.partial}")
+    for label, count in changed.items():
+        log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
+    store.write_manifest((name, g, s, t, seed) for name in stored for s, t, seed in samples for g in image_models)
+
+    # encode every model that has work left (through the cache), then run one task per sample
+    ex = get_executor(executor)
+    text: dict[str, dict[str, np.ndarray]] = {}
+    encode_s: dict[str, float] = {}
+    for name in dict.fromkeys(name for todo_names in todo.values() for name in todo_names):
+        t0 = time.perf_counter()
+        m = models[name]  # a Python object encodes here, with every executor (it is never pickled)
+        enc = m.encoder if m.spec is None else ex.text_encoder(m.spec)
+        text[name] = feats.text(CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress), name)
+        encode_s[name] = round(time.perf_counter() - t0, 3)
+    for name, langs_missing in feats.unsupported.items():
+        for lang, why in langs_missing.items():
+            log(f"skipping {name} for the pairs with {lang!r}: {why}")
+    todo = {key: [m for m in todo_names if key[0] in text[m] and key[1] in text[m]] for key, todo_names in todo.items()}
+    todo = {key: todo_names for key, todo_names in todo.items() if todo_names}
+
+    n_runs = sum(len(todo_names) for todo_names in todo.values()) * len(image_models)
+    bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
+    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models)):
+        for name, g, values, ranks in runs:
+            slot = (name, g, s, t, seed)
+            if slot in found:
+                continue
+            rec: dict[str, Any] = {
+                "model": name, "model_identity": inputs.models[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[name],
+            }
+            if g is None:  # no images: no image fields
+                del rec["image_model"]
+            if name in stored:
+                store.save(slot, rec, ranks)
+            found[slot] = (rec, ranks)
+            bar.update(1)
+    bar.close()
+
+    info = run_info(cfg, ds, feats, inputs, ex.name)
+    order = {m: i for i, m in enumerate(names)}
+    results = {}
+    for g in image_models:
+        keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
+        results[g] = EvalResult(
+            cfg,
+            [_with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
+            {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
+            run=info,
+            text_only=not has_bkr,
+            notes=list(notes),
+        )
+    main, *rest = image_models
+    result = results[main]
+    result.others = {g: results[g] for g in rest}
+    if out_dir is not None:
+        write_results(result.records, Path(out_dir), info)
+        for g, res in result.others.items():
+            write_results(res.records, Path(out_dir) / "image-models" / slug(g), info)
+    return result
+
+
+def _needed_rows(samples: dict[Sample, _Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per language, the sorted rows some sample uses (the only ones encoded)."""
+    needed: dict[str, set[int]] = {lang: set() for lang in langs}
+    for (s, t, _), sm in samples.items():
+        for part in (sm.xlr, sm.bkr):
+            if part is not None:
+                needed[s].update(part[0].tolist())
+                needed[t].update(part[1].tolist())
+    return {lang: np.array(sorted(rows), dtype=np.int64) for lang, rows in needed.items()}
+
+
+def _sample_tasks(
+    cfg: EvalConfig, samples: dict[Sample, _Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
+    feats: _Features, image_models: Sequence[str | None],
+) -> Iterator[SampleTask]:
+    """One task per sample with work left: the rows of its models' embeddings and of its images."""
+    for (s, t, seed), todo_names in todo.items():
+        sm = samples[(s, t, seed)]
+
+        def rows(part, model):
+            return text[model][s][feats.rows(s, part[0])], text[model][t][feats.rows(t, part[1])]
+
+        images = {}
+        if sm.bkr is not None:
+            si, ti = feats.rows(s, sm.bkr[0]), feats.rows(t, sm.bkr[1])
+            images = {g: (feats.images[g][s][si], feats.images[g][t][ti]) for g in image_models}
+        yield SampleTask(
+            s, t, seed, cfg.n, cfg.k, cfg.sim, cfg.csls_k, todo_names,
+            None if sm.xlr is None else {m: rows(sm.xlr, m) for m in todo_names},
+            None if sm.bkr is None else {m: rows(sm.bkr, m) for m in todo_names},
+            images,
+            cfg.corr_boot,
+            cfg.approx,
+            cfg.approx_target,
+        )

@@ -1,0 +1,206 @@
+"""The unit of work of the grid: one (pair, seed) sample as plain arrays (:class:`SampleTask`)
+and :func:`run_sample_task`, a pure function of it that every executor runs (exact search, or
+with ``EvalConfig.approx`` self-calibrating FAISS top-K lists)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from ...core import BackretrievalError
+from ...metrics import (
+    bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, hubness, image_side, rank_summary, text_side,
+    xlr_ranks,
+)
+from .config import EvalConfig
+
+XLR_KS = (1, 5, 10)
+
+
+@dataclasses.dataclass
+class SampleTask:
+    """Everything one (pair, seed) sample needs, as plain arrays: the unit of work an executor
+    runs (in this process, a worker process or a Ray task). ``xlr[model]`` = aligned source and
+    target rows of the matching sample; ``bkr[model]`` = source and target rows of the
+    non-matching sample; ``images[g]`` = the non-matching sample's image features per image model."""
+
+    src: str
+    tgt: str
+    seed: int
+    n: int
+    k: int
+    sim: str
+    csls_k: int
+    models: list[str]
+    xlr: dict[str, tuple[np.ndarray, np.ndarray]] | None
+    bkr: dict[str, tuple[np.ndarray, np.ndarray]] | None
+    images: dict[str, tuple[np.ndarray, np.ndarray]]
+    corr_boot: int = 0
+    approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from calibrated FAISS top-K lists
+    approx_target: float = 0.99
+
+
+Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
+TaskResult = tuple[tuple[str, str, int], list[Run]]  # ((src, tgt, seed), runs)
+
+
+def run_sample_task(task: SampleTask) -> TaskResult:
+    """Metrics of every model of one sample, for every image model. Image-independent parts
+    (XLR, hubness, the text half of CORR) are computed once per model; the image half of CORR
+    once per image model. A pure function of its input."""
+    if task.approx is not None:
+        return _run_approx_task(task)
+    opts = {"sim": task.sim, "csls_k": task.csls_k}
+    xks = tuple(k for k in XLR_KS if k <= task.n)
+    bks = tuple(sorted({1, 5, task.k} & set(range(1, task.n + 1))))
+    boot = task.corr_boot if task.bkr is not None else 0
+    image_sides = (
+        {g: image_side(si, ti, seed=task.seed, keep_order=boot > 0) for g, (si, ti) in task.images.items()}
+        if task.bkr is not None
+        else {}
+    )
+    # the CORR bootstrap resamples every model with the same weights, so all text halves are needed at once
+    text_sides = {m: text_side(*task.bkr[m], seed=task.seed, keep_order=True) for m in task.models} if boot else {}
+    out: list[Run] = []
+    for model in task.models:
+        t0 = time.perf_counter()
+        shared: dict[str, Any] = {}
+        shared_ranks: dict[str, np.ndarray] = {}
+        if task.xlr is not None:
+            fwd, bwd = xlr_ranks(*task.xlr[model], **opts)
+            shared_ranks["xlr"], shared_ranks["xlr_t2s"] = fwd, bwd
+            shared.update(rank_summary(fwd, xks, "xlr"))
+            shared.update(rank_summary(bwd, xks, "xlr_t2s"))
+        if task.bkr is None:
+            shared["seconds"] = round(time.perf_counter() - t0, 4)
+            out.append((model, None, shared, shared_ranks))
+            continue
+        st, tt = task.bkr[model]
+        shared.update(hubness(st, tt, task.k, **opts))
+        text_corr = text_sides[model] if boot else text_side(st, tt, seed=task.seed)
+        for g, (si, ti) in task.images.items():
+            values, ranks = dict(shared), dict(shared_ranks)
+            ranks["bkr"], _ = bkr_ranks(st, tt, si, ti, **opts)
+            values.update(rank_summary(ranks["bkr"], bks, "bkr"))
+            values.update(corr_from_sides(text_corr, image_sides[g]))
+            values["bkr_chance"] = task.k / task.n
+            out.append((model, g, values, ranks))
+        seconds = round(time.perf_counter() - t0, 4)  # the model's whole share of the task
+        for _, _, values, _ in out[len(out) - len(task.images):]:
+            values["seconds"] = seconds
+    if boot:
+        weights = bootstrap_row_weights(task.n, boot, task.seed)
+        n_src, n_tgt = len(task.bkr[task.models[0]][0]), len(task.bkr[task.models[0]][1])
+        reps = {g: corr_bootstrap(text_sides, image_sides[g], n_src, n_tgt, weights) for g in task.images}
+        for model, g, _, ranks in out:
+            ranks["corr_boot"] = reps[g][model]
+    return (task.src, task.tgt, task.seed), out
+
+
+APPROX_METHODS = ("hnsw", "ivf")
+# what the approximate route does not compute (exact search only), for summaries
+APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the untruncated MRR")
+
+
+def check_approx(cfg: EvalConfig) -> None:
+    """``cfg.approx`` is a known method, its target in (0, 1], the similarity cosine, and FAISS installed.
+
+    Raises:
+        BackretrievalError: naming the value that is wrong.
+    """
+    if cfg.approx not in APPROX_METHODS:
+        raise BackretrievalError(f"approximate search {cfg.approx!r}: use one of {', '.join(APPROX_METHODS)}")
+    if not (isinstance(cfg.approx_target, (int, float)) and 0 < cfg.approx_target <= 1):
+        raise BackretrievalError(f"approximate search target agreement {cfg.approx_target!r} must be in (0, 1]")
+    if cfg.sim != "cosine":
+        raise BackretrievalError(f"approximate search ranks by cosine only; similarity {cfg.sim!r} needs exact search")
+    import importlib.util
+
+    if importlib.util.find_spec("faiss") is None:
+        raise BackretrievalError("approximate search needs FAISS: pip install faiss-cpu (or 'backretrieval[search]')")
+
+
+def approx_ks(n: int, k: int) -> tuple[int, ...]:
+    """The K of every Recall@K the approximate route reports (it searches the top max(K) only)."""
+    return tuple(sorted({*XLR_KS, k} & set(range(1, n + 1))))
+
+
+def _found_ranks(found_at: np.ndarray) -> np.ndarray:
+    """Per-query ranks from positions within the top K found (0: not found -> rank inf), so that
+    ``hits(ranks, K')`` is exact for every K' <= K and ``1 / rank`` is the MRR truncated at K."""
+    r = np.asarray(found_at, dtype=np.float64)
+    r[r == 0] = np.inf
+    return r
+
+
+def _calibration_fields(result: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    """The self-check fields of an approximate result, their search prefixes renamed for a record."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key.endswith("found_at"):
+            continue
+        for old, new in renames.items():
+            if key.startswith(old):
+                v = [list(t) for t in value] if key.endswith("calibration_tried") else value
+                out[new + key[len(old):]] = v
+    return out
+
+
+def _run_approx_task(task: SampleTask) -> TaskResult:
+    """:func:`run_sample_task` with ``--approx``: XLR@K and BkR@K (and MRR truncated at K) from
+    self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`), CORR exact (all pairs
+    up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
+    parallel HNSW build depends on thread timing), so the records do not depend on the thread
+    count; FAISS's thread count is restored afterwards."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    try:
+        return _approx_runs(task)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _approx_runs(task: SampleTask) -> TaskResult:
+    from ..metrics.approx import bkr_approx, xlr_approx
+    from ..search.faiss_backend import FaissOptions
+
+    ks = approx_ks(task.n, task.k)
+    common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
+              "options": FaissOptions(seed=task.seed, threads=1), "found_at": True}
+    image_sides = {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr else {}
+    out: list[Run] = []
+    for model in task.models:
+        t0 = time.perf_counter()
+        shared: dict[str, Any] = {"approx": task.approx, "approx_target": task.approx_target}
+        shared_ranks: dict[str, np.ndarray] = {}
+        flags = []
+        if task.xlr is not None:
+            x = xlr_approx(*task.xlr[model], ks, both_directions=True, **common)
+            shared.update({key: v for key, v in x.items() if key.startswith(("xlr@", "xlr_mrr@", "xlr_t2s@", "xlr_t2s_mrr@"))})
+            shared.update(_calibration_fields(x, {"text_": "approx_xlr_", "t2s_": "approx_xlr_t2s_"}))
+            shared_ranks["xlr"], shared_ranks["xlr_t2s"] = _found_ranks(x["found_at"]), _found_ranks(x["t2s_found_at"])
+            flags.append(bool(x["approximate"]))
+        if task.bkr is None:
+            shared["approximate"] = any(flags)
+            shared["seconds"] = round(time.perf_counter() - t0, 4)
+            out.append((model, None, shared, shared_ranks))
+            continue
+        st, tt = task.bkr[model]
+        text_corr = text_side(st, tt, seed=task.seed)
+        for g, (si, ti) in task.images.items():
+            values, ranks = dict(shared), dict(shared_ranks)
+            b = bkr_approx(st, tt, si, ti, ks, **common)
+            values.update({key: v for key, v in b.items() if key.startswith(("bkr@", "bkr_mrr@"))})
+            values.update(_calibration_fields(b, {"text_": "approx_bkr_text_", "image_": "approx_bkr_image_"}))
+            values["approximate"] = any(flags) or bool(b["approximate"])
+            ranks["bkr"] = _found_ranks(b["found_at"])
+            values.update(corr_from_sides(text_corr, image_sides[g]))
+            values["bkr_chance"] = task.k / task.n
+            out.append((model, g, values, ranks))
+        seconds = round(time.perf_counter() - t0, 4)
+        for _, _, values, _ in out[len(out) - len(task.images):]:
+            values["seconds"] = seconds
+    return (task.src, task.tgt, task.seed), out
