@@ -48,29 +48,66 @@ def test_normal_matvec_equals_dense():
     np.testing.assert_allclose(out, x.toarray().T @ (x.toarray() @ v) + 0.7 * v, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("method", ["compiled", "scipy"])
 @pytest.mark.parametrize("k", [0, 1, 8])
-def test_pcg_solves_the_system_to_its_tolerance(k):
+def test_pcg_solves_the_system_to_its_tolerance(k, method):
     x, lam = _block(seed=k), 0.5
     B, s, V, f = _preconditioner(x, lam, k)
     b = np.random.default_rng(2).standard_normal(x.shape[1])
     ref = np.linalg.solve(B, b)
+    kw = dict(method=method)
     for rtol in (1e-12, 1e-2):
         sol = np.zeros_like(b)
-        it, ok = _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, sol, s, V, f, rtol, 1000)
+        it, ok = _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, sol, s, V, f, rtol, 1000, **kw)
         assert ok and it > 0
         assert np.linalg.norm(b - B @ sol) <= rtol * np.linalg.norm(b) * (1 + 1e-9)
         if rtol == 1e-12:
             np.testing.assert_allclose(sol, ref, rtol=1e-9, atol=1e-11)
     # a start that already meets the tolerance: no iteration, unchanged
     start = ref.copy()
-    it, ok = _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, start, s, V, f, 1e-6, 1000)
+    it, ok = _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, start, s, V, f, 1e-6, 1000, **kw)
     assert (it, ok) == (0, True)
     np.testing.assert_array_equal(start, ref)
+    # a warm start that does not: fewer iterations than from zero, same tolerance met
+    near = ref + 1e-4 * np.random.default_rng(3).standard_normal(ref.size)
+    it_warm, ok = _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, near, s, V, f, 1e-10, 1000, **kw)
+    it_cold, _ = _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, np.zeros_like(b), s, V, f, 1e-10, 1000, **kw)
+    assert ok and 0 < it_warm < it_cold
+    assert np.linalg.norm(b - B @ near) <= 1e-10 * np.linalg.norm(b) * (1 + 1e-9)
     # b = 0 gives 0; too few iterations is reported as not converged
     z = np.ones_like(b)
-    assert _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, np.zeros_like(b), z, s, V, f, 1e-6, 10) == (0, True)
+    assert _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, np.zeros_like(b), z, s, V, f, 1e-6, 10, **kw) == (0, True)
     assert not np.any(z)
-    assert _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, np.zeros_like(b), s, V, f, 1e-14, 2) == (2, False)
+    assert _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, b, np.zeros_like(b), s, V, f, 1e-14, 2, **kw) == (2, False)
+
+
+def test_compiled_and_scipy_products_agree():
+    """The two ways of applying X^T X (one compiled pass; scipy's CSR product then the CSC view of
+    the same arrays) run the same iteration: same counts, solutions equal to rounding, for one
+    system and for the rows of a block of right-hand sides; ``auto`` picks by the entry count."""
+    x, lam = _block(seed=11, n=400, p=150), 0.3
+    _, s, V, f = _preconditioner(x, lam, 6)
+    rng = np.random.default_rng(4)
+    Bt = rng.standard_normal((5, 150))
+    starts = np.zeros((5, 150))
+    starts[2] = rng.standard_normal(150)  # one warm (here: arbitrary) start
+    out, its, conv = {}, {}, {}
+    for method in ("compiled", "scipy"):
+        Xt = starts.copy()
+        its[method], conv[method] = np.zeros(5, dtype=np.int64), np.zeros(5, dtype=np.bool_)
+        _cr5_cg.pcg_rows(x.indptr, x.indices, x.data, lam, Bt, Xt, s, V, f, 1e-8, 500, its[method], conv[method], method=method)
+        out[method] = Xt
+        for i in range(5):  # the rows one by one: the same as the block call
+            xi = starts[i].copy()
+            assert _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, Bt[i], xi, s, V, f, 1e-8, 500, method=method) == (its[method][i], True)
+            np.testing.assert_array_equal(xi, Xt[i])
+    np.testing.assert_array_equal(its["compiled"], its["scipy"])
+    assert conv["compiled"].all() and conv["scipy"].all()
+    np.testing.assert_allclose(out["compiled"], out["scipy"], rtol=1e-9, atol=1e-12)
+    assert x.nnz <= _cr5_cg.COMPILED_MAX_NNZ and _cr5_cg._compiled(x.data, "auto")
+    assert not _cr5_cg._compiled(np.zeros(_cr5_cg.COMPILED_MAX_NNZ + 1), "auto")
+    with pytest.raises(ValueError, match="method"):
+        _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, Bt[0], np.zeros(150), s, V, f, 1e-8, 500, method="dense")
 
 
 def test_deflation_cuts_iterations():
@@ -136,7 +173,9 @@ import hashlib, json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_cr5 import synthetic
+from backretrieval.train import _cr5_cg
 from backretrieval.train.cr5 import solve
+_cr5_cg.COMPILED_MAX_NNZ = int(sys.argv[2])
 blocks, labels, K = synthetic(seed=6, K=60, p=(70, 90, 50))
 sol = solve(blocks, labels, K, rank=6, lam=1.0, n_jobs=int(sys.argv[1]))
 h = hashlib.sha256(b"".join(np.ascontiguousarray(p).tobytes() for p in sol.phi) + sol.H.tobytes()).hexdigest()
@@ -144,15 +183,17 @@ print(json.dumps({{"hash": h, "cg": sol.stats.cg_iterations}}))
 """
 
 
-def test_same_bits_for_any_blas_threads_and_n_jobs():
+@pytest.mark.parametrize("compiled_max_nnz", [10**9, 0])
+def test_same_bits_for_any_blas_threads_and_n_jobs(compiled_max_nnz):
     """The solution's bits do not depend on OPENBLAS_NUM_THREADS / OMP_NUM_THREADS nor n_jobs (each
-    run in a fresh interpreter, so the thread settings take effect)."""
+    run in a fresh interpreter, so the thread settings take effect), with either product (all
+    blocks compiled / all through scipy)."""
     code = _CHILD.format(tests=str(ROOT / "tests"))
     out = []
     for threads, n_jobs in (("1", 1), ("2", 1), ("2", 2), ("1", 2)):
         env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                    PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        res = subprocess.run([sys.executable, "-c", code, str(n_jobs)], env=env, capture_output=True, text=True, timeout=600)
+        res = subprocess.run([sys.executable, "-c", code, str(n_jobs), str(compiled_max_nnz)], env=env, capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         out.append(json.loads(res.stdout.strip().splitlines()[-1]))
     assert len({o["hash"] for o in out}) == 1, out
