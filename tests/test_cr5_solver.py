@@ -110,6 +110,17 @@ def test_compiled_and_scipy_products_agree():
         _cr5_cg.pcg(x.indptr, x.indices, x.data, lam, Bt[0], np.zeros(150), s, V, f, 1e-8, 500, method="dense")
 
 
+@pytest.mark.parametrize("p,k", [(90, 8), (91, 1), (93, 0), (3, 2)])
+def test_preconditioner_kernel_equals_its_formula(p, k):
+    """``z = S (t + V (f * (V^T t)))``, ``t = S r``, by the compiled kernel (four rows per pass
+    and a remainder) against numpy."""
+    rng = np.random.default_rng(p + k)
+    r, s, V, f = rng.standard_normal(p), rng.random(p) + 0.5, rng.standard_normal((p, k)), rng.random(k)
+    t, c, z = np.empty(p), np.empty(k), np.empty(p)
+    _cr5_cg._precondition(r, s, np.ascontiguousarray(V), f, t, c, z)
+    np.testing.assert_allclose(z, s * (s * r + V @ (f * (V.T @ (s * r)))), rtol=1e-12, atol=1e-12)
+
+
 def test_deflation_cuts_iterations():
     """The spectral correction maps the k largest eigenvalues of the scaled system to 1: CG needs
     fewer iterations than with Jacobi alone on a system with a few large eigenvalues."""
@@ -261,6 +272,39 @@ def test_lanczos_equals_arpack_at_the_paper_tolerance(rank):
     dense = np.linalg.eigvalsh(M)[::-1][:rank]
     assert np.all(vals <= dense * (1 + 1e-12)) and np.all(vals >= dense * (1 - 0.1))  # Ritz values: within tol, below
     np.testing.assert_allclose(vecs.T @ vecs, np.eye(rank), atol=1e-10)
+
+
+@pytest.mark.parametrize("tol", [0.1, 1e-3, 1e-8])
+@pytest.mark.parametrize("rank", [2, 6, 12, 20])
+def test_thick_restarts_match_arpack(rank, tol):
+    """Where one factorisation is not enough, the thick restarts (ARPACK's rule for how many Ritz
+    vectors to keep) converge in no more matvecs than ARPACK's implicit restarts from the same
+    start, to Ritz pairs that meet the tolerance against the dense operator (at a loose tolerance
+    a Ritz value may stand for a lower eigenvalue than the k-th, for ARPACK too)."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    from backretrieval.train._cr5_lanczos import lanczos_top
+
+    M = _dense_M(8)
+    K = M.shape[0]
+    v0 = np.random.default_rng(0).standard_normal(K)
+    ncv = max(2 * rank + 1, 20)
+    calls, arpack_calls = [], []
+    vals, vecs = lanczos_top(lambda u: calls.append(1) or M @ u, v0, rank, ncv, tol, maxiter=250)
+    op = LinearOperator((K, K), matvec=lambda u: arpack_calls.append(1) or M @ u, dtype=np.float64)
+    ref = np.sort(eigsh(op, k=rank, which="LA", tol=tol, v0=v0, ncv=ncv, maxiter=250, return_eigenvectors=False))[::-1]
+    assert len(calls) <= len(arpack_calls)
+    if tol < 1e-6:
+        assert len(calls) > ncv + 1  # the restarts ran
+    assert np.all(np.diff(vals) <= 0)
+    assert np.all(np.abs(vals - ref) <= tol * np.abs(ref))
+    np.testing.assert_allclose(vecs.T @ vecs, np.eye(rank), atol=1e-10)
+    resid = np.linalg.norm(M @ vecs - vecs * vals, axis=0)
+    assert np.all(resid <= tol * np.abs(vals) * (1 + 1e-6) + 1e-12)  # ARPACK's test, on the true residual
+    dense = np.linalg.eigvalsh(M)
+    assert np.all(np.min(np.abs(dense[:, None] - vals[None, :]), axis=0) <= resid + 1e-12)  # an eigenvalue within ||r||
+    if tol < 1e-6:
+        np.testing.assert_allclose(vals, dense[::-1][:rank], rtol=1e-8)
 
 
 def test_lanczos_declines_what_it_cannot_converge():
