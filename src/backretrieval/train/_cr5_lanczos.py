@@ -1,4 +1,4 @@
-"""ARPACK's first Lanczos factorisation, with the Ritz vectors made by one matrix product.
+"""ARPACK's Lanczos factorisation (thick-restarted when needed), with the Ritz vectors made by one matrix product.
 
 Why hand-written (issue #19): at Sec. 4.1's eigsh tolerance (0.1) ARPACK stops after its first
 Lanczos factorisation of length ``ncv = 2r + 1``, but its own work around the matvecs is large at
