@@ -120,6 +120,7 @@ def main() -> None:
     configs = [(c.split(":")[0], int(c.split(":")[1])) for c in args.configs.split(";") if c]
     variants = [("old", 1)] + [("new", int(j)) for j in args.n_jobs.split(",")]
     results: dict = {}
+    up_start = os.getloadavg()
     for langs, rank in configs:
         for rep in range(args.repeats):
             for solver, n_jobs in variants:  # interleaved: old and new see the same machine load
@@ -141,11 +142,14 @@ def main() -> None:
     if args.repeats != 1 or args.n_jobs != "1":
         cmdline += f" --repeats {args.repeats} --n-jobs {args.n_jobs}"
     loads = [x for rs in results.values() for r in rs for x in r["load"]]
+    up_end = os.getloadavg()
     lines = [
         "## Cr5 solver: today's `solve` vs the one before issue #19 (DDTP, lambda 1, Sec. 4.1 tolerances)",
         "",
         f"Command: `{cmdline}`. Machine: {machine()}.",
-        f"Load average (1 min) during the runs: {min(loads)}-{max(loads)} (the machine is shared; wall times are "
+        f"Load average (1 min) at the fits' starts and ends: {min(loads)}-{max(loads)}; `uptime` load (1, 5, 15 min) "
+        f"at the bench's start {', '.join(f'{x:.1f}' for x in up_start)} and end {', '.join(f'{x:.1f}' for x in up_end)} "
+        "(the machine is shared; wall times are "
         "inflated by other processes, CPU times much less). Old = `solve` of commit "
         f"{OLD_COMMIT} loaded from git; both in fresh child processes, interleaved, {args.repeats} run(s) each.",
         "",
