@@ -308,11 +308,15 @@ def test_thick_restarts_match_arpack(rank, tol):
 
 
 def test_lanczos_declines_what_it_cannot_converge():
-    """A tolerance one factorisation cannot meet: None (the solver then runs eigsh, and says so)."""
+    """A tolerance one factorisation cannot meet: None without restarts, and None after the allowed
+    restarts (the solver then runs eigsh, and says so)."""
     from backretrieval.train._cr5_lanczos import lanczos_top
 
     rng = np.random.default_rng(1)
     d = np.linspace(1.0, 1.001, 400)  # no gap: the Ritz values converge slowly
     assert lanczos_top(lambda u: d * u, rng.standard_normal(400), 10, 21, 1e-12) is None
+    calls = []
+    assert lanczos_top(lambda u: calls.append(1) or d * u, rng.standard_normal(400), 10, 21, 1e-12, maxiter=3) is None
+    assert 22 + 3 * 1 <= len(calls) <= 22 + 3 * (21 - 10)  # the first factorisation and three restarts, no more
     with pytest.raises(ValueError, match="ncv"):
         lanczos_top(lambda u: d * u, rng.standard_normal(400), 30, 21, 0.1)
