@@ -211,6 +211,41 @@ def test_same_bits_for_any_blas_threads_and_n_jobs(compiled_max_nnz):
     assert len({o["cg"] for o in out}) == 1, out
 
 
+_CHILD_THREADS = """
+import json, sys
+import numpy as np
+import scipy.sparse as sp
+from threadpoolctl import threadpool_info
+from backretrieval.train import cr5
+assert "scipy.linalg" not in sys.modules  # the case where solve loads scipy's BLAS itself
+seen = []
+embedding = cr5.Cr5Problem.embedding
+def spy(self, P):
+    seen.extend((i["filepath"], i["num_threads"]) for i in threadpool_info())
+    return embedding(self, P)
+cr5.Cr5Problem.embedding = spy
+rng = np.random.default_rng(0)
+K = 40
+labels = [np.sort(rng.choice(K, 32, replace=False)) for _ in range(3)]
+blocks = [sp.random(32, p, density=0.3, random_state=rng, format="csr") + sp.eye(32, p, format="csr") for p in (30, 45, 25)]
+cr5.solve(blocks, labels, K, rank=4, lam=1.0)
+print(json.dumps(seen))
+"""
+
+
+def test_every_blas_is_held_to_one_thread_inside_solve():
+    """Every BLAS loaded while ``solve`` runs (numpy's and scipy's own, which ARPACK and the
+    Lanczos use) runs one thread, also when scipy.linalg was not imported before the call (fresh
+    interpreter, 2 threads asked for)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2",
+               PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", _CHILD_THREADS], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    assert seen and all(n == 1 for _, n in seen), seen
+
+
 def test_progress_says_what_runs(monkeypatch, capsys):
     """#20 item 2: the eigenvector bar has a total (the matvecs of the Lanczos factorisation) and
     moves per matvec up to it; every phase after it says what runs; Eq. 14 has its own bar."""

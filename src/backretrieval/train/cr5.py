@@ -546,6 +546,10 @@ def solve(
         def threadpool_limits(_n: int) -> contextlib.AbstractContextManager:  # type: ignore[misc]
             return contextlib.nullcontext()
 
+    # scipy's own BLAS (loaded by scipy.linalg, which ARPACK and the Lanczos use) must be loaded before the
+    # limit below: threadpoolctl limits only the libraries already loaded (measured: 2 threads otherwise)
+    import scipy.sparse.linalg  # noqa: F401
+
     prob = Cr5Problem(blocks, labels, n_classes, lam, cg_tol=cg_tol, cg_maxiter=cg_maxiter, woodbury=woodbury, n_jobs=n_jobs,
                       deflation=deflation, names=names, progress=progress)
     try:
