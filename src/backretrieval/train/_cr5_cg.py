@@ -11,19 +11,19 @@ iterations of ~1-5 ms each (profile in docs/cr5.md, "Solver"). Here
 
   - **scipy** (large blocks): ``X^T (X v)`` as two ``scipy.sparse`` products over the CSR arrays
     of X, the second through the CSC view of the same arrays (``X^T`` without a copy). Measured
-    per product ``X^T X v`` on the DDTP en,de,fr,it blocks (``process_time``, median of 30, 2-core
-    AMD EPYC shared with other jobs): de (469k entries) 0.69 ms vs 1.27 ms for the compiled
-    one-pass kernel below, fr (814k) 2.27 vs 2.53, en (1.78M) 4.28 vs 5.53, it (1.80M) 4.62 vs
-    6.33; a CSR copy of ``X^T`` (gather instead of scatter) measured 1.08 / 2.22 / 4.44 / 5.00 ms
-    (``python bench/bench_cr5_speed.py --kernels en,de,fr,it`` measures these again).
+    per product ``X^T X v`` on the DDTP en,de,fr,it blocks (``process_time``, best of 30, 2-core
+    AMD EPYC shared with other jobs): de (469k entries) 0.61 ms vs 1.12 ms for the compiled
+    one-pass kernel below, fr (814k) 1.07 vs 1.99, en (1.78M) 3.21 vs 4.76, it (1.80M) 3.35 vs
+    4.96; a CSR copy of ``X^T`` (gather instead of scatter) measured 0.71 / 1.64 / 3.93 / 4.19 ms.
     The products release the GIL; the loop around them costs a few Python calls per iteration.
   - **compiled** (small blocks): everything, including ``X^T X v`` in one pass over the CSR rows
     (each row read once, used twice), inside one numba function -- no Python per iteration, which
     wins where a product takes microseconds. Measured per CG iteration (k = 16, rtol 0.01, the
-    first n rows of the DDTP German block and their columns, ``process_time``, best of 7, same
-    iterations both ways): 2.0k entries 17 vs 32 us (compiled vs scipy), 4.5k 35 vs 86, 6.5k 56
-    vs 73, 11.5k 79 vs 85, 17k 103 vs 107, 44k 211 vs 197, 478k 1,950 vs 1,140: the crossover
-    lies between 17k and 44k entries.
+    first n rows of the DDTP German block and their columns, best of 7, same iterations both
+    ways): 2.0k entries 12 vs 26 us (compiled vs scipy), 6.4k 34 vs 42, 11k 52 vs 54, 17k 74 vs
+    74, 44k 162 vs 132, 469k 1,350 vs 781: the crossover lies between 17k and 44k entries.
+
+  ``python bench/bench_cr5_speed.py --kernels en,de,fr,it`` measures both again (docs/cr5.md).
 
 * the preconditioner is Jacobi plus a low-rank spectral correction: with ``s = diag(B)^-1/2`` and
   the top-k eigenpairs ``(theta, V)`` of ``S B S``, ``z = S (t + V ((1/theta - 1) * (V^T t)))``,

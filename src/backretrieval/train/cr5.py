@@ -375,7 +375,7 @@ class Cr5Problem:
         else:
             self.stats.eig_method = "arpack"
             self._hist_n = 0
-            self.say(f"Cr5: not every Ritz pair met tol={tol:g} in one factorisation; eigsh (ARPACK, with restarts)...")
+            self.say(f"Cr5: the Lanczos broke down or missed tol={tol:g} after {maxiter} restarts; eigsh (ARPACK)...")
             bar = new_bar("eigsh")
             op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
             try:
