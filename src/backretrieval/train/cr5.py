@@ -328,8 +328,9 @@ class Cr5Problem:
         when a Ritz pair misses ``tol`` there, thick restarts from the kept Ritz vectors (up to
         ``maxiter``, ARPACK's matvec count); ``eigsh`` only after a breakdown or ``maxiter``. With
         ``progress`` a bar counts the matvecs against the factorisation's ``ncv + 1`` (a restart
-        adds ``ncv - rank``) and says when the Ritz vectors are formed. The matvec inputs and their per-language solutions are kept (float32, at most
-        ``ncv + 1`` of them) for the warm starts of :meth:`embedding`."""
+        adds ``ncv - rank``) and says when the Ritz vectors are formed. The matvec inputs and their
+        per-language solutions are kept (float32, at most ``ncv + 1`` of them) for the warm starts
+        of :meth:`embedding`."""
         from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
 
