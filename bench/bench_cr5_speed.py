@@ -13,6 +13,10 @@ directions. The original's figures are quoted from issue #19 as the anchor (same
 machine, measured there, not here).
 
     BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py [--repeats 1] [--n-jobs 1,2]
+
+``--kernels en,de,fr,it`` prints instead the measurements behind the solver's kernel choices (per-block
+``X^T X v`` products, the compiled/scipy CG crossover, tiny problems with and without thick restarts;
+docs/cr5.md, "Where the time goes").
 """
 from __future__ import annotations
 
@@ -102,6 +106,131 @@ def child(args: argparse.Namespace) -> dict:
     }
 
 
+def _blocks(langs: list[str]):
+    """The per-language CSR blocks, labels and concept count that ``Cr5.fit`` hands to ``solve`` (the
+    split, regime and preprocessing of the speed rows)."""
+    import backretrieval.train.cr5 as cr5
+    from backretrieval.data import load_dataset
+
+    ds = load_dataset("ddtp", langs=langs)
+    split = cr5.make_split(ds, [(langs[0], lang) for lang in langs[1:]], seed=0)
+    train = cr5.training_corpora(ds, split, "joint")
+    got: dict = {}
+
+    class _Got(Exception):
+        pass
+
+    def grab(blocks, labels, n_classes, **kw):
+        got.update(blocks=blocks, labels=labels, K=n_classes, names=kw["names"])
+        raise _Got
+
+    inner, cr5.solve = cr5.solve, grab
+    try:
+        cr5.Cr5(rank=10, lam=1.0).fit(train)
+    except _Got:
+        pass
+    finally:
+        cr5.solve = inner
+    return got
+
+
+def _synthetic(seed: int, K: int, p: tuple[int, ...], density: float = 0.2):
+    """Three small languages (the generator of tests/test_cr5.py): concept prototypes plus noise."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    blocks, labels = [], []
+    for pl in p:
+        proto = sp.random(K, pl, density=density, random_state=rng).toarray()
+        cpts = np.sort(rng.choice(K, size=int(0.8 * K), replace=False))
+        rows = proto[cpts] + 0.3 * sp.random(len(cpts), pl, density=density, random_state=rng).toarray()
+        rows[rows.sum(1) == 0, 0] = 1.0
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        blocks.append(sp.csr_matrix(rows))
+        labels.append(cpts)
+    return blocks, labels, K
+
+
+def kernels(langs: list[str]) -> str:
+    """The measurements behind ``_cr5_cg``'s choice of product and the thick restarts (docs/cr5.md,
+    "Where the time goes"), as Markdown: per-block ``X^T X v`` times, the compiled/scipy CG
+    crossover, and tiny problems where one Lanczos factorisation is not enough. CPU times
+    (``process_time``) under one BLAS thread."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import LinearOperator, eigsh
+    from threadpoolctl import threadpool_limits
+
+    import backretrieval.train.cr5 as cr5
+    from backretrieval.train.cr5 import _cg as cg
+    from backretrieval.train.cr5 import _lanczos as _cr5_lanczos
+
+    def best(fn, reps: int) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            t = time.process_time()
+            fn()
+            ts.append(time.process_time() - t)
+        return min(ts)
+
+    got = _blocks(langs)
+    rng = np.random.default_rng(0)
+    out = [f"Per product `X^T X v` on the DDTP blocks of {','.join(langs)} (ms, best of 30):", "",
+           "| block | stored entries | compiled one pass | scipy: CSR `X v`, CSC view `X^T u` | scipy: CSR copy of `X^T` |",
+           "|---|---:|---:|---:|---:|"]
+    with threadpool_limits(1):
+        for name, b in zip(got["names"], got["blocks"]):
+            X = sp.csr_matrix(b, dtype=np.float64)
+            XC = sp.csc_matrix((X.data, X.indices, X.indptr), shape=X.shape[::-1])
+            XT = X.T.tocsr()
+            v, o = rng.standard_normal(X.shape[1]), np.empty(X.shape[1])
+            t = [best(lambda: cg.normal_matvec(X.indptr, X.indices, X.data, 1.0, v, o), 30),
+                 best(lambda: XC @ (X @ v), 30), best(lambda: XT @ (X @ v), 30)]
+            out.append(f"| {name} | {X.nnz:,} | " + " | ".join(f"{1e3 * x:.2f}" for x in t) + " |")
+        E = sp.csr_matrix(got["blocks"][0], dtype=np.float64)
+        out += ["", f"Per CG iteration on the first n rows of the {got['names'][0]} block and their columns (us; lambda 1, "
+                "Jacobi + top-16 deflation, rtol 0.01, 20 right-hand sides, best of 7):", "",
+                "| rows | stored entries | compiled | scipy | iterations |", "|---:|---:|---:|---:|---:|"]
+        for n in (50, 100, 150, 250, 400, 1000, E.shape[0]):
+            X = E[:n]
+            X = X[:, np.unique(X.indices)].tocsr()
+            p = X.shape[1]
+            s = 1 / np.sqrt(np.asarray(X.multiply(X).sum(axis=0)).ravel() + 1.0)
+            op = LinearOperator((p, p), matvec=lambda u: s * (X.T @ (X @ (s * u)) + s * u), dtype=np.float64)
+            th, V = eigsh(op, k=min(16, p // 8), which="LA", tol=1e-2, v0=np.ones(p))
+            V, f = np.ascontiguousarray(V), 1 / th - 1
+            B = [X.T @ rng.standard_normal(n) for _ in range(20)]
+            per = {}
+            for method in ("compiled", "scipy"):
+                its = sum(cg.pcg(X.indptr, X.indices, X.data, 1.0, b, np.zeros(p), s, V, f, 0.01, 500, method=method)[0] for b in B)
+                t = best(lambda: [cg.pcg(X.indptr, X.indices, X.data, 1.0, b, np.zeros(p), s, V, f, 0.01, 500, method=method)
+                                  for b in B], 7)
+                per[method] = (1e6 * t / its, its)
+            out.append(f"| {n:,} | {X.nnz:,} | {per['compiled'][0]:.0f} | {per['scipy'][0]:.0f} | {per['compiled'][1]} |")
+    old = _old_solve()
+    lanczos = _cr5_lanczos.lanczos_top
+    out += ["", "Tiny problems (three synthetic languages, lambda 1, Sec. 4.1 tolerances; matvecs, CPU s best of 5):", "",
+            "| K | rank | thick restarts (now) | eigsh from scratch after one factorisation | solver of "
+            f"{OLD_COMMIT} (eigsh) |", "|---:|---:|---:|---:|---:|"]
+    for K, p, rank in ((40, (30, 45, 25), 10), (40, (30, 45, 25), 15), (60, (70, 90, 50), 25), (120, (150, 200, 100), 50)):
+        blocks, labels, K = _synthetic(1, K, p)
+        cells = []
+        for variant in ("new", "declining", "old"):
+            fn = old if variant == "old" else cr5.solve
+            if variant == "declining":  # no restarts: a missed tolerance goes to eigsh, as before
+                _cr5_lanczos.lanczos_top = lambda *a, maxiter=0: lanczos(*a, maxiter=0)
+            try:
+                box = {}
+                t = best(lambda: box.update(sol=fn(blocks, labels, K, rank=rank, lam=1.0)), 5)
+            finally:
+                _cr5_lanczos.lanczos_top = lanczos
+            cells.append(f"{box['sol'].stats.matvecs}, {t:.3f} s")
+        out.append(f"| {K} | {rank} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=1, help="Runs per (configuration, solver); min and max are shown.")
@@ -109,11 +238,16 @@ def main() -> None:
     ap.add_argument("--configs", default=";".join(f"{langs}:{r}" for langs, r in CONFIGS),
                     help="Semicolon-separated LANGS:RANK (default: the three of issue #19).")
     ap.add_argument("--no-write", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
+    ap.add_argument("--kernels", metavar="LANGS", help="Print the kernel measurements behind docs/cr5.md's choices on "
+                    "the DDTP blocks of LANGS (e.g. en,de,fr,it) and exit.")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--langs", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--solver", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.kernels:
+        print(kernels(args.kernels.split(",")))
+        return
     if args.child:
         args.n_jobs = int(args.n_jobs)
         print(json.dumps(child(args)))
@@ -121,6 +255,7 @@ def main() -> None:
     configs = [(c.split(":")[0], int(c.split(":")[1])) for c in args.configs.split(";") if c]
     variants = [("old", 1)] + [("new", int(j)) for j in args.n_jobs.split(",")]
     results: dict = {}
+    up_start = os.getloadavg()
     for langs, rank in configs:
         for rep in range(args.repeats):
             for solver, n_jobs in variants:  # interleaved: old and new see the same machine load
@@ -142,11 +277,14 @@ def main() -> None:
     if args.repeats != 1 or args.n_jobs != "1":
         cmdline += f" --repeats {args.repeats} --n-jobs {args.n_jobs}"
     loads = [x for rs in results.values() for r in rs for x in r["load"]]
+    up_end = os.getloadavg()
     lines = [
         "## Cr5 solver: today's `solve` vs the one before issue #19 (DDTP, lambda 1, Sec. 4.1 tolerances)",
         "",
         f"Command: `{cmdline}`. Machine: {machine()}.",
-        f"Load average (1 min) during the runs: {min(loads)}-{max(loads)} (the machine is shared; wall times are "
+        f"Load average (1 min) at the fits' starts and ends: {min(loads)}-{max(loads)}; `uptime` load (1, 5, 15 min) "
+        f"at the bench's start {', '.join(f'{x:.1f}' for x in up_start)} and end {', '.join(f'{x:.1f}' for x in up_end)} "
+        "(the machine is shared; wall times are "
         "inflated by other processes, CPU times much less). Old = `solve` of commit "
         f"{OLD_COMMIT} loaded from git; both in fresh child processes, interleaved, {args.repeats} run(s) each.",
         "",

@@ -1,4 +1,4 @@
-"""Bag-of-words preprocessing shared by Cr5 training (``train/cr5.py``) and inference
+"""Bag-of-words preprocessing shared by Cr5 training (``train/cr5/``) and inference
 (``encoders/cr5.py``): tokenisation, the TF-IDF vocabulary and the transform (Cr5 paper, Sec. 4.1).
 
 Tokenisation (:func:`tokenize`, version :data:`TOKENIZER_VERSION`):

@@ -22,11 +22,12 @@ class SpectralSteps:
 
         First ARPACK's first Lanczos factorisation (``ncv`` vectors, eigsh's default ``2 rank + 1``)
         by :func:`._lanczos.lanczos_top`, which is all ARPACK does at Sec. 4.1's tolerance;
-        when a Ritz pair misses ``tol`` there, ``eigsh`` from the same start vector (with its
-        restarts, up to ``maxiter``). With ``progress`` a bar counts the matvecs against the
-        factorisation's ``ncv + 1`` (a restart adds ``ncv - rank``) and says when the Ritz vectors
-        are formed. The matvec inputs and their per-language solutions are kept (float32, at most
-        ``ncv + 1`` of them) for the warm starts of :meth:`embedding`."""
+        when a Ritz pair misses ``tol`` there, thick restarts from the kept Ritz vectors (up to
+        ``maxiter``, ARPACK's matvec count); ``eigsh`` only after a breakdown or ``maxiter``. With
+        ``progress`` a bar counts the matvecs against the factorisation's ``ncv + 1`` (a restart
+        adds ``ncv - rank``) and says when the Ritz vectors are formed. The matvec inputs and their
+        per-language solutions are kept (float32, at most ``ncv + 1`` of them) for the warm starts
+        of :meth:`embedding`."""
         from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
 
@@ -63,7 +64,7 @@ class SpectralSteps:
             return out
 
         v0 = np.random.default_rng(seed).standard_normal(self.K)
-        res = lanczos_top(mv, v0, rank, ncv_, tol) if rank < ncv_ < self.K else None
+        res = lanczos_top(mv, v0, rank, ncv_, tol, maxiter=maxiter) if rank < ncv_ < self.K else None
         bar.close()
         if res is not None:
             vals, vecs = res
@@ -72,7 +73,7 @@ class SpectralSteps:
         else:
             self.stats.eig_method = "arpack"
             self._hist_n = 0
-            self.say(f"Cr5: not every Ritz pair met tol={tol:g} in one factorisation; eigsh (ARPACK, with restarts)...")
+            self.say(f"Cr5: the Lanczos broke down or missed tol={tol:g} after {maxiter} restarts; eigsh (ARPACK)...")
             bar = new_bar("eigsh")
             op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
             try:
