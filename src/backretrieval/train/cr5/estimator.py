@@ -134,6 +134,14 @@ class Cr5(Estimator):
         """Rows of each language used for training: a concept, ``min_words`` <= distinct tokens
         <= ``max_words``, and a concept present in at least ``min_languages`` languages.
 
+        Args:
+            corpus: a Dataset or a mapping language -> Corpus whose items carry concepts.
+
+        Returns:
+            Language -> int64 row indices into its corpus, ascending. The concept count is over
+            the rows that pass the length filter, so a concept whose documents are too short in
+            all but one language is dropped.
+
         Raises:
             DataError: a corpus without concepts, or ``corpus`` not corpora per language.
         """
@@ -273,7 +281,19 @@ class Cr5(Estimator):
         return self._fitted().transform(texts, lang)
 
     def word_vectors(self, lang: str) -> tuple[list[str], np.ndarray]:
-        """Vocabulary of ``lang`` and its word vectors (columns of ``Phi_l``, as rows)."""
+        """Vocabulary of ``lang`` and its word vectors (columns of ``Phi_l``, as rows).
+
+        Args:
+            lang: a language of the model (resolved as in :meth:`transform`).
+
+        Returns:
+            ``(words, vectors)``: the vocabulary in column order and float32 (|V_l|, rank),
+            row i the vector of ``words[i]``.
+
+        Raises:
+            NotFittedError: the estimator is neither fitted nor loaded.
+            UnsupportedLanguageError: ``lang`` is none of the model's languages.
+        """
         return self._fitted().word_vectors(lang)
 
     def save(self, path: str | Path, **extra_meta: Any) -> Path:
