@@ -14,6 +14,32 @@ from ...core import BackretrievalError, content_hash
 
 @dataclasses.dataclass
 class EvalConfig:
+    """One evaluation grid: every model on every language pair and seed of one dataset.
+
+    Attributes:
+        dataset: the dataset name or path given to :func:`backretrieval.data.load_dataset`.
+        pairs: (source, target) language codes (:func:`parse_pairs` reads ``"en-de,de-en"``).
+        models: model spec strings, or a dict from the name records carry to a spec string or a
+            Python object (see :mod:`backretrieval.analysis.models`).
+        image_model: the image model whose features BkR and CORR use (``g`` in the paper);
+            ``"precomputed"`` for a dataset's feature file.
+        n: the sample size N per pair and seed: N aligned pairs for XLR, N source and N target
+            items with disjoint concepts for BkR. Must be >= 1 and no more than the data holds
+            (:func:`evaluate` raises a ``DataError`` naming the pair otherwise).
+        seeds: one sample (and one record per model) per seed.
+        k: the K of BkR@K (``bkr_chance`` = K / N) and of hubness; must be <= ``n``.
+        sim: ``"cosine"`` or ``"csls"``.
+        csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
+        dataset_options: keyword arguments for the dataset loader.
+        extra_image_models: more image models (e.g. weaker ``g``); their records are in
+            ``EvalResult.others``.
+        corr_boot: bootstrap resamples of CORR per record (over source queries); 0: none.
+        approx: None (exact search), ``"hnsw"`` or ``"ivf"``: XLR@K and BkR@K from
+            self-calibrating FAISS top-K lists (:func:`~backretrieval.analysis.evaluate.tasks.check_approx`).
+        approx_target: with ``approx``, the top-1 agreement (and top-K recall) with exact search
+            the calibration must reach, in (0, 1].
+    """
+
     dataset: str
     pairs: list[tuple[str, str]]
     models: list[str] | dict[str, Any]  # spec strings, or name -> spec string or Python object (see .models)
@@ -36,7 +62,15 @@ class EvalConfig:
 
     def key(self) -> str:
         """Identifies the configuration for resuming (everything but the grid's extent: models,
-        pairs, seeds and image models are part of each record's own key)."""
+        pairs, seeds and image models are part of each record's own key).
+
+        ``approx`` and ``approx_target`` enter the key only when ``approx`` is set, so exact runs
+        keep the keys they had before approximate search existed.
+
+        Returns:
+            8 hex characters: a content hash of the remaining fields as sorted JSON (values
+            that are not JSON, such as Python objects in ``dataset_options``, by ``str``).
+        """
         grid = ("pairs", "models", "seeds", "image_model", "extra_image_models")
         # the fields one by one, not dataclasses.asdict: that would deep-copy the models' objects
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in grid}
@@ -48,7 +82,19 @@ class EvalConfig:
 
 def parse_pairs(spec: str | Iterable[str]) -> list[tuple[str, str]]:
     """``"en-de,de-en"`` -> ``[("en", "de"), ("de", "en")]``. Language codes may contain
-    underscores (zh_CN); use ``src:tgt`` when a code itself contains a hyphen (``en:zh-Hant``)."""
+    underscores (zh_CN); use ``src:tgt`` when a code itself contains a hyphen (``en:zh-Hant``).
+
+    Args:
+        spec: comma-separated pairs, or an iterable of single pairs; blank items are skipped
+            and whitespace around an item is dropped.
+
+    Returns:
+        (source, target) tuples in the order given (duplicates kept).
+
+    Raises:
+        BackretrievalError: naming the item that has no source or target, or the same language
+            on both sides; or no pair at all.
+    """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     pairs = []
     for item in (i.strip() for i in items):
@@ -76,7 +122,18 @@ class EvalResult:
     every model sees the same samples, so rank arrays of two models align query by query.
 
     These are the records of the main image model (``config.image_model``); the same grid with
-    each extra image model is in ``others[image_model]``."""
+    each extra image model is in ``others[image_model]``.
+
+    Attributes:
+        config: the configuration that produced the result.
+        records: one dict per (model, pair, seed), in grid order (``results.jsonl``'s rows).
+        ranks: (model, src, tgt, seed) -> per-query 1-based ranks by kind (``"bkr"``, ``"xlr"``,
+            ``"xlr_t2s"``; ``"corr_boot"`` holds CORR's bootstrap replicates instead).
+        others: extra image model -> the same grid's result with that image model.
+        run: what ``OUT/run.json`` holds (:func:`~backretrieval.analysis.evaluate.records.run_info`).
+        text_only: True when the dataset has no images: XLR only, records carry no image fields.
+        notes: what a summary of the records must say (e.g. seeds that all draw the same sample).
+    """
 
     config: EvalConfig
     records: list[dict[str, Any]]
@@ -89,7 +146,16 @@ class EvalResult:
 
 
 def slug(s: str) -> str:
-    """A file-name-safe form of a model spec."""
+    """A file-name-safe form of a model spec.
+
+    Args:
+        s: a model spec, e.g. ``"hf:org/model@pool=mean"``.
+
+    Returns:
+        ``s`` with every run of characters other than ASCII letters, digits, ``.``, ``_``,
+        ``=`` and ``-`` replaced by one ``_`` (``"hf_org_model_pool=mean"``). Not injective:
+        two specs can share a slug.
+    """
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", s)
 
 
@@ -114,7 +180,18 @@ SUMMARY_METRICS = ("xlr@1", "xlr@10", "xlr_t2s@10", "bkr@10", "bkr_mrr", "corr",
 
 
 def summarize(records: Sequence[dict[str, Any]], metrics: Sequence[str] = SUMMARY_METRICS) -> pd.DataFrame:
-    """Mean and standard deviation over seeds for each (pair, model): columns ``M`` and ``M_sd``."""
+    """Mean and standard deviation over seeds for each (pair, model): columns ``M`` and ``M_sd``.
+
+    Args:
+        records: the grid's records (``EvalResult.records``, or read back from ``results.jsonl``).
+        metrics: the record fields to summarise; those no record has are left out.
+
+    Returns:
+        One row per (pair, model), in the order they first occur: ``pair`` (:func:`pair_labels`),
+        ``model``, ``M`` (the mean over seeds, NaN values skipped) and ``M_sd`` (the sample
+        standard deviation, ``ddof=1``; 0.0 where there is one seed) per metric, and ``seeds``
+        (the number of records). An empty frame for no records.
+    """
     df = pd.DataFrame(records)
     if df.empty:
         return df

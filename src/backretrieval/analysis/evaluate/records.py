@@ -148,7 +148,15 @@ class RecordStore:
 
     def load(self, slot: RecordSlot) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
         """The stored record and ranks of ``slot`` computed from these inputs; None when there is
-        none (or it is damaged: logged, naming the file)."""
+        none (or it is damaged: logged, naming the file).
+
+        Args:
+            slot: (model, image model, src, tgt, seed).
+
+        Returns:
+            ``(record, ranks)`` as :meth:`save` stored them, or None (also when there is no
+            output folder).
+        """
         if self.partial is None:
             return None
         path = self._path(slot)
@@ -162,7 +170,14 @@ class RecordStore:
 
     def changed(self, slot: RecordSlot) -> list[str]:
         """What changed (``"data for de"``, ``"model use-m"``, ...) since the last run computed
-        ``slot``, by the manifest; empty when it has no entry for it or nothing changed."""
+        ``slot``, by the manifest; empty when it has no entry for it or nothing changed.
+
+        Args:
+            slot: (model, image model, src, tgt, seed).
+
+        Returns:
+            Labels of the changed inputs, in the order of the record key's parts.
+        """
         old = self.manifest.get(self.inputs.slot_id(slot))
         if not isinstance(old, dict) or old.get("record") == self.inputs.key(slot):
             return []
@@ -170,7 +185,13 @@ class RecordStore:
         return [_label(part, slot) for part, value in self.inputs.parts(slot).items() if before.get(part) != value]
 
     def write_manifest(self, slots: Iterable[RecordSlot]) -> None:
-        """Record the inputs of ``slots`` (this run's), keeping the other entries, for the next run."""
+        """Record the inputs of ``slots`` (this run's), keeping the other entries, for the next run.
+
+        Written atomically to ``OUT/.partial/manifest/inputs.json``; nothing without an output folder.
+
+        Args:
+            slots: the slots of this run.
+        """
         if self.partial is None:
             return
         entries = dict(self.manifest)
@@ -179,7 +200,16 @@ class RecordStore:
         atomic_write_text(self.partial / MANIFEST, json.dumps({"format": 1, "slots": entries}))
 
     def save(self, slot: RecordSlot, rec: dict[str, Any], ranks: dict[str, np.ndarray]) -> None:
-        """Store a finished record: its ranks first, as the ``.json`` marks a record finished."""
+        """Store a finished record: its ranks first, as the ``.json`` marks a record finished.
+
+        Both files are written atomically under the key of ``slot``'s inputs; nothing is stored
+        without an output folder.
+
+        Args:
+            slot: (model, image model, src, tgt, seed).
+            rec: the record (JSON-serialisable).
+            ranks: named rank arrays (saved as ``.npz``, no pickles).
+        """
         if self.partial is None:
             return
         path = self._path(slot)
@@ -189,7 +219,15 @@ class RecordStore:
 
 def config_json(cfg: EvalConfig) -> dict[str, Any]:
     """``cfg`` as JSON data; Python-object models appear as ``"python:<module.Class>"`` (their
-    fingerprints are in ``run.json``'s ``inputs.models``)."""
+    fingerprints are in ``run.json``'s ``inputs.models``).
+
+    Args:
+        cfg: the configuration.
+
+    Returns:
+        A dict of every field of ``cfg`` that survives a JSON round trip; values JSON cannot
+        hold (e.g. objects in ``dataset_options``) become their ``str``.
+    """
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     d["models"] = describe_models(cfg.models)
     return json.loads(json.dumps(d, default=str))

@@ -24,7 +24,24 @@ class SampleTask:
     """Everything one (pair, seed) sample needs, as plain arrays: the unit of work an executor
     runs (in this process, a worker process or a Ray task). ``xlr[model]`` = aligned source and
     target rows of the matching sample; ``bkr[model]`` = source and target rows of the
-    non-matching sample; ``images[g]`` = the non-matching sample's image features per image model."""
+    non-matching sample; ``images[g]`` = the non-matching sample's image features per image model.
+
+    Attributes:
+        src, tgt: the source and target language codes.
+        seed: the sample's seed; also seeds CORR's pair subsample and bootstrap.
+        n: the sample size N (``bkr_chance`` = K / N; Recall@K for K > N is not reported).
+        k: the K of BkR@K and hubness.
+        sim: ``"cosine"`` or ``"csls"``.
+        csls_k: neighbours of the CSLS penalty.
+        models: the names of the models to evaluate (keys of ``xlr`` / ``bkr``), in record order.
+        xlr: model -> (source, target) embeddings of the matching sample, row i of one the
+            translation of row i of the other; None: the pair has no cross-lingual links.
+        bkr: model -> (source, target) embeddings of the non-matching sample; None: no images.
+        images: image model -> (source, target) image features of the non-matching sample.
+        corr_boot: bootstrap resamples of CORR (0: none); all models share the resampling weights.
+        approx: None, ``"hnsw"`` or ``"ivf"`` (see ``EvalConfig.approx``).
+        approx_target: the calibration target with ``approx``.
+    """
 
     src: str
     tgt: str
@@ -49,7 +66,23 @@ TaskResult = tuple[tuple[str, str, int], list[Run]]  # ((src, tgt, seed), runs)
 def run_sample_task(task: SampleTask) -> TaskResult:
     """Metrics of every model of one sample, for every image model. Image-independent parts
     (XLR, hubness, the text half of CORR) are computed once per model; the image half of CORR
-    once per image model. A pure function of its input."""
+    once per image model. A pure function of its input.
+
+    Args:
+        task: the sample and what to compute.
+
+    Returns:
+        ``((src, tgt, seed), runs)``: one run ``(model, g, values, ranks)`` per model and image
+        model ``g`` (``g`` None and one run per model when there are no images). ``values`` holds
+        the record's metrics: exact search gives ``xlr@K`` / ``xlr_t2s@K`` for K in 1, 5, 10 up
+        to N and ``bkr@K`` for K in 1, 5 and ``k``, each with its MRR and median rank, CORR,
+        hubness, ``bkr_chance`` (K / N) and ``seconds`` (the model's whole share of the task);
+        with ``approx`` Recall@K and the MRR truncated at K for K in :func:`approx_ks`, the
+        calibration fields ``approx_*`` and ``approximate``, and no hubness or median ranks.
+        ``ranks`` holds the per-query ranks behind them (``"xlr"``, ``"xlr_t2s"``, ``"bkr"``:
+        1-based pessimistic int64 ranks; with ``approx`` float64, inf for a query not found in
+        the top K) and, with ``corr_boot``, CORR's bootstrap replicates (``"corr_boot"``).
+    """
     if task.approx is not None:
         return _run_approx_task(task)
     opts = {"sim": task.sim, "csls_k": task.csls_k}
@@ -107,6 +140,9 @@ APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the unt
 def check_approx(cfg: EvalConfig) -> None:
     """``cfg.approx`` is a known method, its target in (0, 1], the similarity cosine, and FAISS installed.
 
+    Args:
+        cfg: a configuration with ``approx`` set.
+
     Raises:
         BackretrievalError: naming the value that is wrong.
     """
@@ -123,7 +159,15 @@ def check_approx(cfg: EvalConfig) -> None:
 
 
 def approx_ks(n: int, k: int) -> tuple[int, ...]:
-    """The K of every Recall@K the approximate route reports (it searches the top max(K) only)."""
+    """The K of every Recall@K the approximate route reports (it searches the top max(K) only).
+
+    Args:
+        n: the sample size N.
+        k: the configured K (``EvalConfig.k``).
+
+    Returns:
+        The union of 1, 5, 10 and ``k``, without values above ``n``, ascending.
+    """
     return tuple(sorted({*XLR_KS, k} & set(range(1, n + 1))))
 
 

@@ -43,6 +43,26 @@ class Cr5(Estimator):
     training concept needs), ``cg_tol`` / ``cg_maxiter`` / ``eig_tol`` / ``eig_maxiter`` (Sec. 4.1
     tolerances), ``woodbury`` (per-language solves), ``seed`` (eigsh start vector), ``n_jobs``
     (threads; same bits for any value) and ``progress`` (bars on stderr).
+
+    Args:
+        rank: r, the rank of W (Eq. 8) and the embedding dimension; at least 1 and below the
+            number of training concepts.
+        lam: the ridge lambda (> 0) of Eq. 8; the paper picks it by validation
+            (:func:`~backretrieval.train.cr5.select_lambda`).
+        max_vocab: the most frequent tokens kept per language (None: all that pass ``min_df``).
+        min_df: a token must occur in at least this many training documents of its language.
+        min_words, max_words: the range of distinct tokens of a training document (inclusive;
+            ``max_words`` None: no upper bound). The paper keeps 50-1,000 for Wikipedia.
+        min_languages: a training concept must have a document in at least this many languages.
+        cg_tol: the relative residual tolerance of every CG solve (Sec. 4.1: 0.01).
+        cg_maxiter: the iteration cap of every CG solve (Sec. 4.1: 500).
+        eig_tol: the relative eigenpair tolerance of the eigensolver (Sec. 4.1: 0.1).
+        eig_maxiter: the restart cap of ``eigsh`` (Sec. 4.1: 250).
+        woodbury: solve the centred system by Woodbury as independent per-language CG solves
+            (False: one CG on the whole centred system; same solution up to ``cg_tol``).
+        seed: seeds the eigensolver's start vector (>= 0).
+        n_jobs: threads for the per-language and per-column CG solves (>= 1).
+        progress: show progress bars on stderr.
     """
 
     _parameter_constraints: dict[str, list[Any]] = {
@@ -113,6 +133,14 @@ class Cr5(Estimator):
     def select_documents(self, corpus: Dataset | Mapping[str, Corpus]) -> dict[str, np.ndarray]:
         """Rows of each language used for training: a concept, ``min_words`` <= distinct tokens
         <= ``max_words``, and a concept present in at least ``min_languages`` languages.
+
+        Args:
+            corpus: a Dataset or a mapping language -> Corpus whose items carry concepts.
+
+        Returns:
+            Language -> int64 row indices into its corpus, ascending. The concept count is over
+            the rows that pass the length filter, so a concept whose documents are too short in
+            all but one language is dropped.
 
         Raises:
             DataError: a corpus without concepts, or ``corpus`` not corpora per language.
@@ -234,15 +262,56 @@ class Cr5(Estimator):
         return self._fitted()
 
     def transform(self, texts: Sequence[str], lang: str) -> np.ndarray:
-        """float32 (n, rank) embeddings ``Phi_l x`` (all-zero for a text without a known token)."""
+        """float32 (n, rank) embeddings ``Phi_l x`` (all-zero for a text without a known token).
+
+        Args:
+            texts: the documents, all in language ``lang``; tokenised and TF-IDF weighted as in
+                training (the training IDF, rows L2-normalised).
+            lang: a language the model was trained on; a regional or differently written code
+                resolves to it (``de_DE`` -> ``de``).
+
+        Returns:
+            float32 array (len(texts), rank), row i the embedding of ``texts[i]``; rows are not
+            normalised (cosine similarity normalises them).
+
+        Raises:
+            NotFittedError: the estimator is neither fitted nor loaded.
+            UnsupportedLanguageError: ``lang`` is none of the model's languages (named).
+        """
         return self._fitted().transform(texts, lang)
 
     def word_vectors(self, lang: str) -> tuple[list[str], np.ndarray]:
-        """Vocabulary of ``lang`` and its word vectors (columns of ``Phi_l``, as rows)."""
+        """Vocabulary of ``lang`` and its word vectors (columns of ``Phi_l``, as rows).
+
+        Args:
+            lang: a language of the model (resolved as in :meth:`transform`).
+
+        Returns:
+            ``(words, vectors)``: the vocabulary in column order and float32 (|V_l|, rank),
+            row i the vector of ``words[i]``.
+
+        Raises:
+            NotFittedError: the estimator is neither fitted nor loaded.
+            UnsupportedLanguageError: ``lang`` is none of the model's languages.
+        """
         return self._fitted().word_vectors(lang)
 
     def save(self, path: str | Path, **extra_meta: Any) -> Path:
-        """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``)."""
+        """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``).
+
+        Args:
+            path: the model directory (created; ``model.json`` is written last, so a directory
+                with one is complete).
+            extra_meta: JSON-serialisable entries merged into the model's metadata (e.g. the
+                regime and split a run used); they are kept on the fitted model too.
+
+        Returns:
+            The directory's path.
+
+        Raises:
+            NotFittedError: the estimator is neither fitted nor loaded.
+            DataError: a language code that cannot name a file.
+        """
         model = self._fitted()
         if extra_meta:
             model.meta.update(extra_meta)
@@ -251,7 +320,20 @@ class Cr5(Estimator):
     @classmethod
     def load(cls, path: str | Path) -> "Cr5":
         """An estimator holding the model of a saved directory (hyper-parameters restored: the
-        saved values of the names ``get_params()`` knows; others are ignored)."""
+        saved values of the names ``get_params()`` knows; others are ignored).
+
+        Args:
+            path: a directory written by :meth:`save` (or :meth:`Cr5Model.save
+                <backretrieval.encoders.cr5.Cr5Model.save>`).
+
+        Returns:
+            A fitted estimator: ``transform`` and ``word_vectors`` work; the training statistics
+            (``eigenvalues_``, ``n_documents_``, ``stats_``, times) are those saved, empty or
+            None where the directory has none.
+
+        Raises:
+            EncoderError: a directory that is not a readable Cr5 model (naming what is wrong).
+        """
         model = Cr5Model.load(path)
         known = cls().get_params()
         hp = {k: v for k, v in model.meta.get("hyper_parameters", {}).items() if k in known}

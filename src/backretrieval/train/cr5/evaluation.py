@@ -37,11 +37,24 @@ def retrieval_precision(
     median rank. CSLS: ``2 cos - r_D(q) - r_P(d)`` with ``r`` the mean similarity to the
     ``csls_k`` nearest items of the other side (``q_pool``, default ``q``).
 
+    Args:
+        q: (n, dim) query vectors.
+        d: (m, dim) candidate vectors (any scale: rows are L2-normalised; with cosine an
+            all-zero row, e.g. a text with no known token, scores 0 against everything).
+        truth: (n,) int, the candidate row of each query's true item.
+        q_pool: (p, dim) the query side's items for the candidates' CSLS penalty.
+        sim: ``"cosine"`` or ``"csls"``.
+        csls_k: neighbours of the CSLS penalties (clipped to the size of each side).
+        ks: the K of ``xlr@K``.
+
     Returns:
-        ``{"xlr@K": ..., "xlr_mrr": ..., "xlr_median_rank": ...}``.
+        ``{"xlr@K": ..., "xlr_mrr": ..., "xlr_median_rank": ...}`` (floats; the median of
+        an even count is the mean of the two middle ranks).
 
     Raises:
         DataError: ``sim`` is not cosine or csls.
+        MetricInputError: NaN or inf in a vector, mismatched shapes, ``truth`` out of range
+            (from :func:`backretrieval.metrics.retrieval_ranks`).
     """
     if sim not in SIMS:
         raise DataError(f"unknown similarity {sim!r}; use cosine or csls")
@@ -62,7 +75,31 @@ def evaluate_retrieval(
 ) -> list[dict[str, Any]]:
     """Document retrieval of Sec. 4.2 for each pair and both directions: the ``phase`` (test or
     val) queries of the pair against the target language's candidate pool. ``embed(texts,
-    lang)`` gives the vectors (e.g. ``Cr5.transform``). One record per (pair, direction, sim)."""
+    lang)`` gives the vectors (e.g. ``Cr5.transform``). One record per (pair, direction, sim).
+
+    Each query concept's document in the source pool queries the whole target pool
+    (:func:`.splits.candidate_rows`); the CSLS penalty of the candidates is taken over the whole
+    source pool. Where a concept has several documents in a pool, the last one in corpus order
+    is its query / true candidate (and the others compete with it).
+
+    Args:
+        embed: ``embed(texts, lang)`` -> (len(texts), dim) vectors.
+        ds: the dataset, or corpora per language, the split was made on.
+        split: the split.
+        pairs: the pairs to evaluate (either order of a split pair; default: the split's).
+        phase: ``"test"`` or ``"val"`` queries (and pools).
+        sims: the similarities, ``"cosine"`` and/or ``"csls"``.
+        csls_k: neighbours of the CSLS penalties.
+        ks: the K of ``xlr@K``.
+
+    Returns:
+        Records ``{"src", "tgt", "sim", "phase", "n_queries", "n_candidates", "xlr@K" per K,
+        "xlr_mrr", "xlr_median_rank"}``, pair by pair, source->target before target->source.
+
+    Raises:
+        DataError: ``phase`` is not test or val, a pair with no queries of that phase in the
+            split, or an unknown similarity.
+    """
     if phase not in ("test", "val"):
         raise DataError(f"phase must be 'test' or 'val', got {phase!r}")
     corpora = _corpora(ds)
@@ -97,7 +134,21 @@ def evaluate_retrieval(
 
 
 def mean_score(records: Sequence[Mapping[str, Any]], key: str = "xlr@1", sim: str | None = None) -> float:
-    """Mean of ``key`` over records (optionally one similarity only): the lambda-selection score."""
+    """Mean of ``key`` over records (optionally one similarity only): the lambda-selection score.
+
+    Args:
+        records: :func:`evaluate_retrieval` records.
+        key: the record field to average, e.g. ``"xlr@1"``.
+        sim: only records of this similarity (None: all).
+
+    Returns:
+        The unweighted mean over the records (each pair and direction counts once, whatever
+        its number of queries).
+
+    Raises:
+        DataError: no record left to average.
+        KeyError: a record without ``key``.
+    """
     vals = [r[key] for r in records if sim is None or r["sim"] == sim]
     if not vals:
         raise DataError(f"no records to average ({key}, sim={sim})")
@@ -118,7 +169,26 @@ def select_lambda(
 ) -> tuple[Cr5, float, list[dict[str, Any]]]:
     """Fit ``make(lam)`` on ``train`` for every lambda and keep the one with the best mean
     validation ``key`` (over pairs, directions and ``sim``; ties: the smaller lambda).
-    Returns the chosen fitted model, its lambda and one record per lambda."""
+
+    Args:
+        make: ``make(lam)`` -> an unfitted :class:`Cr5` with that lambda.
+        train: the training corpora per language (:func:`.splits.training_corpora`).
+        ds: the dataset, or corpora per language, the split was made on (the validation pools).
+        split: the split whose validation queries score each lambda.
+        lams: the candidates (duplicates dropped, tried in increasing order).
+        pairs: the pairs evaluated (default: the split's).
+        key: the :func:`evaluate_retrieval` field to maximise.
+        sim: the similarity averaged (None: cosine and CSLS together).
+        log: receives one line per lambda.
+
+    Returns:
+        ``(model, lam, table)``: the fitted model of the chosen lambda, that lambda, and one
+        ``{"lam", "val_<key>", "fit_seconds"}`` record per lambda tried, in increasing order.
+
+    Raises:
+        DataError: no lambda given, or what :meth:`Cr5.fit` and :func:`evaluate_retrieval`
+            reject.
+    """
     if not lams:
         raise DataError("select_lambda: no lambda given")
     best: tuple[float, float, Cr5] | None = None
@@ -150,6 +220,22 @@ def word_retrieval(
     vocabulary; a word's rank is the best rank of its listed translations (``xlr@K``: the share
     of words with a translation in the top K). Pairs whose words are not in the vocabularies are
     skipped (counted in ``n_skipped``).
+
+    Args:
+        model: a fitted :class:`Cr5` or a loaded :class:`~backretrieval.encoders.cr5.Cr5Model`.
+        dictionary: (source word, target word) pairs; one source word may have several
+            translations.
+        src, tgt: the languages of the dictionary's two sides.
+        sims: the similarities, ``"cosine"`` and/or ``"csls"`` (CSLS penalises the candidates
+            over the whole source vocabulary).
+        csls_k: neighbours of the CSLS penalties.
+        ks: the K of ``xlr@K``.
+
+    Returns:
+        One record per similarity: ``{"src", "tgt", "sim", "n_queries"`` (distinct source words),
+        ``"n_skipped"`` (dictionary pairs left out), ``"n_candidates"`` (the target vocabulary
+        size), ``"xlr@K"`` per K, ``"xlr_mrr"``, ``"xlr_median_rank"}``. Each word's best rank
+        is pessimistic: its other listed translations count as competitors.
 
     Raises:
         DataError: no dictionary pair has both words in the vocabularies.
@@ -188,7 +274,19 @@ def word_retrieval(
 
 def default_eval_pairs(regime: str, languages: Sequence[str], pair: tuple[str, str] | None) -> list[tuple[str, str]]:
     """Pairs evaluated when none are given: the trained pair (pairwise, transitive), else the
-    first language with every other one (joint)."""
+    first language with every other one (joint).
+
+    Args:
+        regime: ``"joint"``, ``"pairwise"`` or ``"transitive"``.
+        languages: the trained languages (joint: the first one pairs with each other one).
+        pair: the trained pair (pairwise, transitive).
+
+    Returns:
+        The (source, target) pairs.
+
+    Raises:
+        DataError: a pairwise or transitive regime without ``pair``.
+    """
     if regime in ("pairwise", "transitive"):
         if pair is None:
             raise DataError(f"{regime} training needs a pair")
@@ -220,6 +318,26 @@ def train_evaluate(
     ``heldout.jsonl`` (:func:`.splits.write_heldout`); the Markdown table ``eval.md`` is the
     report layer's (:func:`backretrieval.report.cr5_tables.write_eval_md`). ``holdout=False``
     trains on every concept (a model for use elsewhere; no evaluation, one lambda).
+
+    Args:
+        ds: the dataset, or corpora per language, whose items carry concepts.
+        regime: ``"joint"``, ``"pairwise"`` or ``"transitive"`` (:func:`.splits.training_corpora`).
+        languages: the languages used (default: all of ``ds``, sorted); with exactly two and
+            the pairwise regime they are the pair; with three, the transitive regime and
+            ``pivot`` among them, the other two are the pair.
+        pair: the trained pair (pairwise, transitive).
+        pivot: the pivot language (transitive).
+        eval_pairs: the pairs to hold out and evaluate (default: :func:`default_eval_pairs`).
+        lams: candidate lambdas; several are chosen among on the validation queries
+            (:func:`select_lambda`).
+        split: a split to reuse (e.g. :meth:`Split.load`); default: :func:`.splits.make_split`
+            over ``languages`` and the evaluated pairs.
+        split_options: keyword arguments of :func:`.splits.make_split`.
+        holdout: False: train on every concept, no split and no evaluation.
+        params: further :class:`Cr5` hyper-parameters (all but ``lam``).
+        out_dir: the model directory to write (None: nothing is written).
+        meta: entries added to the model's ``experiment`` metadata and ``eval.json``.
+        log: receives progress lines (training documents, one line per lambda).
 
     Returns:
         ``{"regime", "languages", "pair", "pivot", "model", "lam", "lambda_table", "test",
@@ -280,7 +398,22 @@ def train_evaluate(
 def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: str, field: str | None = "title") -> list[tuple[str, str]]:
     """A bilingual word list from concept-aligned short texts: the pairs of items of the same
     concept whose text (``extra[field]``, else the text) is a single token (:func:`tokenize`) in
-    both languages -- e.g. emoji-cldr names: 🐈 "cat" / "Katze". Sorted, without duplicates."""
+    both languages -- e.g. emoji-cldr names: 🐈 "cat" / "Katze". Sorted, without duplicates.
+
+    Args:
+        ds: the dataset, or corpora per language, whose items carry concepts.
+        src, tgt: the two languages.
+        field: the ``extra`` column holding the short text (per language; a corpus without it
+            uses its texts); None: the texts.
+
+    Returns:
+        (source token, target token) pairs: every combination of a concept's single-token
+        texts in the two languages, tokens as :func:`~backretrieval.encoders._bow.tokenize`
+        gives them (lower-cased).
+
+    Raises:
+        KeyError: ``src`` or ``tgt`` is not a language of ``ds``.
+    """
     from ...encoders._bow import tokenize
 
     corpora = _corpora(ds)

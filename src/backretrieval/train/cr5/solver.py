@@ -22,9 +22,18 @@ from .problem import Cr5Problem, SolverStats
 
 @dataclasses.dataclass
 class Cr5Solution:
-    """``phi``: per language ``Phi_l`` (r x p_l, rows orthonormal across languages);
-    ``singular_values``: of W (descending); ``eigenvalues``: the top of M (Eq. 12);
-    ``H``: K x r with ``W = H Phi`` (Eq. 3), i.e. ``H = P Q Lam^1/2``; ``stats``."""
+    """What :func:`solve` returns: the factors of the rank-r coefficient matrix ``W = H Phi``.
+
+    Attributes:
+        phi: per language (in the order of the blocks) ``Phi_l``, float64 (r x p_l); the rows
+            of the stacked ``Phi = [Phi_1 ... Phi_L]`` are orthonormal (not those of one block);
+            each row's largest-magnitude entry over all languages (the first on ties) is positive.
+        singular_values: the r singular values of W, descending (``Lam^1/2`` of Eq. 15).
+        eigenvalues: the top r eigenvalues of M (Eq. 12), descending.
+        H: K x r with ``W = H Phi`` (Eq. 3), i.e. ``H = P Q Lam^1/2``.
+        stats: what the solver did (matvecs, CG solves and iterations, non-converged solves,
+            times).
+    """
 
     phi: list[np.ndarray]
     singular_values: np.ndarray
@@ -56,7 +65,36 @@ def solve(
     ``n_jobs`` threads run the independent per-language (and Eq. 14 per-column) CG solves; BLAS is
     held to one thread and every kernel sums in a fixed order, so the result is the same bits for
     any ``n_jobs`` and any BLAS thread setting. ``names`` (the languages) only label progress;
-    ``deflation`` is the rank of the preconditioner's spectral correction (0: Jacobi only)."""
+    ``deflation`` is the rank of the preconditioner's spectral correction (0: Jacobi only).
+
+    Args:
+        blocks: per language ``X_l``, the n_l x p_l bag-of-words rows (any scipy sparse
+            format; used as float64 CSR, never densified). Stacked block-diagonally they are X.
+        labels: per language, the class (concept) index in ``0 .. n_classes - 1`` of each row
+            of its block (int); the same concept in two languages has the same index.
+        n_classes: K, the number of concepts (columns of the one-hot ``Y``).
+        rank: r, between 1 and K - 1.
+        lam: the ridge lambda, > 0.
+        cg_tol, cg_maxiter: relative residual tolerance and iteration cap of every CG solve.
+        eig_tol, eig_maxiter: tolerance and restart cap of the eigensolver (Eq. 12).
+        woodbury: per-language solves through Woodbury (False: one CG on the centred system).
+        seed: seeds the eigensolver's start vector.
+        n_jobs: threads for the independent CG solves.
+        progress: show progress bars on stderr.
+        names: one name per block for the progress messages (default: numbers).
+        deflation: per language, the number of top eigenpairs of the Jacobi-scaled ``B_l``
+            the CG preconditioner corrects (at most p_l // 8; 0: Jacobi only); it changes the
+            iterations, not the solution beyond ``cg_tol``.
+
+    Returns:
+        The :class:`Cr5Solution`.
+
+    Raises:
+        DataError: blocks and labels that do not match, labels out of range, ``lam`` not
+            positive, or ``rank`` outside 1 .. K - 1.
+        BackretrievalError: the eigensolver finds no eigenvector within ``eig_maxiter``, or
+            ``Phi*`` is rank deficient.
+    """
     try:  # installed with scikit-learn
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover

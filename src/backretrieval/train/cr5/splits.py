@@ -36,7 +36,17 @@ def _pair_key(a: str, b: str) -> str:
 class Split:
     """A concept-level split (Sec. 4.2): per evaluated pair ``test`` and ``val`` query concepts,
     plus ``distractors`` held out only to enlarge the candidate pools. Every other concept may
-    be trained on. Unordered pairs are keyed ``"a-b"`` in the order given."""
+    be trained on. Unordered pairs are keyed ``"a-b"`` in the order given.
+
+    Attributes:
+        languages: every language of the dataset the split was made on, sorted.
+        pairs: the evaluated pairs, each unordered pair once, in the order first given.
+        test, val: ``"a-b"`` -> the pair's test / validation query concepts (sorted). A concept
+            has one role for all pairs.
+        distractors: concepts held out only to enlarge the candidate pools (sorted).
+        seed: the seed the split was drawn with.
+        options: the sizes and fractions :func:`make_split` was called with.
+    """
 
     languages: list[str]
     pairs: list[tuple[str, str]]
@@ -55,10 +65,26 @@ class Split:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The split as JSON data (pairs as two-item lists); :meth:`from_json` reads it back.
+
+        Returns:
+            A dict with every field.
+        """
         return dataclasses.asdict(self) | {"pairs": [list(p) for p in self.pairs]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Split":
+        """The split :meth:`to_json` wrote.
+
+        Args:
+            d: the JSON data (``options`` may be missing: empty).
+
+        Returns:
+            The :class:`Split`.
+
+        Raises:
+            KeyError: a field other than ``options`` is missing.
+        """
         return cls(
             languages=list(d["languages"]),
             pairs=[tuple(p) for p in d["pairs"]],
@@ -70,10 +96,23 @@ class Split:
         )
 
     def save(self, path: str | Path) -> None:
+        """Write the split as JSON, atomically.
+
+        Args:
+            path: the file.
+        """
         atomic_write_text(path, json.dumps(self.to_json()))
 
     @classmethod
     def load(cls, path: str | Path) -> "Split":
+        """Read a split :meth:`save` wrote.
+
+        Args:
+            path: the file.
+
+        Returns:
+            The :class:`Split`.
+        """
         return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -100,7 +139,26 @@ def make_split(
     smaller pairs already hold out in the same role, then draws new ones uniformly, so many
     overlapping languages do not strip the low-resource ones of their training data (the
     price: a large pair's queries over-represent concepts that small languages also have).
-    Deterministic in ``seed``."""
+    Deterministic in ``seed``.
+
+    Args:
+        ds: the dataset, or corpora per language, whose items carry concepts.
+        pairs: the pairs to hold queries out for; order within a pair and repeats (``a-b`` after
+            ``b-a``) do not matter.
+        test_size, val_size: the most test / validation concepts per pair.
+        max_test_frac, max_val_frac: the most test / validation concepts as a share of the
+            pair's shared concepts I (rounded down).
+        distractor_frac: the share of the concepts left after the queries held out as
+            distractors (rounded).
+        seed: seeds the draws.
+
+    Returns:
+        The :class:`Split`; ``options`` holds the sizes and fractions.
+
+    Raises:
+        DataError: a language that is not loaded, a pair of one language, a pair whose share
+            of shared concepts gives no test query, or too few fresh shared concepts left.
+    """
     corpora = _corpora(ds)
     langs = sorted(corpora)
     rng = np.random.default_rng(seed)
@@ -180,6 +238,23 @@ def training_corpora(
     * ``transitive`` -- ``pair`` and ``pivot``: concepts shared by a pair language and the pivot,
       minus every concept the two pair languages share, so they have no training concept in
       common and are linked only through the pivot.
+
+    Held-out concepts (:attr:`Split.heldout`) are never trained on.
+
+    Args:
+        ds: the dataset, or corpora per language, the split was made on.
+        split: the split.
+        regime: ``"joint"``, ``"pairwise"`` or ``"transitive"``.
+        pair: the two languages (pairwise, transitive).
+        pivot: the third language (transitive).
+        languages: the languages of ``joint`` (default: all of the split's).
+
+    Returns:
+        Language -> the subset of its corpus whose concept is allowed, in corpus order.
+
+    Raises:
+        DataError: an unknown regime, a language that is not loaded, a missing or degenerate
+            ``pair`` / ``pivot``, or a language left with no training document (all named).
     """
     corpora = _corpora(ds)
     held = split.heldout
@@ -226,7 +301,19 @@ def training_corpora(
 def candidate_rows(ds: Dataset | Mapping[str, Corpus], split: Split, lang: str, phase: str = "test") -> np.ndarray:
     """Rows of ``lang`` in the retrieval pool of ``phase``: documents whose concept is not used for
     joint training -- the held-out concepts (minus the other phase's queries) and concepts that
-    no other language of the split has."""
+    no other language of the split has.
+
+    Args:
+        ds: the dataset, or corpora per language, the split was made on.
+        split: the split.
+        lang: the language.
+        phase: ``"test"`` (the validation queries are left out) or anything else for
+            validation (the test queries are left out).
+
+    Returns:
+        int64 row indices into ``lang``'s corpus, ascending; documents without a concept are
+        never in the pool.
+    """
     corpora = _corpora(ds)
     c = corpora[lang]
     other = split.val if phase == "test" else split.test
@@ -242,10 +329,21 @@ def candidate_rows(ds: Dataset | Mapping[str, Corpus], split: Split, lang: str, 
 
 
 def write_heldout(ds: Dataset | Mapping[str, Corpus], split: Split, path: str | Path, phase: str = "test") -> int:
-    """Write the documents of the ``phase`` candidate pools (held-out concepts only) of every
-    language of the split as a ``generic`` dataset file (JSON lines: id, lang, text, concept), so
-    that ``backretrieval evaluate --dataset PATH --models cr5:DIR,...`` compares models on
-    concepts the Cr5 model never saw. Returns the number of rows."""
+    """Write the documents of the ``phase`` candidate pools (:func:`candidate_rows`: concepts no
+    joint model trains on) of every language of the split as a ``generic`` dataset file (JSON
+    lines: id, lang, text, concept), so that ``backretrieval evaluate --dataset PATH --models
+    cr5:DIR,...`` compares models on concepts the Cr5 model never saw.
+
+    Args:
+        ds: the dataset, or corpora per language, the split was made on.
+        split: the split.
+        path: the file (written atomically, UTF-8, one JSON object a line, languages in the
+            split's order).
+        phase: ``"test"`` or ``"val"`` (see :func:`candidate_rows`).
+
+    Returns:
+        The number of rows written.
+    """
     corpora = _corpora(ds)
     lines = []
     for lang in split.languages:
