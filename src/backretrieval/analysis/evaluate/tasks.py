@@ -208,8 +208,8 @@ def _run_approx_task(task: SampleTask) -> TaskResult:
 
 
 def _approx_runs(task: SampleTask) -> TaskResult:
-    from ..metrics.approx import bkr_approx, xlr_approx
-    from ..search.faiss_backend import FaissOptions
+    from ...metrics.approx import bkr_approx, xlr_approx
+    from ...search.faiss_backend import FaissOptions
 
     ks = approx_ks(task.n, task.k)
     common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
