@@ -6,14 +6,14 @@ import sklearn.exceptions
 from sklearn.base import clone
 
 from backretrieval.core import BackretrievalError
-from backretrieval.train.base import Estimator, HyperParameterError, Interval, NotFittedError, StrOptions
+from backretrieval.train.base import POSITIVE_REAL, Estimator, HyperParameterError, Interval, NotFittedError, StrOptions
 
 
 class Toy(Estimator):
     _parameter_constraints = {
         "rank": [Interval(numbers.Integral, 1, None, closed="left")],
         "loss": [StrOptions({"a", "b"})],
-        "eta": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "eta": [POSITIVE_REAL, None],
         "flag": ["boolean"],
     }
     _fitted_attribute = "w_"
@@ -53,6 +53,8 @@ def test_params_from_signature_and_clone():
     ({"rank": True}, ["'rank'", "True"]),
     ({"loss": "c"}, ["'loss'", "'c'"]),
     ({"eta": -1.0}, ["'eta'", "-1.0"]),
+    ({"eta": True}, ["'eta'", "a number", "True"]),
+    ({"eta": float("inf")}, ["'eta'", "inf"]),
     ({"loss": "b"}, ["needs eta"]),
 ])
 def test_bad_hyper_parameters_name_the_parameter(kw, words):

@@ -19,6 +19,7 @@ checker keeps the messages and the vocabulary the ecosystem already knows.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -28,7 +29,15 @@ from sklearn.utils._param_validation import Interval, InvalidParameterError, Str
 
 from ..core import BackretrievalError
 
-__all__ = ["Estimator", "HyperParameterError", "Interval", "NotFittedError", "StrOptions"]
+__all__ = [
+    "Estimator", "HyperParameterError", "Interval", "NON_NEGATIVE_INT", "NotFittedError", "POSITIVE_INT",
+    "POSITIVE_REAL", "StrOptions",
+]
+
+# the constraints every estimator uses (seeds, counts, rates); booleans are refused for all of them
+POSITIVE_INT = Interval(numbers.Integral, 1, None, closed="left")
+NON_NEGATIVE_INT = Interval(numbers.Integral, 0, None, closed="left")
+POSITIVE_REAL = Interval(numbers.Real, 0, math.inf, closed="neither")  # finite
 
 
 class NotFittedError(BackretrievalError, _SklearnNotFittedError):
@@ -58,7 +67,7 @@ class Estimator(BaseEstimator):
 
         Raises:
             HyperParameterError: a parameter has a wrong type or value (booleans are not
-                accepted where an integer is expected).
+                accepted where a number is expected, although scikit-learn's intervals take them).
         """
         try:
             self._validate_params()
@@ -67,10 +76,11 @@ class Estimator(BaseEstimator):
         name = type(self).__name__
         for param, constraints in self._parameter_constraints.items():
             value = getattr(self, param)
-            wants_int = any(isinstance(c, Interval) and c.type is numbers.Integral for c in constraints)
+            intervals = [c for c in constraints if isinstance(c, Interval)]
             allows_bool = any(c in ("boolean", bool) for c in constraints)
-            if wants_int and not allows_bool and isinstance(value, bool):
-                raise HyperParameterError(f"The {param!r} parameter of {name} must be an int, got {value!r}")
+            if intervals and not allows_bool and isinstance(value, bool):
+                kind = "an int" if all(c.type is numbers.Integral for c in intervals) else "a number"
+                raise HyperParameterError(f"The {param!r} parameter of {name} must be {kind}, got {value!r}")
         self._check_more()
 
     def _require_fitted(self) -> None:

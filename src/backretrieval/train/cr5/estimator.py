@@ -2,8 +2,6 @@
 :mod:`.solver`, on the training layer's one estimator shape (:class:`~..base.Estimator`)."""
 from __future__ import annotations
 
-import math
-import numbers
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,12 +13,10 @@ from ...core import DataError
 from ...data import Corpus, Dataset
 from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
 from ...encoders.cr5 import Cr5Model
-from ..base import Estimator, HyperParameterError, Interval
+from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError
 from .solver import solve
 from .splits import _corpora
 
-_POSITIVE_INT = Interval(numbers.Integral, 1, None, closed="left")
-_POSITIVE_REAL = Interval(numbers.Real, 0, math.inf, closed="neither")
 
 
 class Cr5(Estimator):
@@ -66,20 +62,20 @@ class Cr5(Estimator):
     """
 
     _parameter_constraints: dict[str, list[Any]] = {
-        "rank": [_POSITIVE_INT],
-        "lam": [_POSITIVE_REAL],
-        "max_vocab": [_POSITIVE_INT, None],
-        "min_df": [_POSITIVE_INT],
-        "min_words": [Interval(numbers.Integral, 0, None, closed="left")],
-        "max_words": [_POSITIVE_INT, None],
-        "min_languages": [_POSITIVE_INT],
-        "cg_tol": [_POSITIVE_REAL],
-        "cg_maxiter": [_POSITIVE_INT],
-        "eig_tol": [_POSITIVE_REAL],
-        "eig_maxiter": [_POSITIVE_INT],
+        "rank": [POSITIVE_INT],
+        "lam": [POSITIVE_REAL],
+        "max_vocab": [POSITIVE_INT, None],
+        "min_df": [POSITIVE_INT],
+        "min_words": [NON_NEGATIVE_INT],
+        "max_words": [POSITIVE_INT, None],
+        "min_languages": [POSITIVE_INT],
+        "cg_tol": [POSITIVE_REAL],
+        "cg_maxiter": [POSITIVE_INT],
+        "eig_tol": [POSITIVE_REAL],
+        "eig_maxiter": [POSITIVE_INT],
         "woodbury": ["boolean"],
-        "seed": [Interval(numbers.Integral, 0, None, closed="left")],
-        "n_jobs": [_POSITIVE_INT],
+        "seed": [NON_NEGATIVE_INT],
+        "n_jobs": [POSITIVE_INT],
         "progress": ["boolean"],
     }
     _fitted_attribute = "components_"
@@ -120,12 +116,7 @@ class Cr5(Estimator):
         self.progress = progress
 
     def _check_more(self) -> None:
-        """Booleans where a number is wanted (scikit-learn's Real intervals accept them) and
-        ``max_words`` below ``min_words``."""
-        for name in ("lam", "cg_tol", "eig_tol"):
-            value = getattr(self, name)
-            if isinstance(value, bool):
-                raise HyperParameterError(f"The {name!r} parameter of Cr5 must be a positive number, got {value!r}")
+        """``max_words`` below ``min_words``."""
         if self.max_words is not None and self.max_words < self.min_words:
             raise HyperParameterError(f"Cr5: max_words={self.max_words} is below min_words={self.min_words}")
 

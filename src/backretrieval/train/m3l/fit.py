@@ -17,14 +17,13 @@ from ...data import Dataset
 from ...encoders.base import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
 from ...encoders.m3l import forward as numpy_forward, save_model
-from ..base import Estimator, HyperParameterError, Interval, StrOptions
+from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
 from .data import SPLIT_CODE, SPLITS, ImageTextData, check_fracs, collect_images
 from .evaluation import recall_summary, retrieval_ranks
 from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
 from .model import build_network, init_last_block, input_standardization
 
 LOSSES = ("m3l", "patr")
-_POSITIVE = Interval(numbers.Real, 0, None, closed="neither")
 DEFAULT_WIDTHS = (1024, 2048)
 DEFAULT_DROPOUT = (0.2, 0.1, 0.0)
 ETA_PAIRS = 200_000  # image pairs sampled to estimate the eta quantile
@@ -89,25 +88,25 @@ class M3L(Estimator):
         "val_langs": ["array-like", None],
         "widths": ["array-like"],
         "dropout": ["array-like"],
-        "rho": [_POSITIVE],
-        "alpha1": [_POSITIVE],
-        "alpha2": [_POSITIVE],
-        "eta": [_POSITIVE, None],
+        "rho": [POSITIVE_REAL],
+        "alpha1": [POSITIVE_REAL],
+        "alpha2": [POSITIVE_REAL],
+        "eta": [POSITIVE_REAL, None],
         "eta_quantile": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "lr": [_POSITIVE],
+        "lr": [POSITIVE_REAL],
         "beta1": [Interval(numbers.Real, 0, 1, closed="left")],
         "beta2": [Interval(numbers.Real, 0, 1, closed="left")],
         "batch_size": [Interval(numbers.Integral, 2, None, closed="left")],
-        "epochs": [Interval(numbers.Integral, 0, None, closed="left")],
-        "patience": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "epochs": [NON_NEGATIVE_INT],
+        "patience": [POSITIVE_INT, None],
         "select": [StrOptions({"best", "last"})],
         "init": [StrOptions(set(INITS))],
         "standardize": ["boolean"],
-        "seed": [Interval(numbers.Integral, 0, None, closed="left")],
-        "split_seed": [Interval(numbers.Integral, 0, None, closed="left")],
+        "seed": [NON_NEGATIVE_INT],
+        "split_seed": [NON_NEGATIVE_INT],
         "test_frac": [Interval(numbers.Real, 0, 1, closed="left")],
         "val_frac": [Interval(numbers.Real, 0, 1, closed="left")],
-        "threads": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "threads": [POSITIVE_INT, None],
         "progress": ["boolean"],
     }
     _fitted_attribute = "net_"

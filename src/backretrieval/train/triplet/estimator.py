@@ -14,7 +14,7 @@ from ...core import DataError, content_hash
 from ...data import Dataset
 from ...encoders._text import default_threads
 from ...encoders.triplet import METHODS, TOWERS, head_forward, represent, save_model
-from ..base import Estimator, HyperParameterError, Interval, StrOptions
+from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
 from .data import TitleBodyData, assert_no_links, embed_title_body
 from .loop import train_tower
 from .tower import params_of
@@ -49,10 +49,6 @@ def resume_key(params: Mapping[str, Any], languages: Sequence[str], x_title: np.
         hp["tower"] = params["tower"]
     data = content_hash(x_title.tobytes() + x_body.tobytes() + lang_idx.tobytes() + "\0".join(languages).encode())
     return content_hash(json.dumps(hp, sort_keys=True) + data)
-
-
-def _positive(kind=numbers.Integral, low=1):
-    return Interval(kind, low, None, closed="left")
 
 
 class Triplet(Estimator):
@@ -103,19 +99,19 @@ class Triplet(Estimator):
         "layers": ["array-like"],
         "final_relu": ["boolean"],
         "tower": [StrOptions(set(TOWERS))],
-        "lr": [Interval(numbers.Real, 0, None, closed="neither")],
+        "lr": [POSITIVE_REAL],
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
-        "batch_size": [_positive(low=2)],
-        "epochs": [_positive()],
+        "batch_size": [Interval(numbers.Integral, 2, None, closed="left")],
+        "epochs": [POSITIVE_INT],
         "beta": [Interval(numbers.Real, 0, None, closed="left")],
-        "k": [_positive()],
-        "refresh_every": [_positive()],
+        "k": [POSITIVE_INT],
+        "refresh_every": [POSITIVE_INT],
         "negatives": [StrOptions(set(NEGATIVES))],
         "val_frac": [Interval(numbers.Real, 0, 1, closed="left")],
-        "patience": [_positive(), None],
+        "patience": [POSITIVE_INT, None],
         "restore_best": ["boolean"],
-        "seed": [Interval(numbers.Integral, 0, None, closed="left")],
-        "threads": [_positive(), None],
+        "seed": [NON_NEGATIVE_INT],
+        "threads": [POSITIVE_INT, None],
         "progress": ["boolean"],
     }
     _fitted_attribute = "params_"
