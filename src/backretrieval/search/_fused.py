@@ -7,12 +7,13 @@ it counts the scores *certainly* above the window (``> hi``) and lists the posit
 scores *inside* it, which the caller re-decides on canonical scores (:mod:`.exact`). The true
 item's own position is never listed: it counts once, since an item is as good as itself.
 
-A row is read twice only when it has something in a window: the first loop only counts, with
-no data-dependent branch (LLVM vectorises it: the counts are int32 compare-and-add), the second,
-on the row still in cache, lists positions. Positions go to caller-given buffers; a kernel
-returns how many it found, and when that exceeds a buffer's length the caller enlarges it and
-calls again (the counts are rewritten, not accumulated, so a repeated call is harmless). Counts are integers: the order in which blocks,
-threads or processes add them up does not matter.
+The window kernels (``both_ways``, ``rows_against``) count in chunks of ``CHUNK`` columns by
+loops that only count, with no data-dependent branch (LLVM vectorises them: int32 compare-and-add); a chunk is read again, while
+still in cache, only when it has something in a window, to list those positions. Positions go to
+caller-given buffers; a kernel returns how many it found, and when that exceeds a buffer's length
+the caller enlarges it and calls again (the counts are rewritten, not accumulated, so a repeated
+call is harmless). Counts are integers: the order in which blocks, threads or processes add them
+up does not matter.
 """
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ _opts = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_mo
 
 BOTH_WAYS_TILE = 4096  # columns per tile: the tile's column counts and windows stay in L1/L2 while the block's rows pass
 MAX_LANES = 16  # partial maxima per row in row_max_candidates (one AVX-512 / two AVX2 registers)
-
-
 CHUNK = 64  # columns counted together: only a chunk with something in a window is read again (64 measured best of 32-256 on random data)
 
 
