@@ -36,6 +36,8 @@ canonical scores (:func:`pair_scores`).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -75,6 +77,33 @@ def _dots_seq(A, B, qi, dj, out):  # pragma: no cover - compiled
             s0 += np.float64(A[qi[p], k]) * np.float64(B[dj[p], k])
         out[p] = s0
         p += 1
+
+
+@njit(**_jit)
+def _dots_sparse(A, B, pa, ia, pb, ib, use_a, use_b, qi, dj, out):  # pragma: no cover - compiled
+    """``out[p] = dot64(A[qi[p]], B[dj[p]])`` visiting only the nonzero columns of one of the two
+    rows (``pa``/``ia``: CSR pattern of ``A``'s rows, ascending columns; ``pb``/``ib`` of ``B``'s;
+    ``use_a``/``use_b``: which patterns exist). The shorter available pattern is walked, in
+    ascending column order, so the additions that happen are those of :func:`_dots_seq` in the
+    same order; the skipped terms are products with a zero factor, i.e. exact +-0, and adding
+    +-0 never changes an accumulator that starts at +0.0 (it never becomes -0.0 under
+    round-to-nearest): the result has the same bits as the full loop."""
+    for p in range(qi.shape[0]):
+        a = qi[p]
+        b = dj[p]
+        walk_a = use_a
+        if use_a and use_b:
+            walk_a = pa[a + 1] - pa[a] <= pb[b + 1] - pb[b]
+        s = 0.0
+        if walk_a:
+            for t in range(pa[a], pa[a + 1]):
+                k = ia[t]
+                s += np.float64(A[a, k]) * np.float64(B[b, k])
+        else:
+            for t in range(pb[b], pb[b + 1]):
+                k = ib[t]
+                s += np.float64(A[a, k]) * np.float64(B[b, k])
+        out[p] = s
 
 
 @njit(**_jit)
@@ -148,14 +177,96 @@ def _f32c(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def dots(A: np.ndarray, B: np.ndarray, qi: np.ndarray, dj: np.ndarray) -> np.ndarray:
-    """``dot64(A[qi[p]], B[dj[p]])`` for listed pairs (float64, the canonical dot product)."""
+SPARSE_MIN_DIM = 64  # below this a dense row is short enough that walking a pattern cannot pay
+SPARSE_MAX_DENSITY = 0.25  # rows with at most this fraction of nonzeros get a pattern
+
+
+class RowPattern(NamedTuple):
+    """The nonzero columns of each row of a matrix, CSR-style: row i's are
+    ``indices[indptr[i]:indptr[i+1]]``, ascending."""
+
+    indptr: np.ndarray  # int64 (n + 1,)
+    indices: np.ndarray  # int32
+
+
+_NO_PATTERN = RowPattern(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32))
+
+
+def row_pattern(x: np.ndarray) -> RowPattern | None:
+    """The :class:`RowPattern` of ``x`` when it is sparse enough for :func:`dots` to gain from it
+    (at least :data:`SPARSE_MIN_DIM` columns, at most :data:`SPARSE_MAX_DENSITY` of the entries
+    nonzero: character n-gram TF-IDF, bag-of-words), else None. Costs one pass over ``x``.
+
+    Args:
+        x: a 2-D float array.
+
+    Returns:
+        The pattern, or None for dense (or narrow) matrices.
+    """
+    if x.ndim != 2 or x.shape[1] < SPARSE_MIN_DIM or x.size == 0:
+        return None
+    if np.count_nonzero(x) > SPARSE_MAX_DENSITY * x.size:
+        return None
+    x = np.ascontiguousarray(x)
+    indptr = np.zeros(x.shape[0] + 1, dtype=np.int64)
+    _row_counts(x, indptr[1:])
+    np.cumsum(indptr, out=indptr)
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    _row_columns(x, indptr, indices)
+    return RowPattern(indptr, indices)
+
+
+@njit(**_jit)
+def _row_counts(x, out):  # pragma: no cover - compiled
+    """``out[i]`` = nonzeros of row i (branch-free: vectorised)."""
+    for i in range(x.shape[0]):
+        c = 0
+        for k in range(x.shape[1]):
+            c += np.int64(x[i, k] != 0)
+        out[i] = c
+
+
+@njit(**_jit)
+def _row_columns(x, indptr, indices):  # pragma: no cover - compiled
+    """The nonzero columns of each row, ascending, at ``indices[indptr[i]:]``."""
+    for i in range(x.shape[0]):
+        t = indptr[i]
+        for k in range(x.shape[1]):
+            if x[i, k] != 0:
+                indices[t] = k
+                t += 1
+
+
+def dots(
+    A: np.ndarray,
+    B: np.ndarray,
+    qi: np.ndarray,
+    dj: np.ndarray,
+    patterns: tuple[RowPattern | None, RowPattern | None] = (None, None),
+) -> np.ndarray:
+    """``dot64(A[qi[p]], B[dj[p]])`` for listed pairs (float64, the canonical dot product).
+
+    Args:
+        A, B: the two float32 matrices.
+        qi, dj: row of ``A`` and row of ``B`` of each pair.
+        patterns: :func:`row_pattern` of ``A`` and of ``B`` (None: dense). With one, only the
+            nonzero columns of a row are visited; the bits are those of the full loop.
+
+    Returns:
+        float64 (len(qi),) canonical dot products.
+    """
     A, B = _f32c(A), _f32c(B)
     qi = np.ascontiguousarray(qi, dtype=np.int64)
     dj = np.ascontiguousarray(dj, dtype=np.int64)
     out = np.empty(qi.shape[0], dtype=np.float64)
-    if qi.size:
+    if not qi.size:
+        return out
+    pa, pb = patterns
+    if pa is None and pb is None:
         _dots_seq(A, B, qi, dj, out)
+    else:
+        a, b = pa or _NO_PATTERN, pb or _NO_PATTERN
+        _dots_sparse(A, B, a.indptr, a.indices, b.indptr, b.indices, pa is not None, pb is not None, qi, dj, out)
     return out
 
 
@@ -186,12 +297,14 @@ def pair_scores(
     scale: float = 1.0,
     q_bias: np.ndarray | None = None,
     d_bias: np.ndarray | None = None,
+    patterns: tuple[RowPattern | None, RowPattern | None] = (None, None),
 ) -> np.ndarray:
-    """Canonical float32 scores ``c(Q[qi[p]], D[dj[p]])`` of listed pairs (see the module doc)."""
+    """Canonical float32 scores ``c(Q[qi[p]], D[dj[p]])`` of listed pairs (see the module doc);
+    ``patterns`` as in :func:`dots` (speed only)."""
     qi = np.asarray(qi, dtype=np.int64)
     dj = np.asarray(dj, dtype=np.int64)
     bias = _bias_sum(q_bias, d_bias, qi, dj, qi.shape)
-    return _combine(dots(Q, D, qi, dj), scale, bias).astype(np.float32)
+    return _combine(dots(Q, D, qi, dj, patterns), scale, bias).astype(np.float32)
 
 
 def scores_block(
@@ -206,16 +319,23 @@ def scores_block(
     within ``2 (d+2) 2**-53 |Q_i| |D_j|`` of ``dot64``; where both ends of that interval round to
     the same float32 the canonical score is known, and the few other elements (about one in a
     million) are computed canonically. Holds the whole matrix (and a float64 copy): callers pass
-    row blocks."""
+    row blocks. Two sparse matrices (:func:`row_pattern`) are multiplied as scipy sparse
+    matrices: the bound holds for any order and number of the additions."""
     Q, D = _f32c(Q), _f32c(D)
-    A = Q.astype(np.float64)
-    B = D.astype(np.float64)
-    nq = np.sqrt(np.einsum("ij,ij->i", A, A))
-    nd = np.sqrt(np.einsum("ij,ij->i", B, B))
     has_bias = q_bias is not None or d_bias is not None
-    qb = np.zeros(A.shape[0]) if q_bias is None else np.ascontiguousarray(q_bias, dtype=np.float64)
-    db = np.zeros(B.shape[0]) if d_bias is None else np.ascontiguousarray(d_bias, dtype=np.float64)
-    v = A @ B.T
+    qb = np.zeros(Q.shape[0]) if q_bias is None else np.ascontiguousarray(q_bias, dtype=np.float64)
+    db = np.zeros(D.shape[0]) if d_bias is None else np.ascontiguousarray(d_bias, dtype=np.float64)
+    patterns = (row_pattern(Q), row_pattern(D))
+    if patterns[0] is not None and patterns[1] is not None:
+        A, B = as_csr(Q, patterns[0], np.float64), as_csr(D, patterns[1], np.float64)
+        nq = np.sqrt(np.asarray(A.multiply(A).sum(axis=1)).ravel())
+        nd = np.sqrt(np.asarray(B.multiply(B).sum(axis=1)).ravel())
+        v = np.ascontiguousarray((A @ B.T).toarray())
+    else:
+        A, B = Q.astype(np.float64), D.astype(np.float64)
+        nq = np.sqrt(np.einsum("ij,ij->i", A, A))
+        nd = np.sqrt(np.einsum("ij,ij->i", B, B))
+        v = A @ B.T
     out = np.empty(v.shape, dtype=np.float32)
     cap = 64
     while True:
@@ -226,8 +346,26 @@ def scores_block(
             break
         cap = k
     if k:
-        out[bi[:k], bj[:k]] = pair_scores(Q, D, bi[:k], bj[:k], scale=scale, q_bias=q_bias, d_bias=d_bias)
+        out[bi[:k], bj[:k]] = pair_scores(Q, D, bi[:k], bj[:k], scale=scale, q_bias=q_bias, d_bias=d_bias,
+                                          patterns=patterns)
     return out
+
+
+def as_csr(x: np.ndarray, pattern: RowPattern, dtype=np.float32):
+    """``x`` (dense) as a scipy CSR matrix of ``dtype`` holding the nonzeros of ``pattern``.
+
+    Args:
+        x: the dense matrix.
+        pattern: its :func:`row_pattern`.
+        dtype: the stored values' type (float32 values are exact in float64).
+
+    Returns:
+        A ``scipy.sparse.csr_matrix`` equal to ``x``.
+    """
+    from scipy.sparse import csr_matrix
+
+    rows = np.repeat(np.arange(x.shape[0]), np.diff(pattern.indptr))
+    return csr_matrix((x[rows, pattern.indices].astype(dtype), pattern.indices, pattern.indptr), shape=x.shape)
 
 
 def max_row_norm(x: np.ndarray) -> float:

@@ -38,7 +38,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import _fused
-from .exact import U32, max_row_norm, pair_scores, score_error_bound, unit_rows_exact
+from .exact import U32, as_csr, max_row_norm, pair_scores, row_pattern, score_error_bound, unit_rows_exact
 
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 UNIT_TOL = 1e-5  # rows whose squared norm is within this of 1 count as unit rows
@@ -104,9 +104,19 @@ class _Fast:
         self.q_bias, self.d_bias = q_bias, d_bias
         self.qb32, self.db32 = _f32(q_bias), _f32(d_bias)
         self.tau = score_error_bound(Q.shape[1], max_row_norm(Q), max_row_norm(D), scale, q_bias, d_bias)
+        # sparse rows (TF-IDF): the canonical dots visit only nonzeros, and when both sides are
+        # sparse the fast pass is a sparse float32 product (tau holds for any order and number of
+        # additions; at tfidf-char's 4,097-d and ~1% density it is ~6x faster than the dense GEMM)
+        self.patterns = (row_pattern(Q), row_pattern(D))
+        self._sparse = None
+        if self.patterns[0] is not None and self.patterns[1] is not None:
+            self._sparse = (as_csr(Q, self.patterns[0]), as_csr(D, self.patterns[1]).T.tocsc())
 
     def block(self, rows: slice) -> np.ndarray:
-        s = _gemm(self.Q[rows], self.D)
+        if self._sparse is not None:
+            s = np.ascontiguousarray((self._sparse[0][rows] @ self._sparse[1]).toarray(), dtype=np.float32)
+        else:
+            s = _gemm(self.Q[rows], self.D)
         if self.scale != 1.0:
             s *= np.float32(self.scale)
         if self.db32 is not None:
@@ -116,7 +126,8 @@ class _Fast:
         return s
 
     def canonical(self, qi: np.ndarray, dj: np.ndarray) -> np.ndarray:
-        return pair_scores(self.Q, self.D, qi, dj, scale=self.scale, q_bias=self.q_bias, d_bias=self.d_bias)
+        return pair_scores(self.Q, self.D, qi, dj, scale=self.scale, q_bias=self.q_bias, d_bias=self.d_bias,
+                           patterns=self.patterns)
 
 
 def _window(t: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
@@ -260,12 +271,14 @@ def topk(
             order = np.lexsort((jj, -c.astype(np.float64)), axis=1)
             out_i[rows.start + exact_rows] = np.take_along_axis(jj, order, axis=1)
             out_s[rows.start + exact_rows] = np.take_along_axis(c, order, axis=1)
-        for i in wide:  # near-ties straddle the cut: rank all candidates canonically
-            j = np.flatnonzero(s[i] >= lo[i])
-            c = fast.canonical(np.full(j.size, rows.start + i), j)
-            order = np.lexsort((j, -c.astype(np.float64)))[:k]
-            out_i[rows.start + i] = j[order]
-            out_s[rows.start + i] = c[order]
+        if wide.size:  # near-ties straddle the cut: rank all candidates of these rows canonically
+            wi, j = np.nonzero(s[wide] >= lo[wide, None])
+            c = fast.canonical(wide[wi] + rows.start, j)
+            order = np.lexsort((j, -c.astype(np.float64), wi))  # by row, best first, ties by index
+            first = np.searchsorted(wi[order], np.arange(wide.size))  # each row has more than k candidates
+            sel = order[first[:, None] + np.arange(k)]
+            out_i[rows.start + wide] = j[sel]
+            out_s[rows.start + wide] = c[sel]
     return out_s, out_i
 
 
