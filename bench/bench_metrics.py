@@ -3,7 +3,7 @@
 Random unit vectors (512-d text, 1280-d image), N per side. Each N runs in a fresh process so
 peak RSS belongs to that run alone. The baseline is measured in the same process: the float32
 matrix products the metrics cannot avoid, done in the same row blocks with the result
-discarded -- XLR: one N x N x 512 product (cosine is symmetric, so one pass over the scores
+discarded (XLR in tiles of 1,024 rows above N = 32,768, as the metric) -- XLR: one N x N x 512 product (cosine is symmetric, so one pass over the scores
 gives both directions); BkR: one N x N x 512 text product plus one U x N x 1280 image product
 for the U distinct retrieved targets.
 
@@ -27,12 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 LARGE = 30_000
 
 
-def bare(Q: np.ndarray, D: np.ndarray, block_bytes: int) -> None:
-    from backretrieval.search import block_rows
+def bare(Q: np.ndarray, D: np.ndarray, block_bytes: int, split_cols: bool = False) -> None:
+    """The product ``Q @ D.T`` in the blocks the metric uses: row blocks, or with ``split_cols``
+    (XLR) tiles of 1,024 rows where a block would have fewer than 512 rows (N > 32,768 at 64 MiB;
+    see search.kernels._tiles)."""
+    from backretrieval.search.kernels import _tiles
 
-    step = block_rows(D.shape[0], block_bytes)
-    for s in range(0, Q.shape[0], step):
-        Q[s : s + step] @ D.T
+    for rows, cols in _tiles(Q.shape[0], D.shape[0], block_bytes, split_cols):
+        Q[rows] @ D[cols].T
 
 
 def one(n: int, repeats: int) -> dict:
@@ -49,7 +51,7 @@ def one(n: int, repeats: int) -> dict:
     best = {}
     for name, fn in {
         "xlr": lambda: xlr_ranks(st, tt),
-        "xlr_bare": lambda: bare(st, tt, DEFAULT_BLOCK_BYTES),
+        "xlr_bare": lambda: bare(st, tt, DEFAULT_BLOCK_BYTES, split_cols=True),
         "bkr": lambda: bkr_ranks(st, tt, si, ti),
     }.items():
         times = []

@@ -33,7 +33,7 @@ def test_both_ways_matches_naive(r0, rb):
         S[i, j] = rng.choice([t[j], lo[j], hi[j], t[r0 + i], lo[r0 + i], hi[r0 + i]])
     cnt_r, cnt_c = np.empty(rb, np.int64), np.empty(n, np.int64)
     ri, rj, ci, cj = _buffers()
-    nr, nc = _fused.both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj)
+    nr, nc = _fused.both_ways(S, r0, 0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj)
 
     want_r, want_c = np.zeros(rb, np.int64), np.zeros(n, np.int64)
     rows_l, cols_l = [], []
@@ -54,6 +54,42 @@ def test_both_ways_matches_naive(r0, rb):
     assert np.array_equal(cnt_r, want_r) and np.array_equal(cnt_c, want_c)
     assert (nr, nc) == (len(rows_l), len(cols_l)) and nr > 50 and nc > 50
     assert _pairs(ri, rj, nr) == sorted(rows_l) and _pairs(ci, cj, nc) == sorted(cols_l)
+
+
+@pytest.mark.parametrize("r0, rb, cuts", [
+    (0, 40, [0, 17, 40, 41, _fused.BOTH_WAYS_TILE + 3]),  # the diagonal crosses tile edges
+    (_fused.BOTH_WAYS_TILE - 20, 50, [0, _fused.BOTH_WAYS_TILE - 5, _fused.BOTH_WAYS_TILE + 100]),
+    (300, 1, [0, 300, 301]),  # a one-column tile holding the diagonal
+])
+def test_both_ways_in_column_tiles_adds_up_to_whole_rows(r0, rb, cuts):
+    """Tiles of columns (``c0`` > 0) give the counts and lists of whole rows once added up."""
+    rng = np.random.default_rng(r0 + rb + 1)
+    n = _fused.BOTH_WAYS_TILE + 700
+    t, lo, hi = _windows(rng, n)
+    S = (rng.standard_normal((rb, n)) * 0.1).astype(np.float32)
+    for i in range(rb):
+        S[i, r0 + i] = t[r0 + i] if i % 3 else np.nextafter(hi[r0 + i], np.float32(9))
+    for _ in range(300):
+        i, j = int(rng.integers(rb)), int(rng.integers(n))
+        S[i, j] = rng.choice([t[j], lo[j], hi[j], t[r0 + i], lo[r0 + i], hi[r0 + i]])
+    whole_r, whole_c = np.empty(rb, np.int64), np.empty(n, np.int64)
+    b = _buffers()
+    nr, nc = _fused.both_ways(S, r0, 0, lo, hi, whole_r, whole_c, *b)
+    want_rows, want_cols = _pairs(b[0], b[1], nr), _pairs(b[2], b[3], nc)
+
+    got_r, got_c = np.zeros(rb, np.int64), np.zeros(n, np.int64)
+    rows_l, cols_l = [], []
+    for c0, c1 in zip(cuts, cuts[1:] + [n]):
+        tile = np.ascontiguousarray(S[:, c0:c1])
+        cnt_r, cnt_c = np.empty(rb, np.int64), np.empty(c1 - c0, np.int64)
+        tb = _buffers()
+        tr, tc = _fused.both_ways(tile, r0, c0, lo, hi, cnt_r, cnt_c, *tb)
+        got_r += cnt_r
+        got_c[c0:c1] += cnt_c
+        rows_l += _pairs(tb[0], tb[1], tr)
+        cols_l += _pairs(tb[2], tb[3], tc)
+    assert np.array_equal(got_r, whole_r) and np.array_equal(got_c, whole_c)
+    assert sorted(rows_l) == want_rows and sorted(cols_l) == want_cols and len(want_rows) > 50
 
 
 def test_rows_against_matches_naive():

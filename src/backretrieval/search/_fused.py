@@ -59,22 +59,25 @@ def _count_row_and_columns(row, lr, hr, lo, hi, cc):  # pragma: no cover - compi
 
 
 @njit(**_opts)
-def both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover - compiled
-    """Rows ``r0 .. r0+len(S)-1`` of an aligned (square) score matrix. ``lo[g]``/``hi[g]`` is the
-    window of item g, used as row g's threshold (forward ranks) and as column g's (backward).
+def both_ways(S, r0, c0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover - compiled
+    """The tile of rows ``r0 .. r0+len(S)-1`` and columns ``c0 .. c0+S.shape[1]-1`` of an aligned
+    (square) score matrix. ``lo[g]``/``hi[g]`` is the window of item g, used as row g's threshold
+    (forward ranks) and as column g's (backward).
 
-    Writes ``cnt_r[i]`` (row r0+i: scores certainly above its window, its own diagonal counted
-    once) and ``cnt_c[j]`` (the same for column j within this block). Lists (row, column) of the
-    in-window scores of rows in ``ri``/``rj`` and of columns in ``ci``/``cj`` (the callers add
-    integers, so the order never matters). Returns the two numbers of listed positions.
+    Writes ``cnt_r[i]`` (row r0+i: scores of this tile certainly above its window, its own
+    diagonal counted once) and ``cnt_c[j]`` (the same for column c0+j within this tile). Lists
+    (row, column) of the in-window scores of rows in ``ri``/``rj`` and of columns in
+    ``ci``/``cj`` (global indices; the callers add integers, so the order never matters).
+    Returns the two numbers of listed positions.
 
-    The columns are visited in tiles of ``BOTH_WAYS_TILE``, all rows of the block per tile, so a
-    tile's column counters and windows stay in cache while the rows pass. Each row of a tile is
-    counted in chunks of ``CHUNK`` columns by a loop with no data-dependent branch (vectorised):
-    the scores above the row's window, at or above its lower end, above each column's window (into
-    the column's int32 counter) and inside each column's window. A chunk is read again to list
-    positions only when something besides the diagonal lies in a window: rare where the
-    partners score in the tail, about 4 per row where they score in the bulk (random data)."""
+    The columns are visited in sub-tiles of ``BOTH_WAYS_TILE``, all rows of the tile per sub-tile,
+    so a sub-tile's column counters and windows stay in cache while the rows pass. Each row of a
+    sub-tile is counted in chunks of ``CHUNK`` columns by a loop with no data-dependent branch
+    (vectorised): the scores above the row's window, at or above its lower end, above each
+    column's window (into the column's int32 counter) and inside each column's window. A chunk is
+    read again to list positions only when something besides the diagonal lies in a window:
+    rare where the partners score in the tail, about 4 per row where they score in the bulk
+    (random data)."""
     rb, n = S.shape
     tile = BOTH_WAYS_TILE
     cc = np.zeros(tile, dtype=np.int32)
@@ -82,44 +85,46 @@ def both_ways(S, r0, lo, hi, cnt_r, cnt_c, ri, rj, ci, cj):  # pragma: no cover 
     nc = 0
     for i in range(rb):
         cnt_r[i] = 0
-    for c0 in range(0, n, tile):
-        c1 = min(n, c0 + tile)
-        m = c1 - c0
+    for t0 in range(0, n, tile):
+        t1 = min(n, t0 + tile)
+        m = t1 - t0
         cc[:m] = 0
         for i in range(rb):
             g = r0 + i
             lr = lo[g]
             hr = hi[g]
             a = 0
-            for k0 in range(c0, c1, CHUNK):
-                k1 = min(c1, k0 + CHUNK)
-                ak, awk, inside_c = _count_row_and_columns(S[i, k0:k1], lr, hr, lo[k0:k1], hi[k0:k1], cc[k0 - c0:k1 - c0])
+            for k0 in range(t0, t1, CHUNK):
+                k1 = min(t1, k0 + CHUNK)
+                ak, awk, inside_c = _count_row_and_columns(
+                    S[i, k0:k1], lr, hr, lo[c0 + k0:c0 + k1], hi[c0 + k0:c0 + k1], cc[k0 - t0:k1 - t0])
                 inside = awk - ak + inside_c
-                if k0 <= g < k1:  # the diagonal: its own item counts exactly once and is never listed
-                    v = S[i, g]
+                if c0 + k0 <= g < c0 + k1:  # the diagonal: its own item counts exactly once and is never listed
+                    v = S[i, g - c0]
                     ak += 1 - (1 if v > hr else 0)
                     inside -= 2 * (1 if (v >= lr and v <= hr) else 0)  # in its row's and its column's window
                 a += ak
                 if inside > 0:
                     for j in range(k0, k1):
-                        if j == g:
+                        gj = c0 + j
+                        if gj == g:
                             continue
                         v = S[i, j]
                         if v >= lr and v <= hr:
                             if nr < ri.shape[0]:
                                 ri[nr] = g
-                                rj[nr] = j
+                                rj[nr] = gj
                             nr += 1
-                        if v >= lo[j] and v <= hi[j]:
+                        if v >= lo[gj] and v <= hi[gj]:
                             if nc < ci.shape[0]:
                                 ci[nc] = g
-                                cj[nc] = j
+                                cj[nc] = gj
                             nc += 1
             cnt_r[i] += a
         for j in range(m):
-            cnt_c[c0 + j] = cc[j]
-        for g in range(max(r0, c0), min(r0 + rb, c1)):  # diagonal entries of this block and tile
-            cnt_c[g] += 1 - (1 if S[g - r0, g] > hi[g] else 0)
+            cnt_c[t0 + j] = cc[j]
+        for g in range(max(r0, c0 + t0), min(r0 + rb, c0 + t1)):  # diagonal entries of this tile and sub-tile
+            cnt_c[g - c0] += 1 - (1 if S[g - r0, g - c0] > hi[g] else 0)
     return nr, nc
 
 
@@ -286,7 +291,7 @@ def warm_up() -> None:
     lo = np.zeros(3, dtype=np.float32)
     hi = np.zeros(3, dtype=np.float32)
     i64 = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
-    both_ways(S, 0, lo, hi, i64(2), i64(3), i64(4), i64(4), i64(4), i64(4))
+    both_ways(S, 0, 0, lo, hi, i64(2), i64(3), i64(4), i64(4), i64(4), i64(4))
     rows_against(S, i64(1), i64(1), lo[:1], hi[:1], i64(1), i64(4), i64(4))
     row_max_candidates(S, np.float32(0), i64(2), i64(2), i64(4), i64(4))
     radix_order_f32(lo, i64(3), np.empty(3, dtype=np.bool_))
