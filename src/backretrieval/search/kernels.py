@@ -181,13 +181,17 @@ def _blas_controller() -> Any:
     return _BLAS[1]
 
 
-def _recount(counts: np.ndarray, fast: "_Fast", qi_parts: list, dj_parts: list, t: np.ndarray, *, by_query: bool) -> None:
+def _recount(counts: np.ndarray, fast: "_Fast", qi_parts: list, dj_parts: list, t: np.ndarray, *, by_query: bool,
+             offset: int = 0) -> None:
     """Add the listed pairs (query ``qi``, item ``dj``: fast scores inside a threshold's window)
     decided canonically: a pair counts for its query (``by_query``; threshold ``t[qi]``) or for its
-    database item (threshold ``t[dj]``) when its canonical score reaches the threshold."""
+    database item (threshold ``t[dj]``) when its canonical score reaches the threshold.
+    ``counts[k]`` belongs to query (or item) ``offset + k``."""
     qi, dj = np.concatenate(qi_parts), np.concatenate(dj_parts)
+    if not qi.size:
+        return
     at = qi if by_query else dj
-    np.add.at(counts, at, (fast.canonical(qi, dj) >= t[at]).astype(np.int64))
+    np.add.at(counts, at - offset, (fast.canonical(qi, dj) >= t[at]).astype(np.int64))
 
 
 def blas_threads() -> int:
@@ -349,14 +353,11 @@ def rank_of_true(
         ((p, j),) = _listed(
             lambda *b: _fused.rows_against(s, np.arange(s.shape[0]), true_idx[rows], lo[rows], hi[rows], cnt, *b),
             s.shape[0], rate, 1)
-        return rows, cnt, p + rows.start, j
+        _recount(cnt, fast, [p + rows.start], [j], t, by_query=True, offset=rows.start)  # in the block's thread
+        return rows, cnt
 
-    pend_q, pend_j = [], []
-    for rows, cnt, p, j in _map_blocks(block, n_q, n_d, Q.shape[1], block_bytes):
+    for rows, cnt in _map_blocks(block, n_q, n_d, Q.shape[1], block_bytes):
         ranks[rows] = cnt
-        pend_q.append(p)
-        pend_j.append(j)
-    _recount(ranks, fast, pend_q, pend_j, t, by_query=True)
     return ranks
 
 
@@ -394,18 +395,16 @@ def ranks_both_ways(
         s = fast.block(rows, cols)
         cnt_r = np.empty(s.shape[0], np.int64)
         cnt_c = np.empty(s.shape[1], np.int64)
-        lists = _listed(lambda *b: _fused.both_ways(s, rows.start, cols.start, lo, hi, cnt_r, cnt_c, *b),
-                        s.shape[0], rate, 2)
-        return rows, cols, cnt_r, cnt_c, lists
+        (ri, rj), (ci, cj) = _listed(
+            lambda *b: _fused.both_ways(s, rows.start, cols.start, lo, hi, cnt_r, cnt_c, *b), s.shape[0], rate, 2)
+        # the in-window pairs decided canonically here, in the block's thread (numba releases the GIL)
+        _recount(cnt_r, fast, [ri], [rj], t, by_query=True, offset=rows.start)
+        _recount(cnt_c, fast, [ci], [cj], t, by_query=False, offset=cols.start)
+        return rows, cols, cnt_r, cnt_c
 
-    rows_q, rows_j, cols_q, cols_j = [], [], [], []
-    for rows, cols, cnt_r, cnt_c, ((ri, rj), (ci, cj)) in _map_blocks(block, n, n, Q.shape[1], block_bytes,
-                                                                      split_cols=True):
+    for rows, cols, cnt_r, cnt_c in _map_blocks(block, n, n, Q.shape[1], block_bytes, split_cols=True):
         fwd[rows] += cnt_r
         bwd[cols] += cnt_c
-        rows_q.append(ri), rows_j.append(rj), cols_q.append(ci), cols_j.append(cj)
-    _recount(fwd, fast, rows_q, rows_j, t, by_query=True)
-    _recount(bwd, fast, cols_q, cols_j, t, by_query=False)
     return fwd, bwd
 
 
