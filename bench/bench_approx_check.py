@@ -57,7 +57,7 @@ def _real(pair: tuple[str, str]) -> dict[str, np.ndarray]:
     return d
 
 
-def one(data: str, n: int, method: str, seed_data: int = 0) -> dict:
+def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = False) -> dict:
     from backretrieval.metrics import bkr, xlr
     from backretrieval.metrics.approx import bkr_approx, xlr_approx
     from backretrieval.search.faiss_backend import FaissOptions, top1_agreement
@@ -88,7 +88,7 @@ def one(data: str, n: int, method: str, seed_data: int = 0) -> dict:
                 row[key] = x[key]
         row["out_of_sample_agreement"] = top1_agreement(st, tt, x["retrieved"], sample=1000, seed=1)
         row["xlr@10"] = round(x["xlr@10"], 4)
-        if "src_img" in d:
+        if "src_img" in d and not text_only:
             ns = d["src_img"].shape[0]
             si, ti = d["src_img"], d["tgt_img"]
             t0 = time.perf_counter()
@@ -114,13 +114,16 @@ def main() -> None:
     ap.add_argument("--method", default="hnsw", choices=["hnsw", "ivf"])
     ap.add_argument("--child", help="measure one data set and print its JSON row")
     ap.add_argument("--note", help="a Markdown file appended to the section: the reading of these rows")
+    ap.add_argument("--text-only", action="store_true", help="XLR only (no BkR: no image index, no exact BkR)")
+    ap.add_argument("--section", default="approx-check", help="the BENCHMARKS.md section to write (one per N)")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.child, args.n, args.method)))
+        print(json.dumps(one(args.child, args.n, args.method, text_only=args.text_only)))
         return
     rows = []
     for data in args.data:
-        p = subprocess.run([sys.executable, __file__, "--child", data, "--n", str(args.n), "--method", args.method],
+        p = subprocess.run([sys.executable, __file__, "--child", data, "--n", str(args.n), "--method", args.method,
+                            *(["--text-only"] if args.text_only else [])],
                            capture_output=True, text=True, env={**os.environ})
         if p.returncode != 0:
             raise SystemExit(f"{data} failed: {p.stderr[-3000:]}")
@@ -131,7 +134,8 @@ def main() -> None:
     lines = [
         "## Approximate search that checks itself (issue 15)",
         "",
-        f"Command: `python bench/bench_approx_check.py --n {args.n} --data {' '.join(args.data)} --method {args.method}`. "
+        f"Command: `python bench/bench_approx_check.py --n {args.n} --data {' '.join(args.data)} --method {args.method}"
+        f"{' --text-only' if args.text_only else ''}{'' if args.section == 'approx-check' else ' --section ' + args.section}`. "
         "FAISS defaults (HNSW m 32, efConstruction 80, efSearch 128; IVF nlist 4 sqrt(N), nprobe 32). *Unchecked*: "
         "the default effort, agreement measured afterwards on 1,000 seeded queries. *Checked*: `xlr_approx` / "
         "`bkr_approx` with `target_agreement=0.99` (top-1 agreement and top-10 recall on 1,000 seeded queries; the "
@@ -159,7 +163,7 @@ def main() -> None:
     lines.append(f"Machine: {rows[0]['machine']}.")
     if args.note:
         lines += ["", Path(args.note).read_text(encoding="utf-8").strip()]
-    write_section("approx-check", "\n".join(lines))
+    write_section(args.section, "\n".join(lines))
 
 
 if __name__ == "__main__":
