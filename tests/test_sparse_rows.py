@@ -118,3 +118,37 @@ def test_searches_on_sparse_rows_equal_the_reference():
     r = rankdata(flat)
     z = (r - r.mean()) / np.sqrt(np.sum((r - r.mean()) ** 2))
     np.testing.assert_allclose(side.z, z, rtol=0, atol=1e-12)
+
+
+def test_sparse_decisions_survive_a_perturbed_fast_pass(monkeypatch):
+    """The sparse fast product perturbed within the error bound (what another summation order
+    could return) changes no rank: every near-tie is re-decided on canonical scores."""
+    rng = np.random.default_rng(6)
+    S, T = tfidf_like(rng, 80, 300), tfidf_like(rng, 80, 300)
+    T[40:] = S[40:]  # exact ties across the sides too
+    si, ti = rng.standard_normal((80, 5)).astype(np.float32), rng.standard_normal((80, 5)).astype(np.float32)
+    from backretrieval.metrics import bkr_ranks
+
+    clean = (xlr_ranks(S, T), bkr_ranks(S, T, si, ti)[0], hubness(S, T, 5), kernels.topk(S, T, 5))
+    noise = np.random.default_rng(7)
+    real = kernels._sparse_gemm
+    calls = []
+
+    def perturbed(A, BT):
+        calls.append(A.shape)
+        out = real(A, BT)
+        na = np.sqrt(np.asarray(A.multiply(A).sum(axis=1)))
+        nb = np.sqrt(np.asarray(BT.multiply(BT).sum(axis=0)))
+        amp = 0.2 * A.shape[1] * 2.0**-24 * na * nb
+        return out + (amp * noise.uniform(-1, 1, out.shape)).astype(np.float32)
+
+    monkeypatch.setattr(kernels, "_sparse_gemm", perturbed)
+    noisy = (xlr_ranks(S, T), bkr_ranks(S, T, si, ti)[0], hubness(S, T, 5), kernels.topk(S, T, 5))
+    assert len(calls) >= 4  # every search above took the sparse route
+    for a, b in zip(clean[0] + (clean[1],), noisy[0] + (noisy[1],)):
+        np.testing.assert_array_equal(a, b)
+    assert clean[2] == noisy[2]
+    for a, b in zip(clean[3], noisy[3]):
+        np.testing.assert_array_equal(a, b)
+    s = ref.scores(S, T)
+    np.testing.assert_array_equal(clean[0][0], (s >= np.diag(s)[:, None]).sum(axis=1))

@@ -85,6 +85,12 @@ def _gemm(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return A @ B.T
 
 
+def _sparse_gemm(A, BT) -> np.ndarray:
+    """The fast pass's float32 product of sparse rows: scipy CSR ``A`` times CSC ``BT`` (= B.T),
+    as a dense C-contiguous float32 block (within the same error bound as :func:`_gemm`)."""
+    return np.ascontiguousarray((A @ BT).toarray(), dtype=np.float32)
+
+
 def _blocks(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, size):
         yield slice(start, min(n, start + size))
@@ -114,7 +120,7 @@ class _Fast:
 
     def block(self, rows: slice, cols: slice = slice(None)) -> np.ndarray:
         if self._sparse is not None:
-            s = np.ascontiguousarray((self._sparse[0][rows] @ self._sparse[1][:, cols]).toarray(), dtype=np.float32)
+            s = _sparse_gemm(self._sparse[0][rows], self._sparse[1][:, cols])
         else:
             s = _gemm(self.Q[rows], self.D[cols])
         if self.scale != 1.0:
