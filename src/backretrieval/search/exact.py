@@ -414,16 +414,17 @@ def as_csr(x: np.ndarray, pattern: RowPattern, dtype=np.float32):
 
 
 def max_row_norm(x: np.ndarray) -> float:
-    """An upper bound of the largest row norm of ``x`` (float64, inflated by 1e-9)."""
-    if x.dtype == np.float32 and x.ndim == 2 and x.flags.c_contiguous:
-        return float(np.sqrt(_max_sq_norm(x))) * (1.0 + 1e-9) if x.size else 0.0
+    """An upper bound of the largest row norm of ``x`` (float64, inflated by 1e-9), read in chunks
+    (no copy of a C-contiguous float array; memory-mapped inputs a chunk at a time)."""
     best = 0.0
     step = max(1, _CHUNK_ELEMS // max(1, x.shape[1]))
     for s in range(0, x.shape[0], step):
-        blk = np.asarray(x[s : s + step], dtype=np.float64)
+        blk = np.asarray(x[s : s + step])
+        if blk.dtype not in (np.float32, np.float64):
+            blk = blk.astype(np.float64)
         if blk.size:
-            best = max(best, float(np.sqrt(np.max(np.einsum("ij,ij->i", blk, blk)))))
-    return best * (1.0 + 1e-9)
+            best = max(best, _max_sq_norm(np.ascontiguousarray(blk)))
+    return float(np.sqrt(best)) * (1.0 + 1e-9)
 
 
 def score_error_bound(

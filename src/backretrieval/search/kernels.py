@@ -115,7 +115,8 @@ class _Fast:
         self.Q, self.D, self.scale = Q, D, float(scale)
         self.q_bias, self.d_bias = q_bias, d_bias
         self.qb32, self.db32 = _f32(q_bias), _f32(d_bias)
-        self.tau = score_error_bound(Q.shape[1], max_row_norm(Q), max_row_norm(D), scale, q_bias, d_bias)
+        self.norm_q, self.norm_d = max_row_norm(Q), max_row_norm(D)
+        self.tau = score_error_bound(Q.shape[1], self.norm_q, self.norm_d, scale, q_bias, d_bias)
         # sparse rows (TF-IDF): the canonical dots visit only nonzeros, and when both sides are
         # sparse the fast pass is a sparse float32 product (tau holds for any order and number of
         # additions; at tfidf-char's 4,097-d and ~1% density it is ~6x faster than the dense GEMM)
@@ -193,13 +194,12 @@ def _blas_controller() -> Any:
     return _BLAS[1]
 
 
-def _recount(counts: np.ndarray, fast: "_Fast", qi_parts: list, dj_parts: list, t: np.ndarray, *, by_query: bool,
+def _recount(counts: np.ndarray, fast: "_Fast", qi: np.ndarray, dj: np.ndarray, t: np.ndarray, *, by_query: bool,
              offset: int = 0) -> None:
     """Add the listed pairs (query ``qi``, item ``dj``: fast scores inside a threshold's window)
     decided canonically: a pair counts for its query (``by_query``; threshold ``t[qi]``) or for its
     database item (threshold ``t[dj]``) when its canonical score reaches the threshold.
     ``counts[k]`` belongs to query (or item) ``offset + k``."""
-    qi, dj = np.concatenate(qi_parts), np.concatenate(dj_parts)
     if not qi.size:
         return
     at = qi if by_query else dj
@@ -365,7 +365,7 @@ def rank_of_true(
         ((p, j),) = _listed(
             lambda *b: _fused.rows_against(s, np.arange(s.shape[0]), true_idx[rows], lo[rows], hi[rows], cnt, *b),
             s.shape[0], rate, 1)
-        _recount(cnt, fast, [p + rows.start], [j], t, by_query=True, offset=rows.start)  # in the block's thread
+        _recount(cnt, fast, p + rows.start, j, t, by_query=True, offset=rows.start)  # in the block's thread
         return rows, cnt
 
     for rows, cnt in _map_blocks(block, n_q, n_d, Q.shape[1], block_bytes):
@@ -410,8 +410,8 @@ def ranks_both_ways(
         (ri, rj), (ci, cj) = _listed(
             lambda *b: _fused.both_ways(s, rows.start, cols.start, lo, hi, cnt_r, cnt_c, *b), s.shape[0], rate, 2)
         # the in-window pairs decided canonically here, in the block's thread (numba releases the GIL)
-        _recount(cnt_r, fast, [ri], [rj], t, by_query=True, offset=rows.start)
-        _recount(cnt_c, fast, [ci], [cj], t, by_query=False, offset=cols.start)
+        _recount(cnt_r, fast, ri, rj, t, by_query=True, offset=rows.start)
+        _recount(cnt_c, fast, ci, cj, t, by_query=False, offset=cols.start)
         return rows, cols, cnt_r, cnt_c
 
     for rows, cols, cnt_r, cnt_c in _map_blocks(block, n, n, Q.shape[1], block_bytes, split_cols=True):
@@ -441,7 +441,7 @@ def nearest_with_ties(
     n_q = Q.shape[0]
     fast = _Fast(Q, D, scale, q_bias, d_bias)
     # 2 tau, plus the float32 rounding of ``max - width`` itself
-    mag = abs(fast.scale) * max_row_norm(Q) * max_row_norm(D) + sum(
+    mag = abs(fast.scale) * fast.norm_q * fast.norm_d + sum(
         float(np.max(np.abs(b))) for b in (q_bias, d_bias) if b is not None and np.size(b))
     width = np.float32(2.0 * fast.tau + 4.0 * U32 * (mag + 1.0))
     counts = np.empty(n_q, dtype=np.int64)
