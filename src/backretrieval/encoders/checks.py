@@ -36,15 +36,12 @@ from typing import Any
 import numpy as np
 
 from ..core import EncoderError
+from ..data.checks import ContractError
 from .base import EXAMPLE_TEXTS, EncoderInfo, Example, build_encoder, list_image_encoders, list_text_encoders
 
 BAD_OPTION = "contract_no_such_option"  # an option no model takes
 NORM_TOL = 1e-5  # |1 - ||row||| allowed of a unit-norm float32 row
 EXAMPLE_IMAGES = 5  # images the checks write for an image model whose example names none
-
-
-class ContractError(AssertionError):
-    """A registered model breaks the contract (the message names the model and the check)."""
 
 
 def _fail(kind: str, name: str, check: str, detail: str) -> ContractError:
