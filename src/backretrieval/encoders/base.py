@@ -2,9 +2,11 @@
 
 A text encoder is anything with ``name``, ``version``, ``dim`` and
 ``encode(texts, lang, *, ids=None) -> float32 (n, d)``; an image encoder has
-``encode_images(paths) -> float32 (n, d)``. Each built-in lives in its own module and
-registers a factory with :func:`register_text` / :func:`register_image`; a model is asked
-for by a spec string: ``"use-m"``, ``"precomputed:emb.parquet"``, ``"st:/path/to/model"``.
+``encode_images(paths) -> float32 (n, d)``. No inputs give a ``(0, d)`` array. Each built-in
+lives in its own module and registers a factory with :func:`register_text` /
+:func:`register_image`, with an ``example`` hook that builds a tiny real instance for the
+contract checks (:mod:`.checks`); a model is asked for by a spec string: ``"use-m"``,
+``"precomputed:emb.parquet"``, ``"st:/path/to/model"``.
 """
 from __future__ import annotations
 
