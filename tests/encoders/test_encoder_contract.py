@@ -67,3 +67,13 @@ def test_an_unknown_model_is_named():
         check_text_encoder("no-such-model")
     with pytest.raises(EncoderError, match="unknown text model 'no-such-model'"):
         get_text_encoder("no-such-model")
+
+
+def test_the_plugin_guide_runs():
+    """docs/plugins.md's worked example: a plugin checked before it is registered passes."""
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", guide, re.S)
+    exec(compile(block, "docs/plugins.md", "exec"), {"__name__": "plugin_guide"})
