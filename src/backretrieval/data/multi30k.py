@@ -26,7 +26,7 @@ import numpy as np
 from ..core import DataError
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
-from .registry import DatasetInfo, register
+from .registry import DatasetExample, DatasetInfo, register
 
 NAME = "multi30k"
 ENV_ROOT = "BACKRETRIEVAL_MULTI30K"
@@ -190,5 +190,6 @@ INFO = register(
         has_concepts=True,
         source="https://github.com/multi30k/dataset (local copy: root=, $BACKRETRIEVAL_MULTI30K)",
         license="non-commercial research use (Multi30K README); Flickr30k image terms apply to images",
+        example=lambda folder: DatasetExample(NAME, ("en", "de")),
     )
 )

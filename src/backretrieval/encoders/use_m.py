@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncoderInfo, package_version, register_text
+from .base import EncoderInfo, Example, package_version, register_text
 from ._text import (
     BatchedTextEncoder,
     check_options,
@@ -57,6 +57,7 @@ class UseMEncoder(BatchedTextEncoder):
     """Universal Sentence Encoder multilingual v3 (CNN), 512-d, unit norm."""
 
     languages = LANGUAGES
+    unit_norm = True
     default_batch_size = 256
     max_chars = MAX_CHARS
 
@@ -116,5 +117,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=DIST,
+        example=lambda folder: Example(),
     )
 )
