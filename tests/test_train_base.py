@@ -29,7 +29,7 @@ class Toy(Estimator):
             raise HyperParameterError("loss='b' needs eta")
 
     def fit(self):
-        self._check_params()
+        self.check_params()
         self.w_ = self.rank * 2
         return self
 
