@@ -48,7 +48,7 @@ both directions, held-out queries against a candidate pool of held-out documents
 retrieval (:func:`word_retrieval`) ranks the columns of ``Phi``.
 
 Modules: :mod:`.problem` (the ridge system and its solves), :mod:`.spectral` (Eq. 12
-eigenvectors, Eq. 14-15), :mod:`.solver` (:func:`solve`), :mod:`._cg` / :mod:`._lanczos`
+eigenvectors, Eq. 14-15), :mod:`.settings` (:class:`SolverSettings`, the defaults), :mod:`.solver` (:func:`solve`), :mod:`._cg` / :mod:`._lanczos`
 (compiled CG kernels, one Lanczos factorisation), :mod:`.estimator` (:class:`Cr5`),
 :mod:`.splits` (splits, regimes, candidate pools), :mod:`.evaluation` (retrieval, lambda
 selection, word retrieval, :func:`train_evaluate`). Markdown tables are the report layer's
@@ -60,11 +60,12 @@ from .evaluation import (
     train_evaluate, word_retrieval,
 )
 from .problem import Cr5Problem, SolverStats
+from .settings import DEFAULTS, SolverSettings
 from .solver import Cr5Solution, solve
 from .splits import REGIMES, Split, candidate_rows, make_split, training_corpora, write_heldout
 
 __all__ = [
-    "REGIMES", "Cr5", "Cr5Problem", "Cr5Solution", "SolverStats", "Split", "candidate_rows", "default_eval_pairs",
+    "DEFAULTS", "REGIMES", "Cr5", "Cr5Problem", "Cr5Solution", "SolverSettings", "SolverStats", "Split", "candidate_rows", "default_eval_pairs",
     "evaluate_retrieval", "make_split", "mean_score", "retrieval_precision", "select_lambda", "single_token_dictionary",
     "solve", "train_evaluate", "training_corpora", "word_retrieval", "write_heldout",
 ]

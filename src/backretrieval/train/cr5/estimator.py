@@ -2,6 +2,7 @@
 :mod:`.solver`, on the training layer's one estimator shape (:class:`~..base.Estimator`)."""
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,10 +14,10 @@ from ...core import DataError
 from ...data import Corpus, Dataset
 from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
 from ...encoders.cr5 import Cr5Model
-from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError
+from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, fit_context
+from .settings import DEFAULTS, SolverSettings
 from .solver import solve
 from .splits import _corpora
-
 
 
 class Cr5(Estimator):
@@ -30,9 +31,11 @@ class Cr5(Estimator):
     items carry concepts. Learned attributes: ``languages_``, ``vocabulary_`` and ``idf_`` (per
     language), ``components_`` (per language, ``Phi_l``: rank x |V_l| float32, orthonormal rows
     across languages), ``singular_values_`` (of W), ``eigenvalues_`` (top of M, Eq. 12),
-    ``n_documents_`` (per language), ``n_concepts_``, ``stats_`` and ``fit_seconds_``.
+    ``n_documents_`` (per language), ``n_concepts_``, ``stats_``, ``preprocess_seconds_``,
+    ``fit_seconds_`` and ``model_`` (the :class:`~backretrieval.encoders.cr5.Cr5Model` that
+    ``transform`` and ``save`` use). :meth:`load` restores all of them from a saved directory.
 
-    Hyper-parameters (checked at the start of ``fit``; a bad one raises
+    Hyper-parameters (checked before ``fit`` does anything; a bad one raises
     :class:`~backretrieval.train.base.HyperParameterError` naming it): ``rank`` (r), ``lam``
     (ridge lambda), ``max_vocab`` / ``min_df`` (vocabulary per language), ``min_words`` <=
     ``max_words`` (distinct tokens of a training document), ``min_languages`` (languages a
@@ -82,22 +85,22 @@ class Cr5(Estimator):
 
     def __init__(
         self,
-        rank: int = 300,
-        lam: float = 1.0,
+        rank: int = DEFAULTS.rank,
+        lam: float = DEFAULTS.lam,
         *,
         max_vocab: int | None = 200_000,
         min_df: int = 3,
         min_words: int = 5,
         max_words: int | None = 1000,
         min_languages: int = 2,
-        cg_tol: float = 0.01,
-        cg_maxiter: int = 500,
-        eig_tol: float = 0.1,
-        eig_maxiter: int = 250,
-        woodbury: bool = True,
-        seed: int = 0,
-        n_jobs: int = 1,
-        progress: bool = False,
+        cg_tol: float = DEFAULTS.cg_tol,
+        cg_maxiter: int = DEFAULTS.cg_maxiter,
+        eig_tol: float = DEFAULTS.eig_tol,
+        eig_maxiter: int = DEFAULTS.eig_maxiter,
+        woodbury: bool = DEFAULTS.woodbury,
+        seed: int = DEFAULTS.seed,
+        n_jobs: int = DEFAULTS.n_jobs,
+        progress: bool = DEFAULTS.progress,
     ) -> None:
         self.rank = rank
         self.lam = lam
@@ -156,6 +159,7 @@ class Cr5(Estimator):
             for lang, r in rows.items()
         }
 
+    @fit_context
     def fit(self, corpus: Dataset | Mapping[str, Corpus]) -> "Cr5":
         """Learn vocabularies, IDF and ``Phi`` from concept-labelled documents (see the class doc).
 
@@ -171,7 +175,6 @@ class Cr5(Estimator):
             DataError: fewer than two languages, a corpus without concepts or without a
                 training document left, or ``rank`` not below the number of training concepts.
         """
-        self._check_params()
         t0 = time.perf_counter()
         corpora = _corpora(corpus)
         if len(corpora) < 2:
@@ -198,10 +201,7 @@ class Cr5(Estimator):
             labels.append(np.fromiter((concept_index.setdefault(k, len(concept_index)) for k in cpts), dtype=np.int64, count=len(cpts)))
             ndocs[lang] = int(x.shape[0])
         t_prep = time.perf_counter() - t0
-        sol = solve(
-            blocks,
-            labels,
-            len(concept_index),
+        settings = SolverSettings(
             rank=int(self.rank),
             lam=float(self.lam),
             cg_tol=float(self.cg_tol),
@@ -212,8 +212,8 @@ class Cr5(Estimator):
             seed=int(self.seed),
             n_jobs=int(self.n_jobs),
             progress=bool(self.progress),
-            names=langs,
         )
+        sol = solve(blocks, labels, len(concept_index), settings, names=langs)
         self.languages_ = langs
         self.vocabulary_ = vocab
         self.idf_ = idf
@@ -225,7 +225,7 @@ class Cr5(Estimator):
         self.stats_ = sol.stats.as_dict()
         self.preprocess_seconds_ = round(t_prep, 3)
         self.fit_seconds_ = round(time.perf_counter() - t0, 3)
-        self._model = self._make_model()
+        self.model_ = self._make_model()
         return self
 
     # ------------------------------------------------------------------ use
@@ -241,16 +241,11 @@ class Cr5(Estimator):
                 "solver": self.stats_,
             },
         }
-        meta.update(getattr(self, "extra_meta_", {}))
         return Cr5Model(self.vocabulary_, self.idf_, self.components_, self.singular_values_, meta)
 
     def _fitted(self) -> Cr5Model:
         self._require_fitted()
-        return self._model
-
-    @property
-    def model_(self) -> Cr5Model:
-        return self._fitted()
+        return self.model_
 
     def transform(self, texts: Sequence[str], lang: str) -> np.ndarray:
         """float32 (n, rank) embeddings ``Phi_l x`` (all-zero for a text without a known token).
@@ -287,14 +282,14 @@ class Cr5(Estimator):
         """
         return self._fitted().word_vectors(lang)
 
-    def save(self, path: str | Path, **extra_meta: Any) -> Path:
+    def save(self, path: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
         """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``).
 
         Args:
             path: the model directory (created; ``model.json`` is written last, so a directory
                 with one is complete).
-            extra_meta: JSON-serialisable entries merged into the model's metadata (e.g. the
-                regime and split a run used); they are kept on the fitted model too.
+            info: JSON-ready entries added to the directory's info (e.g. the regime and split
+                a run used); the fitted model itself is not changed.
 
         Returns:
             The directory's path.
@@ -304,8 +299,9 @@ class Cr5(Estimator):
             DataError: a language code that cannot name a file.
         """
         model = self._fitted()
-        if extra_meta:
-            model.meta.update(extra_meta)
+        if info:
+            model = copy.copy(model)
+            model.meta = {**model.meta, **dict(info)}
         return model.save(path)
 
     @classmethod
@@ -326,9 +322,7 @@ class Cr5(Estimator):
             EncoderError: a directory that is not a readable Cr5 model (naming what is wrong).
         """
         model = Cr5Model.load(path)
-        known = cls().get_params()
-        hp = {k: v for k, v in model.meta.get("hyper_parameters", {}).items() if k in known}
-        est = cls(**hp)
+        est = cls._from_saved_params(model.meta.get("hyper_parameters", {}))
         tr = model.meta.get("training", {})
         est.languages_ = list(model.languages)
         est.vocabulary_ = {lang: model.bow[lang].vocabulary for lang in model.languages}
@@ -341,5 +335,5 @@ class Cr5(Estimator):
         est.stats_ = tr.get("solver", {})
         est.fit_seconds_ = tr.get("fit_seconds")
         est.preprocess_seconds_ = tr.get("preprocess_seconds")
-        est._model = model
+        est.model_ = model
         return est

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from ...core import BackretrievalError, DataError
 from . import _cg
+from .settings import DEFAULTS
 from .spectral import SpectralSteps
 
 
@@ -64,11 +65,11 @@ class Cr5Problem(SpectralSteps):
         n_classes: int,
         lam: float,
         *,
-        cg_tol: float = 0.01,
-        cg_maxiter: int = 500,
-        woodbury: bool = True,
-        n_jobs: int = 1,
-        deflation: int = 16,
+        cg_tol: float = DEFAULTS.cg_tol,
+        cg_maxiter: int = DEFAULTS.cg_maxiter,
+        woodbury: bool = DEFAULTS.woodbury,
+        n_jobs: int = DEFAULTS.n_jobs,
+        deflation: int = DEFAULTS.deflation,
         names: Sequence[str] | None = None,
         progress: bool = False,
     ) -> None:

@@ -59,21 +59,23 @@ sizes, training history; written last, it marks a complete model). The inference
 
 Package map: :mod:`.data` (image keys, content-hash splits, :class:`ImageTextData`),
 :mod:`.model` (the network, input standardisation, last-block initialisation), :mod:`.losses`
-(M3L, PATR, in-batch hardest negatives), :mod:`.fit` (the :class:`M3L` estimator, also ``M3LModel``, and its
-training loop), :mod:`.evaluation` (retrieval ranks and Recall@K of saved models). The t-SNE
+(M3L, PATR, in-batch hardest negatives), :mod:`.estimator` (the :class:`M3L` estimator), :mod:`.loop` (its
+training loop and :class:`LoopSettings`), :mod:`.evaluation` (retrieval ranks and Recall@K of saved models). The t-SNE
 figure is :func:`backretrieval.report.projection.projection_figure`.
 """
 from .data import SPLIT_CODE, SPLITS, ImageTextData, assign_splits, check_fracs, collect_images
 from .evaluation import (
     RETRIEVAL_SIMS, VAL_KS, RetrievalResult, evaluate_retrieval, model_label, recall_summary, retrieval_ranks,
 )
-from .fit import DEFAULT_DROPOUT, DEFAULT_WIDTHS, ETA_PAIRS, INITS, LOSSES, M3L, M3LModel
+from .estimator import DEFAULT_DROPOUT, DEFAULT_WIDTHS, ETA_PAIRS, INITS, LOSSES, M3L
+from .loop import LoopData, LoopResult, LoopSettings, train_mapping
 from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
 from .model import build_network, init_last_block, input_standardization
 
 __all__ = [
-    "DEFAULT_DROPOUT", "DEFAULT_WIDTHS", "ETA_PAIRS", "INITS", "LOSSES", "M3L", "M3LModel", "RETRIEVAL_SIMS",
-    "RetrievalResult", "SPLITS", "SPLIT_CODE", "VAL_KS", "ImageTextData", "assign_splits", "build_network",
-    "check_fracs", "collect_images", "evaluate_retrieval", "hardest_negatives", "init_last_block",
+    "DEFAULT_DROPOUT", "DEFAULT_WIDTHS", "ETA_PAIRS", "INITS", "LOSSES", "M3L", "RETRIEVAL_SIMS", "LoopData",
+    "LoopResult", "LoopSettings", "RetrievalResult", "SPLITS", "SPLIT_CODE", "VAL_KS", "ImageTextData", "assign_splits",
+    "build_network", "check_fracs", "collect_images", "evaluate_retrieval", "hardest_negatives", "init_last_block",
     "input_standardization", "m3l_loss", "model_label", "patr_loss", "recall_summary", "retrieval_ranks", "sq_dist",
+    "train_mapping",
 ]

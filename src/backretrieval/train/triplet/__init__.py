@@ -48,17 +48,17 @@ and settings resumes from the last one.
 Package map: :mod:`.data` (:class:`TitleBodyData`, :func:`assert_no_links`,
 :func:`embed_title_body`), :mod:`.losses` (Eq. 1, Eq. 2, negatives), :mod:`.neighbours`
 (:func:`find_neighbours`), :mod:`.tower` (the torch tower and its numpy weights), :mod:`.loop` (the
-training loop and checkpoint), :mod:`.estimator` (:class:`Triplet`, also ``TripletModel``).
+training loop, its :class:`LoopSettings`, and the checkpoint), :mod:`.estimator` (:class:`Triplet`).
 """
 from .data import TitleBodyData, assert_no_links, embed_title_body
-from .estimator import NEGATIVES, Triplet, TripletModel, resume_key
-from .loop import CHECKPOINT_FILE
+from .estimator import NEGATIVES, Triplet, resume_key
+from .loop import CHECKPOINT_FILE, LoopData, LoopSettings, train_tower
 from .losses import cosine_distance, sample_negatives, triplet_loss, xl_loss
 from .neighbours import find_neighbours
-from .tower import _params_of, _tower, build_tower, params_of
+from .tower import build_tower, params_of
 
 __all__ = [
-    "CHECKPOINT_FILE", "NEGATIVES", "TitleBodyData", "Triplet", "TripletModel", "assert_no_links", "build_tower",
-    "cosine_distance", "embed_title_body", "find_neighbours", "params_of", "resume_key", "sample_negatives",
-    "triplet_loss", "xl_loss",
+    "CHECKPOINT_FILE", "NEGATIVES", "LoopData", "LoopSettings", "TitleBodyData", "Triplet", "assert_no_links",
+    "build_tower", "cosine_distance", "embed_title_body", "find_neighbours", "params_of", "resume_key", "sample_negatives",
+    "train_tower", "triplet_loss", "xl_loss",
 ]
