@@ -1,4 +1,4 @@
-"""Public API docstrings: Google style with ``Args:`` and ``Returns:`` sections (issue 16, item 8).
+"""Public API docstrings: Google style with ``Args:`` and ``Returns:`` sections.
 
 Covered: ``backretrieval.metrics`` (the package and every public submodule, plus the names its
 ``__all__`` re-exports from private submodules), every module of ``backretrieval.analysis``

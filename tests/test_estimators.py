@@ -30,7 +30,7 @@ def _synthetic():
 
 
 def _old_key(est, xt, xb, lang_idx, languages):
-    """The resume key as the code before the estimator API computed it (its hyper_params())."""
+    """The resume key from the hyper-parameter dict that stored checkpoints are keyed by (the reference)."""
     keys = ("method", "base", "layers", "final_relu", "lr", "alpha", "batch_size", "epochs", "beta", "k",
             "refresh_every", "val_frac", "patience", "restore_best", "seed")
     hp = {k: getattr(est, k) for k in keys}
@@ -45,7 +45,7 @@ def _old_key(est, xt, xb, lang_idx, languages):
 
 
 @pytest.mark.parametrize("kw, measured", [
-    # measured with the code before this change (/work/main at eeb07d3, TripletModel._run_key)
+    # pinned keys: stored checkpoints must still resume (_old_key recomputes them)
     (dict(method="triplet", layers=(12, 8), batch_size=32, epochs=3, seed=7, threads=1), "059c901eb6a52a8fd585c70c71dbf905"),
     (dict(method="tripletxl", layers=(24,), batch_size=32, epochs=3, seed=7, threads=1, tower="residual", k=3,
           negatives="language"), "2676600c5435b2061a90b3c92c56b96e"),

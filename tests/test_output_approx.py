@@ -1,4 +1,4 @@
-"""``--approx hnsw|ivf`` (issue #15 item 3) on a small real grid: XLR@K and BkR@K from
+"""``--approx hnsw|ivf`` on a small real grid: XLR@K and BkR@K from
 self-calibrating FAISS top-K lists, records that say so and carry the calibration, summaries
 that say what was not computed, and options that are refused up front."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Maximum text length (issue #13): every text encoder cuts a text to its documented maximum before
+"""Maximum text length: every text encoder cuts a text to its documented maximum before
 tokenising, says how many texts it cut, embeds a text and its truncation alike (one cache entry),
 and a 5 MB text costs bounded memory."""
 from __future__ import annotations
