@@ -222,6 +222,8 @@ class Cr5Encoder(BatchedTextEncoder):
         return Cr5Model.load(self.path)
 
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        """The vectors of ``texts`` in ``lang`` (a language the model lacks is a clear error before any
+        work)."""
         model = self._get_model()
         if isinstance(lang, str) and lang.strip():
             model._lang(lang)  # unknown language: a clear error before any work

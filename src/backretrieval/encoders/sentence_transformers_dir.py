@@ -131,11 +131,13 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
 
     @property
     def max_chars(self) -> int | None:  # type: ignore[override]
+        """Characters kept of a text: 16 per token of the model's limit (None: no limit)."""
         limit, _ = self._token_limit()
         return None if limit is None else limit * CHARS_PER_TOKEN
 
     @property
     def max_length(self) -> str:  # type: ignore[override]
+        """The model's maximum text length as shown to users, e.g. ``"256 tokens"``."""
         limit, _ = self._token_limit()
         return "no limit" if limit is None else f"{limit} tokens"
 

@@ -300,6 +300,7 @@ class Cr5(Estimator):
 
     @property
     def model_(self) -> Cr5Model:
+        """The fitted model (an error before :meth:`fit`)."""
         return self._fitted()
 
     def transform(self, texts: Sequence[str], lang: str) -> np.ndarray:

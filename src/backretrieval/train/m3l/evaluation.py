@@ -74,6 +74,8 @@ class RetrievalResult:
     query_ids: dict[str, list[str]]
 
     def to_json(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict: the model's directory, label and settings, the split and
+        similarity, and Recall@K per language."""
         hp = self.model.hyper_parameters
         return {
             "model_dir": self.model_dir,
