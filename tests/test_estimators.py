@@ -1,6 +1,6 @@
 """Triplet and M3L on the one estimator shape (train/base.py): parameters from __init__ stored
 unmodified, clone, named hyper-parameter errors, one not-fitted error, one fit shape, and
-Triplet's checkpoint resume key, which must stay what the code before computed."""
+Triplet's checkpoint resume key, which must stay what stored checkpoints are keyed by."""
 from __future__ import annotations
 
 import json

@@ -105,7 +105,7 @@ def test_e5_cuts_at_512_tokens(e5):
     vecs, notes = encode_warned(e5, [LONG, short, cut])
     assert notes == ["e5-small: 1 of 3 en texts longer than 512 tokens were truncated"]
     np.testing.assert_array_equal(vecs[0], vecs[2])
-    # what fits is embedded as before: one window, untouched
+    # a text that fits is embedded untouched, in one window
     np.testing.assert_array_equal(vecs[1], model.query([short])[0])
 
 

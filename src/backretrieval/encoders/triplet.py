@@ -18,7 +18,7 @@ Model directory: the one format of :mod:`._modeldir`, kind ``"triplet"`` (writte
   ``"residual"`` (``x + f(x)``, ``f`` the dense ReLU layers without a final ReLU, its last
   layer mapping back to the base dimension).
 
-Directories written before the one format (``model.json`` with ``"format": 1``; one without
+Directories in the legacy layout (``model.json`` with ``"format": 1``; one without
 ``"tower"`` is an ``"mlp"`` tower) are read by :mod:`._modeldir_legacy` and give the same vectors.
 
 Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the

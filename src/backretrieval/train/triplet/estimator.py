@@ -69,7 +69,7 @@ from .tower import params_of
 NEGATIVES = ("batch", "language")
 # The parameters in the checkpoint's resume key (``epochs`` is left out so that a run with more
 # epochs resumes; ``negatives`` and ``tower`` join only away from their defaults, so checkpoints
-# written before those options existed still resume). Frozen: changing it orphans checkpoints.
+# without those options resume too). Frozen: changing it orphans checkpoints.
 _RESUME_KEYS = ("method", "base", "layers", "final_relu", "lr", "alpha", "batch_size", "beta", "k",
                 "refresh_every", "val_frac", "patience", "restore_best", "seed")
 
