@@ -224,8 +224,7 @@ def _naive_xlr_at_k(q, d, truth, sim, k_csls, q_pool, ks):
 def _assert_xlr_at_k_exact(got, q, d, truth, sim, k_csls, q_pool, ks):
     """The fast P@k equals the naive one exactly: the naive ranks are computed with and without a
     1e-6 slack (float32 kernels), and no query's rank may change with it (nothing ambiguous), so
-    the two references agree and must equal the fast value -- no query's mismatch is tolerated
-    (issue #16 item 7: one was)."""
+    the two references agree and must equal the fast value -- no query's mismatch is tolerated."""
     loose = _naive_xlr_at_k(q, d, truth, sim, k_csls, q_pool, ks)
     unit = lambda a: a.astype(np.float64) / np.linalg.norm(a.astype(np.float64), axis=1, keepdims=True)  # noqa: E731
     Q, D, QP = unit(q), unit(d), unit(q_pool)

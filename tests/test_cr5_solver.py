@@ -1,4 +1,4 @@
-"""Issue #19 (Cr5 speed) and #20 item 2 (Cr5 progress): the compiled CG kernels against dense
+"""Cr5 solver speed and progress: the compiled CG kernels against dense
 linear algebra, the warm-started Eq. 14 against the cold one, the same bits whatever the BLAS
 thread setting and ``n_jobs``, and what the progress output says.
 """

@@ -1,7 +1,7 @@
 """Cr5, Triplet and M3L on the one estimator shape (train/base.py): parameters from __init__ stored
 unmodified, clone, named hyper-parameter errors checked before any fitting, one not-fitted error,
 fit / transform / save / load with the same vectors after loading, and Triplet's checkpoint
-resume key, which must stay what the code before computed."""
+resume key, which must stay what stored checkpoints are keyed by."""
 from __future__ import annotations
 
 import dataclasses
@@ -49,7 +49,7 @@ def _old_key(est, xt, xb, lang_idx, languages):
 
 
 @pytest.mark.parametrize("kw, measured", [
-    # fixed reference keys: checkpoints written with them must keep resuming
+    # pinned keys: stored checkpoints must still resume (_old_key recomputes them)
     (dict(method="triplet", layers=(12, 8), batch_size=32, epochs=3, seed=7, threads=1), "059c901eb6a52a8fd585c70c71dbf905"),
     (dict(method="tripletxl", layers=(24,), batch_size=32, epochs=3, seed=7, threads=1, tower="residual", k=3,
           negatives="language"), "2676600c5435b2061a90b3c92c56b96e"),

@@ -417,7 +417,7 @@ def test_residual_tower_trains_and_round_trips(tmp_path):
     np.testing.assert_array_equal(enc.embed_vectors(xt, xb), out)
     with torch.no_grad():
         np.testing.assert_allclose(represent(est.tower_(torch.from_numpy(xt)).numpy(), est.tower_(torch.from_numpy(xb)).numpy()), out, atol=1e-5)
-    # a directory written before the option existed (format 1, no "tower" key) loads as the mlp tower
+    # a legacy directory without a "tower" key (format 1) loads as the mlp tower
     from test_modeldir import legacy_triplet
 
     mlp = Triplet("triplet", layers=(8,), epochs=1, batch_size=32, seed=1).fit_vectors(xt, xb, langs)

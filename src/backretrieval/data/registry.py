@@ -54,6 +54,7 @@ GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 def register(info: DatasetInfo) -> DatasetInfo:
+    """Add a dataset loader to the registry under ``info.name`` and return ``info``."""
     _REGISTRY[info.name] = info
     return info
 
@@ -69,6 +70,7 @@ def _load_modules() -> None:
 
 
 def list_datasets() -> list[DatasetInfo]:
+    """Every registered dataset loader, sorted by name (imports the loader modules first)."""
     _load_modules()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 

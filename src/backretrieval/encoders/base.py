@@ -22,6 +22,9 @@ from ..core import EncoderError, first_bad_row
 
 @runtime_checkable
 class TextEncoder(Protocol):
+    """What a text model offers: ``encode(texts, lang)`` -> one row per text, plus its name, version,
+    dimension, languages and whether its vectors may be cached."""
+
     name: str  # the spec it was built from, e.g. "use-m"
     version: str  # changes whenever the vectors would change (package + options)
     dim: int | None  # None until known (e.g. TF-IDF before fit)
@@ -30,16 +33,22 @@ class TextEncoder(Protocol):
     # Optional: ``unit_norm = True`` promises that every row has L2 norm 1 (the encoder ends with
     # core.normalize_rows or an equivalent); absent or False promises nothing.
 
-    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
+        """float32 (n, dim) vectors of ``texts``, all in language ``lang`` (``ids``: the rows' ids, for
+        models that use them)."""
 
 
 @runtime_checkable
 class ImageEncoder(Protocol):
+    """What an image model offers: ``encode_images(paths)`` -> one row per image, plus its name, version and
+    dimension."""
+
     name: str
     version: str
     dim: int | None
 
-    def encode_images(self, paths: Sequence[str]) -> np.ndarray: ...
+    def encode_images(self, paths: Sequence[str]) -> np.ndarray:
+        """float32 (n, dim) features of the image files ``paths``."""
 
 
 # Texts the contract checks encode when a model's example names none: short English texts of
@@ -104,11 +113,13 @@ _IMAGE: dict[str, EncoderInfo] = {}
 
 
 def register_text(info: EncoderInfo) -> EncoderInfo:
+    """Add a text model to the registry under ``info.name`` and return ``info``."""
     _TEXT[info.name] = info
     return info
 
 
 def register_image(info: EncoderInfo) -> EncoderInfo:
+    """Add an image model to the registry under ``info.name`` and return ``info``."""
     _IMAGE[info.name] = info
     return info
 
@@ -132,11 +143,13 @@ def _load() -> None:
 
 
 def list_text_encoders() -> list[EncoderInfo]:
+    """Every registered text model, sorted by name (imports the encoder modules first)."""
     _load()
     return [_TEXT[k] for k in sorted(_TEXT)]
 
 
 def list_image_encoders() -> list[EncoderInfo]:
+    """Every registered image model, sorted by name (imports the encoder modules first)."""
     _load()
     return [_IMAGE[k] for k in sorted(_IMAGE)]
 

@@ -16,7 +16,7 @@ written by :meth:`Cr5Model.save`, ``model.json`` last, so a directory with it is
   ``singular_values`` (of the rank-r coefficient matrix W, descending);
 * ``vocab/<lang>.txt`` -- the vocabulary, one token per line, UTF-8, in column order.
 
-Directories written before the one format (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are read by
+Directories in the legacy layout (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are read by
 :mod:`._modeldir_legacy` and give the same vectors.
 
 As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_CN`` block,
@@ -223,6 +223,8 @@ class Cr5Encoder(BatchedTextEncoder):
         return Cr5Model.load(self.path)
 
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        """The vectors of ``texts`` in ``lang`` (a language the model lacks is a clear error before any
+        work)."""
         model = self._get_model()
         if isinstance(lang, str) and lang.strip():
             model._lang(lang)  # unknown language: a clear error before any work

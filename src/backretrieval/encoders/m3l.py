@@ -6,7 +6,7 @@ train m3l|patr``) through :func:`save_model`, in the one format of :mod:`._model
 model, image model, widths, PATR's ``eta`` / ``eta_quantile`` as typed values, ...; info: input
 and image dimensions, versions, the used ``eta``, split sizes, training history),
 ``weights.npz`` (``W0, b0, W1, b1, W2, b2``, float32; no pickled code) and ``split.json`` (the
-image keys of each split). Directories written before (``config.json``) are read by
+image keys of each split). Directories in the legacy layout (``config.json``) are read by
 :mod:`._modeldir_legacy` and give the same vectors.
 A text is embedded by the frozen base model (through the embedding cache) and mapped by the
 three blocks ``x -> relu(x W^T + b)``, L2-normalised after every block but the last, in plain

@@ -114,13 +114,16 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
     describe = "bicubic-crop/imagenet-norm/white-bg/gap1280"
 
     def weights_path(self) -> str:
+        """Path of the packaged MobileNetV2 ImageNet weights file."""
         return weights_path()
 
     def weights_id(self) -> str:
+        """The weights' part of ``version``: torchvision's file tag and the file's digest."""
         # torchvision's file name carries the first 8 hex digits of its SHA-256
         return f"tv-b0353104/w{self.weights_digest[:12]}"
 
     def build_torch(self) -> Any:
+        """The PyTorch MobileNetV2 with the packaged weights loaded strictly."""
         import torch
 
         model = build_mobilenet_v2()
@@ -132,6 +135,7 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
         return model
 
     def feature_module(self, model: Any) -> Any:
+        """A module that maps an image batch to the spatial mean of the last feature block (1280-d)."""
         from torch import nn
 
         class Features(nn.Module):  # global average pool of features.18

@@ -94,6 +94,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
 
     @property
     def fitted(self) -> bool:
+        """Whether :meth:`fit` has built the vocabulary (the dimension is known)."""
         return self.dim is not None
 
     def _load_model(self) -> Any:

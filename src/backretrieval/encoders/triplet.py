@@ -18,13 +18,13 @@ Model directory: the one format of :mod:`._modeldir`, kind ``"triplet"`` (writte
   ``"residual"`` (``x + f(x)``, ``f`` the dense ReLU layers without a final ReLU, its last
   layer mapping back to the base dimension).
 
-Directories written before the one format (``model.json`` with ``"format": 1``; one without
+Directories in the legacy layout (``model.json`` with ``"format": 1``; one without
 ``"tower"`` is an ``"mlp"`` tower) are read by :mod:`._modeldir_legacy` and give the same vectors.
 
 Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the
 identity: the untrained model's representation is exactly the base encoder's title and body
 vectors (normalised and concatenated), so training starts from the base's own cross-lingual
-geometry and can only move away from it as far as the losses ask (issue 18, item 3).
+geometry and can only move away from it as far as the losses ask.
 
 Representation. Each half is L2-normalised before the concatenation, so the cosine of two
 items is the mean of their title-title and body-body cosines (each half counts equally; the

@@ -37,6 +37,7 @@ class SolverStats:
     eig_method: str = ""
 
     def as_dict(self) -> dict[str, Any]:
+        """The statistics as a plain dict."""
         return dataclasses.asdict(self)
 
 
@@ -299,6 +300,7 @@ class Cr5Problem(SpectralSteps):
         return [x.T + np.multiply.outer(wi, coef) for x, wi in zip(Xts, w)]
 
     def close(self) -> None:
+        """Shut down the thread pool of the per-language solves, if one was started."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

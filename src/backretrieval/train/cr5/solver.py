@@ -11,10 +11,10 @@ import scipy.sparse as sp
 
 # Imported here, before solve() holds BLAS to one thread: threadpoolctl limits only the libraries
 # loaded when the limit is set, and these imports load scipy's own BLAS/LAPACK (eigsh, and
-# eigh_tridiagonal of the Lanczos step). Loaded lazily inside the limit, as before issue #16, a
-# process's first fit ran scipy's BLAS multi-threaded, and its bits depended on the thread count
-# (measured: Multi30K en/de/fr/cs, rank 300: Phi differed in the last float32 bits with 1 and 2
-# BLAS threads; tests/test_cr5.py checks that nothing is loaded later).
+# eigh_tridiagonal of the Lanczos step). Loaded lazily inside the limit, a process's first fit
+# would run scipy's BLAS multi-threaded and its bits would depend on the thread count (Phi differs
+# in the last float32 bits with 1 and 2 BLAS threads); tests/test_cr5.py checks that nothing is
+# loaded later.
 import scipy.sparse.linalg  # noqa: F401
 
 from . import _lanczos  # noqa: F401
