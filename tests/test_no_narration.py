@@ -35,7 +35,7 @@ def _files() -> list[Path]:
             out.append(path)
             continue
         for p in sorted(path.rglob("*")):
-            if p.is_file() and p.suffix.lower() not in BINARY and "__pycache__" not in p.parts:
+            if p.is_file() and p.suffix.lower() not in BINARY and not any(part == "__pycache__" or part.endswith(".egg-info") for part in p.parts):
                 out.append(p)
     return out
 
