@@ -14,7 +14,12 @@ texts), the image model's version and the fingerprints of exactly the rows the s
 whose key is unchanged, so an interrupted run resumes, and recomputes those whose inputs
 changed; ``OUT/.partial/manifest/inputs.json`` keeps the inputs of the last run, so the log says which
 input changed ("data for de changed since the records in OUT were computed: recomputing 12
-records"). A damaged record file is recomputed with a warning naming it.
+records"). A damaged record file is recomputed with a warning naming it. The key also holds the
+versions the record is computed under (the metrics version, the libraries that compute the
+model's and the image model's vectors, with approximate search FAISS and its settings; see
+:mod:`.records`): a record of other versions is recomputed and the log names the change
+("metrics version 3 -> 4 since the records in OUT were computed: recomputing 12 records"), or
+reused with a warning when ``EvalConfig.reuse_stale`` asks for it.
 
 Models are spec strings or Python objects under the user's name (``models={"ours": obj,
 "use-m": "use-m"}``, see :mod:`backretrieval.analysis.models`); every record carries ``model`` (the name) and
@@ -43,12 +48,13 @@ from .features import NEEDS, check_image_model
 from .grid import evaluate
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
-    APPROX_METHODS, APPROX_NOT_COMPUTED, XLR_KS, Run, SampleTask, TaskResult, approx_ks, check_approx, run_sample_task,
+    APPROX_CHECK_SAMPLE, APPROX_METHODS, APPROX_NOT_COMPUTED, XLR_KS, Run, SampleTask, TaskResult, approx_ks,
+    approx_versions, check_approx, run_sample_task,
 )
 
 __all__ = [
-    "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult",
-    "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult", "approx_ks", "check_approx", "check_image_model",
+    "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult",
+    "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult", "approx_ks", "approx_versions", "check_approx", "check_image_model",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",
 ]

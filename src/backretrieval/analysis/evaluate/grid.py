@@ -203,7 +203,9 @@ def _say_stale(stale: dict[str, int], n_reused: int, out_dir: str | Path | None,
     for change, count in stale.items():
         records = f"{count} record{'s' * (count != 1)}"
         if change == NOT_RECORDED:
-            log(f"{records} in {out_dir} were stored without the versions they were computed under: recomputing them")
+            was, it = ("was", "it") if count == 1 else ("were", "they")
+            log(f"{records} in {out_dir} {was} stored without the versions {it} {was} computed under: "
+                f"recomputing {'it' if count == 1 else 'them'}")
         else:
             log(f"{change} since the records in {out_dir} were computed: recomputing {records}")
 

@@ -197,6 +197,7 @@ class RecordStore:
         self.partial = Path(out_dir) / ".partial" if out_dir is not None else None
         self.inputs, self.log = inputs, log
         self.manifest = _read_manifest(self.partial, log) if self.partial is not None else {}
+        self._damaged: set[Path] = set()  # record files found damaged (named once)
 
     def _path(self, slot: RecordSlot) -> Path:
         assert self.partial is not None
@@ -219,16 +220,20 @@ class RecordStore:
         if not path.exists():
             return None
         try:
-            rec, ranks, _ = _load_record(path)
+            rec, ranks, versions = _load_record(path)
         except _DamagedRecord as e:
+            self._damaged.add(path)
             self.log(f"damaged record file {e}: recomputing the record")
+            return None
+        if versions != self.inputs.versions(slot):  # not what its key says: stale (see stale())
             return None
         return rec, ranks
 
     def stale(self, slot: RecordSlot) -> tuple[dict[str, Any], dict[str, np.ndarray], list[str]] | None:
         """A stored record of ``slot`` from these same inputs but computed under other versions
         (or stored without versions): the one the manifest names for the slot, else the one at
-        :meth:`_Inputs.unversioned_key`. Call it when :meth:`load` found nothing.
+        :meth:`_Inputs.unversioned_key`, else one at the current key whose stored versions are
+        not the current ones. Call it when :meth:`load` found nothing.
 
         Args:
             slot: (model, image model, src, tgt, seed).
@@ -244,15 +249,15 @@ class RecordStore:
         old = self.manifest.get(self.inputs.slot_id(slot))
         if isinstance(old, dict) and isinstance(old.get("record"), str) and old.get("inputs") == self.inputs.parts(slot):
             keys.append(old["record"])
-        keys.append(self.inputs.unversioned_key(slot))
-        current = self.inputs.key(slot)
-        for key in dict.fromkeys(k for k in keys if k != current and "/" not in k and "\\" not in k):
+        keys += [self.inputs.unversioned_key(slot), self.inputs.key(slot)]
+        for key in dict.fromkeys(k for k in keys if "/" not in k and "\\" not in k):
             path = self.partial / f"{key}.json"
-            if not path.exists():
+            if path in self._damaged or not path.exists():
                 continue
             try:
                 rec, ranks, versions = _load_record(path)
             except _DamagedRecord as e:
+                self._damaged.add(path)
                 self.log(f"damaged record file {e}: recomputing the record")
                 continue
             changes = _version_labels(versions, self.inputs.versions(slot), slot)
