@@ -15,9 +15,10 @@ model is only built when it is needed (torch backend, first export, or ``.model`
 Determinism: with ONNX Runtime (CPU) an image's features are bit-identical whatever the batch
 it is in, its position there and the number of threads (every CNN;
 tests/test_image_encoders.py). With torch they agree within ~1e-5 but not to the bit: eager
-torch picks its convolution kernels by batch shape and thread count. The ``version`` names
-the backend, its version and the device, so vectors of different backends never share a
-cache entry.
+torch picks its convolution kernels by batch shape and thread count (differences in BENCHMARKS.md), so the torch backend
+runs with ``threads`` torch threads on the CPU and its ``versions`` name that count. The ``version``
+names the backend, its version and the device, so vectors of different backends never share a
+cache entry; ``versions`` names the installed Pillow, numpy and backend library.
 """
 from __future__ import annotations
 
@@ -105,6 +106,19 @@ class CNNFeatureEncoder(BatchedImageEncoder):
     def weights_path(self) -> str:
         raise NotImplementedError
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """What can change the features besides ``version``: the installed Pillow and numpy
+        (decoding, resizing, normalisation) and the backend's library; with torch also the
+        thread count its convolutions run with (:attr:`threads`, set for each batch on the CPU).
+        The embedding cache and the stored records are keyed by them."""
+        from ..core import env
+
+        out = env.versions_of(("pillow", "numpy", self.backend))
+        if self.backend == "torch" and self.device == "cpu":
+            out["torch threads"] = str(self.threads)
+        return out
+
     def weights_id(self) -> str:
         """The weights part of the version: the weights file's digest (12 hex digits)."""
         return f"w{self.weights_digest[:12]}"
@@ -174,10 +188,17 @@ class CNNFeatureEncoder(BatchedImageEncoder):
         import torch
 
         feats = self._torch_features()
-        with torch.inference_mode():
-            t = torch.from_numpy(x)
-            t = t.to("cuda") if self.device == "cuda" else t
-            return feats(t.contiguous(memory_format=torch.channels_last)).float().cpu().numpy()
+        before = torch.get_num_threads()
+        if self.device == "cpu":  # torch picks its kernels by thread count: run with the keyed one
+            torch.set_num_threads(self.threads)
+        try:
+            with torch.inference_mode():
+                t = torch.from_numpy(x)
+                t = t.to("cuda") if self.device == "cuda" else t
+                return feats(t.contiguous(memory_format=torch.channels_last)).float().cpu().numpy()
+        finally:
+            if self.device == "cpu":
+                torch.set_num_threads(before)
 
     # -- BatchedImageEncoder hooks: decode the next batch while the model runs this one
     def _batches(self, chunks: Sequence[list[Any]]) -> Iterator[np.ndarray]:

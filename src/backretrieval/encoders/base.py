@@ -27,6 +27,7 @@ class TextEncoder(Protocol):
 
     name: str  # the spec it was built from, e.g. "use-m"
     version: str  # changes whenever the vectors would change (package + options)
+    # optional: versions: {library or setting: version} that can change the vectors (see encoder_versions)
     dim: int | None  # None until known (e.g. TF-IDF before fit)
     languages: frozenset[str] | None  # languages the model was trained on; None: any
     cacheable: bool  # False when vectors depend on more than (text, lang)
@@ -231,10 +232,23 @@ def check_embeddings(x: np.ndarray, n: int, what: str, ids: Sequence[str] | None
 
 
 def package_version(dist: str) -> str:
-    """Installed version of a distribution, for cache keys."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Installed version of a distribution, for cache keys (``"unknown"`` when not installed)."""
+    from ..core import env
 
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
+    return env.version_of(dist) or "unknown"
+
+
+def encoder_versions(enc: Any) -> dict[str, str]:
+    """The versions that can change ``enc``'s vectors besides its files and options (which its
+    ``version`` names): its ``versions`` mapping -- libraries that compute the vectors
+    (``"numpy": "2.1.3"``) and settings such as ``"torch threads"`` -- as strings; empty for an
+    encoder without one. They key the embedding cache and the stored records beside ``version``.
+
+    Args:
+        enc: any text or image encoder (a cache or variant wrapper gives its base model's).
+
+    Returns:
+        ``{name: version}``.
+    """
+    v = getattr(enc, "versions", None)
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, Mapping) else {}

@@ -45,6 +45,13 @@ class ColorHistEncoder(BatchedImageEncoder):
         self.version = f"color-hist/rgb8x8x8/hellinger-l2/native-res/white-bg/pillow{package_version('pillow')}"
         super().__init__(batch_size=batch_size, progress=progress)
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """The installed Pillow (decoding) and numpy (the histogram): keys of the cache and records."""
+        from ..core import env
+
+        return env.versions_of(("pillow", "numpy"))
+
     def _encode_batch(self, batch: list[str | os.PathLike[str]]) -> np.ndarray:
         return np.stack([color_histogram(p) for p in batch])
 

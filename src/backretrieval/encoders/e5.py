@@ -96,6 +96,7 @@ class E5SmallEncoder(BatchedTextEncoder):
     unit_norm = True
     default_batch_size = 64
     max_chars = MAX_TOKENS * CHARS_PER_TOKEN
+    cut_per_token = True
     max_length = f"{MAX_TOKENS} tokens"
 
     def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:

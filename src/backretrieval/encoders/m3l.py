@@ -148,6 +148,14 @@ class M3LTextEncoder:
         """``<loss>-<hash of the header (model.json, or an older config.json) and weights.npz>+<base model version>``."""
         return f"{self.model.hyper_parameters['loss']}-{self._files_version}+{self.base.version}"
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """The base model's versions (libraries and settings) and numpy's (the mapping's products)."""
+        from ..core import env
+        from .base import encoder_versions
+
+        return {**encoder_versions(self.base), **env.versions_of(("numpy",))}
+
     def map(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
         """float32 (n, image_dim): the texts mapped into the image space (all-zero rows allowed)."""
         texts = as_texts(texts, ids, f"{self.name}/{lang}")

@@ -19,12 +19,15 @@ Device and threads. Option ``device`` (``auto``/``cpu``/``cuda``, default ``auto
 ``$BACKRETRIEVAL_DEVICE``; see :mod:`._onnx`) puts the model on a CUDA GPU where torch has one.
 On the CPU, ``encode`` runs the length-sorted batches in ``threads`` Python threads (default:
 the cores this process may use), one engine per core, with torch's intra-op threads set to 1
-for the duration of the call (restored after): profiled on emoji-cldr names, ~85% of the time
+for the duration of the call (restored after; one thread also when the batches run one after
+another, so the vectors never depend on torch's thread count): profiled on emoji-cldr names, ~85% of the time
 is in the linear layers, whose small matrices (a batch of 64 short texts) gain little from
 torch's threads, while one single-threaded engine per core keeps every core busy (timings in
 BENCHMARKS.md). Tokenisation is serialised by a lock (a Hugging Face fast tokenizer
 must not be called from two threads at once). Each text is computed by one engine alone, so the
-threads do not change its vector; the ``version`` names torch's version and the device.
+threads do not change its vector; the ``version`` names torch's version and the device, and
+``versions`` (the cache and record keys) the installed sentence-transformers, transformers,
+tokenizers and torch, ``chars per token`` and ``torch threads``.
 
 Options: ``batch_size`` (64), ``progress``, ``normalize``, ``device``, ``threads``.
 :mod:`.minilm` reuses :class:`SentenceTransformerEncoder`.
@@ -78,6 +81,9 @@ def offline_hub() -> None:
 
 class SentenceTransformerEncoder(BatchedTextEncoder):
     """A sentence-transformers model directory, on CPU, L2-normalised by default."""
+
+    libraries = ("sentence-transformers", "transformers", "tokenizers", "torch")
+    cut_per_token = True
 
     def __init__(
         self,
@@ -212,6 +218,10 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
     def _workers(self) -> int:
         return self.threads if self.device == "cpu" else 1
 
+    def _settings(self) -> dict[str, str]:
+        # on the CPU every batch runs with one torch thread (engines, or one batch after another)
+        return {"torch threads": "1"} if self.device == "cpu" else {}
+
     @contextlib.contextmanager
     def _parallel(self):
         import torch
@@ -226,7 +236,10 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         import torch
 
-        with torch.inference_mode():
+        # one torch thread on the CPU also when batches run one after another (engines set it
+        # already): the thread count can change the bits, and the keys say "torch threads: 1"
+        one = self.device == "cpu" and torch.get_num_threads() != 1
+        with self._parallel() if one else contextlib.nullcontext(), torch.inference_mode():
             return model.encode(
                 texts,
                 batch_size=max(1, len(texts)),

@@ -238,6 +238,14 @@ class TripletEncoder:
         """Content hash of the model files, plus the base encoder's version (its vectors feed the head)."""
         return f"{self._head_version}+{self._base_raw.version}"
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """The base encoder's versions (libraries and settings) and numpy's (the head's products)."""
+        from ..core import env
+        from .base import encoder_versions
+
+        return {**encoder_versions(self._base_raw), **env.versions_of(("numpy",))}
+
     def base(self) -> Any:
         """The frozen base encoder, behind the embedding cache."""
         if self._base is None:

