@@ -38,6 +38,8 @@ class EvalConfig:
             self-calibrating FAISS top-K lists (:func:`~backretrieval.analysis.evaluate.tasks.check_approx`).
         approx_target: with ``approx``, the top-1 agreement (and top-K recall) with exact search
             the calibration must reach, in (0, 1].
+        approx_cost_check: with ``approx``, search exactly where the cost model says exact
+            search is cheaper (:mod:`backretrieval.metrics.approx`); False: approximately anyway.
     """
 
     dataset: str
@@ -54,6 +56,7 @@ class EvalConfig:
     corr_boot: int = 0  # bootstrap resamples of CORR per record (over source queries); 0 = none
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from self-calibrated FAISS top-K lists
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
+    approx_cost_check: bool = True  # with approx: exact search where the cost model says it is cheaper
 
     @property
     def image_models(self) -> list[str]:
@@ -65,7 +68,8 @@ class EvalConfig:
         pairs, seeds and image models are part of each record's own key).
 
         ``approx`` and ``approx_target`` enter the key only when ``approx`` is set, so exact runs
-        keep the keys they had before approximate search existed.
+        keep the keys they had before approximate search existed; ``approx_cost_check`` only
+        when it is False.
 
         Returns:
             8 hex characters: a content hash of the remaining fields as sorted JSON (values
@@ -77,6 +81,8 @@ class EvalConfig:
         if d["approx"] is None:  # exact runs keep the keys they had before --approx existed
             d.pop("approx")
             d.pop("approx_target")
+        if self.approx is None or self.approx_cost_check:  # the default keeps the keys it had before the option
+            d.pop("approx_cost_check")
         return content_hash(json.dumps(d, sort_keys=True, default=str), 8)
 
 

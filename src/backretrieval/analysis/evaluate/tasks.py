@@ -41,6 +41,7 @@ class SampleTask:
         corr_boot: bootstrap resamples of CORR (0: none); all models share the resampling weights.
         approx: None, ``"hnsw"`` or ``"ivf"`` (see ``EvalConfig.approx``).
         approx_target: the calibration target with ``approx``.
+        approx_cost_check: with ``approx``, exact search where the cost model says it is cheaper.
     """
 
     src: str
@@ -57,6 +58,7 @@ class SampleTask:
     corr_boot: int = 0
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from calibrated FAISS top-K lists
     approx_target: float = 0.99
+    approx_cost_check: bool = True
 
 
 Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
@@ -213,12 +215,13 @@ def _approx_runs(task: SampleTask) -> TaskResult:
 
     ks = approx_ks(task.n, task.k)
     common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
-              "options": FaissOptions(seed=task.seed, threads=1), "found_at": True}
+              "options": FaissOptions(seed=task.seed, threads=1), "found_at": True, "cost_check": task.approx_cost_check}
     image_sides = {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr else {}
     out: list[Run] = []
     for model in task.models:
         t0 = time.perf_counter()
-        shared: dict[str, Any] = {"approx": task.approx, "approx_target": task.approx_target}
+        shared: dict[str, Any] = {"approx": task.approx, "approx_target": task.approx_target,
+                                  "approx_cost_check": task.approx_cost_check}
         shared_ranks: dict[str, np.ndarray] = {}
         flags = []
         if task.xlr is not None:
