@@ -32,7 +32,7 @@ def encode_warned(enc, texts, lang="en"):
 # ----------------------------------------------------------------------------- 5 MB through the real models
 SCRIPT = textwrap.dedent(
     """
-    import json, resource, sys, warnings
+    import json, re, resource, sys, warnings
     import numpy as np
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a regression fails here, not the machine
     from backretrieval.encoders.base import get_text_encoder
@@ -42,14 +42,24 @@ SCRIPT = textwrap.dedent(
     enc.encode(["warm-up: load the model"], "de")
     text = ("Eine sehr lange Beschreibung des Pakets mit vielen Wörtern und Sätzen. " * 80_000)[:5_000_000]
     (cut,), n_cut = enc.truncate([text])
-    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def peak():  # the peak resident size since the last reset (Linux: VmHWM, reset by clear_refs 5)
+        return int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1))
+
+    def reset_peak():
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+    reset_peak()
     before = peak()
     alone = enc.encode([cut, "kurzer Text"], "de")[0]  # what the cut text itself costs
     mid = peak()
+    reset_peak()
+    start = peak()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         vecs = enc.encode([text, "kurzer Text"], "de")
-    grown = peak() - mid  # what the 5 MB beyond the cut cost
+    grown = max(0, peak() - max(start, mid))  # what the 5 MB beyond the cut cost
     tokens = enc._get_model().token_count(cut, True) if sys.argv[1] == "e5-small" else None
     print(json.dumps({
         "grown_kib": grown, "cut_kib": mid - before, "same": bool(np.array_equal(vecs[0], alone)), "n_cut": n_cut, "len_cut": len(cut),
