@@ -241,7 +241,8 @@ class Calibration:
     """What :func:`calibrate` chose, measured and counted.
 
     ``route``: ``"approximate"`` (the index at the chosen effort) or ``"exact"`` (the caller must
-    search exactly); ``reason``: why, in words. ``fallback``: ``route == "exact"``.
+    search exactly, or the index is flat); ``reason``: why, in words. ``fallback``: the caller
+    must search exactly.
     ``agreement`` / ``recall``: measured on the *held-out* sample (``heldout`` queries, disjoint
     from the tuning sample and never used to choose the effort): the share of queries whose
     approximate first neighbour is an exact first neighbour (a tie for first place counts), and
@@ -250,7 +251,7 @@ class Calibration:
     three are 1 (the search that runs is exact). ``tuning_agreement`` / ``tuning_recall``: the
     same on the ``sample`` tuning queries at the last effort tried (the statistic the stopping
     rule used; None when nothing was tried). ``param`` / ``value``: the effort parameter and its
-    last value tried. ``tried``: each (value, tuning agreement, tuning recall). ``cost_exact``:
+    last value tried (its starting value when the cost check stopped before any). ``tried``: each (value, tuning agreement, tuning recall). ``cost_exact``:
     distance computations of exact search of ``n_queries`` queries; ``cost``: those of the route
     taken, calibration included (:func:`checked_cost`'s model). ``seconds``: the calibration's
     wall time."""
@@ -275,7 +276,8 @@ class Calibration:
 
     @property
     def fallback(self) -> bool:
-        return self.route == "exact"
+        """The caller must search exactly instead (never for flat search, which is exact)."""
+        return self.route == "exact" and self.method != "flat"
 
     def as_dict(self, prefix: str = "") -> dict[str, Any]:
         return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
@@ -399,6 +401,7 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
             break
         value = min(top, 2 * value)
     tuning = (tried[-1][1], tried[-1][2]) if tried else (None, None)
+    value = tried[-1][0] if tried else value  # the last effort tried (the cost check may stop before the next)
     if reason:
         return Calibration(method, target, tune_rows.size, held_rows.size, 1.0, 1.0, 1.0, *tuning, param, value,
                            "exact", reason, exact, spent + exact, tried, time.perf_counter() - t0)
