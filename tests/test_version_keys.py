@@ -242,7 +242,7 @@ def test_faiss_version_and_settings_key_approximate_records_only(tmp_path, emoji
     v = approx_versions()
     assert v["faiss-cpu"] == metadata.version("faiss-cpu")
     assert "ef_search=128" in v["approx index"] and "threads=1" in v["approx index"]
-    assert v["approx check"] == "sample=1000,seed=sample"
+    assert v["approx check"] == "tuning sample=1000,held-out sample=1000,seed=sample,cost model=counted distances"
     data = write_items(tmp_path / "data", emoji)
     exact, approx = cfg_for(data), cfg_for(data, approx="hnsw")
     run(exact, tmp_path / "exact")
