@@ -64,11 +64,11 @@ image = spec in %(images)r
 items = (ds[lang].image_paths if image else ds[lang].texts)[:n]
 t0 = time.perf_counter()
 if variant == "raw":
-    from backretrieval.encoders._text import default_threads
+    from backretrieval.encoders.text_batching import default_threads
     if image:
         import torch
         from backretrieval.encoders.base import get_image_encoder
-        opts = {"backend": "torch"} if "backend" in open(os.path.join(src, "backretrieval/encoders/_cnn.py")).read() else {}
+        opts = {"backend": "torch"} if "backend" in open(os.path.join(src, "backretrieval/encoders/image/cnn.py")).read() else {}
         enc = get_image_encoder(spec, **opts)
         model = enc.model
         feats = (lambda x: model.extract_features(x).mean(dim=(2, 3))) if spec.startswith("efficientnet") else model.pooled_features

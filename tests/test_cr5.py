@@ -12,8 +12,8 @@ import scipy.sparse as sp
 
 from backretrieval.core import BackretrievalError, DataError, EncoderError
 from backretrieval.data import Corpus, load_dataset
-from backretrieval.encoders._bow import TfidfBow, fit_tfidf, tokenize
-from backretrieval.encoders.cr5 import BIAS, Cr5Model
+from backretrieval.encoders.trained.bow import TfidfBow, fit_tfidf, tokenize
+from backretrieval.encoders.trained.cr5 import BIAS, Cr5Model
 from backretrieval.train.base import HyperParameterError, NotFittedError
 from backretrieval.train.cr5 import (
     Cr5,

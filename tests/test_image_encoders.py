@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from backretrieval.core import DataError, EncoderError
-from backretrieval.encoders import _onnx
-from backretrieval.encoders._images import load_rgb
+from backretrieval.encoders import runtime
+from backretrieval.encoders.image.batching import load_rgb
 from backretrieval.encoders.base import get_image_encoder, list_image_encoders
 from backretrieval.encoders.cache import CachedImageEncoder
 
@@ -216,7 +216,7 @@ def test_unknown_option_is_rejected():
 def test_batched_image_encoder_equals_one_image_at_a_time(emoji):
     """The shared batching loop: any batch size gives, bit for bit, the features of a naive loop
     over single images (CNNs: test_deterministic_and_batch_size_independent)."""
-    from backretrieval.encoders.color_hist import color_histogram
+    from backretrieval.encoders.image.color_hist import color_histogram
 
     paths = sorted(emoji.values())[:11]
     enc = get_image_encoder("color-hist")
@@ -284,7 +284,7 @@ def test_color_hist_all_white_is_one_hot(tmp_path):
 
 
 def test_precomputed_rows(tmp_path):
-    from backretrieval.encoders.precomputed_image import load_feature_rows
+    from backretrieval.encoders.image.precomputed_image import load_feature_rows
 
     feats = np.arange(1, 21, dtype=np.float64).reshape(5, 4)
     npy = tmp_path / "feats.npy"
@@ -306,7 +306,7 @@ def test_precomputed_rows(tmp_path):
 
 
 def test_precomputed_zero_row_rejected(tmp_path):
-    from backretrieval.encoders.precomputed_image import load_feature_rows
+    from backretrieval.encoders.image.precomputed_image import load_feature_rows
 
     npy = tmp_path / "z.npy"
     np.save(npy, np.array([[1.0, 2.0], [0.0, 0.0]], dtype=np.float32))
@@ -369,8 +369,8 @@ def test_onnx_export_is_cached_and_a_damaged_file_exported_again(emoji, tmp_path
     first = get_image_encoder("mobilenet-v2", backend="onnxruntime")
     x = first.encode_images(paths)
     (graph,) = (tmp_path / "onnx").glob("*.onnx")
-    assert first.weights_digest[:16] in graph.name and f"opset{_onnx.OPSET}" in graph.name
-    assert f"ort{_onnx.ort_version()}" in graph.name
+    assert first.weights_digest[:16] in graph.name and f"opset{runtime.OPSET}" in graph.name
+    assert f"ort{runtime.ort_version()}" in graph.name
     second = get_image_encoder("mobilenet-v2", backend="onnxruntime")
     np.testing.assert_array_equal(second.encode_images(paths), x)
     assert second._torch is None  # read from the cache: no torch model built, nothing exported
@@ -397,7 +397,7 @@ def test_concurrent_first_runs_export_once(tmp_path, monkeypatch):
 
     def first_run():
         try:
-            paths.append(_onnx.cached_export("toy", "0123456789abcdef" * 2, build, example))
+            paths.append(runtime.cached_export("toy", "0123456789abcdef" * 2, build, example))
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
@@ -412,8 +412,8 @@ def test_concurrent_first_runs_export_once(tmp_path, monkeypatch):
 
 def test_without_onnxruntime_torch_runs_after_one_warning(monkeypatch, emoji):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
-    monkeypatch.setattr(_onnx, "_warned", set())
-    with pytest.warns(_onnx.BackendWarning, match="onnxruntime not installed.*pip install onnxruntime"):
+    monkeypatch.setattr(runtime, "_warned", set())
+    with pytest.warns(runtime.BackendWarning, match="onnxruntime not installed.*pip install onnxruntime"):
         enc = get_image_encoder("efficientnet-lite0")
     assert enc.backend == "torch" and "/pt" in enc.version
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""The one model-directory format (encoders/_modeldir.py): round trips, errors, and the readers of
+"""The one model-directory format (encoders/trained/modeldir.py): round trips, errors, and the readers of
 the directories written before it (Cr5's cr5.json, Triplet's model.json format 1, M3L's
 config.json), which must give exactly the vectors they gave before.
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from backretrieval.core import EncoderError, content_hash
-from backretrieval.encoders._modeldir import FORMAT, ModelDirError, read_model_dir, write_model_dir
+from backretrieval.encoders.trained.modeldir import FORMAT, ModelDirError, read_model_dir, write_model_dir
 from backretrieval.encoders.base import get_text_encoder
 
 
@@ -65,7 +65,7 @@ def legacy_m3l(d: Path, layers, *, loss="patr", eta_rule=None, eta_quantile=0.5,
 
 def legacy_cr5(d: Path, vocab, idf, phi, meta) -> Path:
     """Cr5Model.save before the one format: vocab/<lang>.txt, cr5.npz, cr5.json last."""
-    from backretrieval.encoders._bow import TOKENIZER_VERSION
+    from backretrieval.encoders.trained.bow import TOKENIZER_VERSION
 
     for lang in phi:
         (d / "vocab").mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,7 @@ def test_errors_name_the_directory_and_file(tmp_path):
 
 def test_rewriting_removes_the_header_first(tmp_path, monkeypatch):
     """An interrupted re-save leaves an incomplete directory, never the old header over new weights."""
-    import backretrieval.encoders._modeldir as mdmod
+    import backretrieval.encoders.trained.modeldir as mdmod
 
     d = write_model_dir(tmp_path / "m", "triplet", hyper_parameters={"a": 1}, info={}, arrays={"w": np.zeros(2)})
 
@@ -188,7 +188,7 @@ def _naive_head(params, x, final_relu=True):
 
 @pytest.mark.parametrize("tower_key", [True, False])
 def test_old_triplet_directory_loads_with_identical_vectors(tmp_path, tower_key):
-    from backretrieval.encoders.triplet import TripletEncoder, save_model
+    from backretrieval.encoders.trained.triplet import TripletEncoder, save_model
 
     rng = np.random.default_rng(0)
     params = _triplet_params(rng)
@@ -227,7 +227,7 @@ def _m3l_layers(rng, dims=(512, 6, 5, 4)):
 
 
 def test_old_m3l_directory_loads_with_identical_vectors(tmp_path):
-    from backretrieval.encoders.m3l import M3LTextEncoder, forward, save_model
+    from backretrieval.encoders.trained.m3l import M3LTextEncoder, forward, save_model
 
     rng = np.random.default_rng(1)
     layers = _m3l_layers(rng)
@@ -289,7 +289,7 @@ def test_image_retrieval_groups_new_and_old_directories_alike(tmp_path):
     """A model saved now and the same model saved by the code before the format form one
     configuration; other settings make their own rows, named by what differs."""
     from backretrieval.analysis.image_retrieval import group_key, group_labels
-    from backretrieval.encoders.m3l import save_model
+    from backretrieval.encoders.trained.m3l import save_model
 
     layers = _m3l_layers(np.random.default_rng(3))
     old = read_model_dir(legacy_m3l(tmp_path / "old", layers, eta_quantile=0.5))
@@ -313,8 +313,8 @@ def test_image_retrieval_groups_new_and_old_directories_alike(tmp_path):
 
 # ----------------------------------------------------------------------------- Cr5: old and new directories
 def test_old_cr5_directory_loads_with_identical_vectors(tmp_path):
-    from backretrieval.encoders._bow import fit_tfidf
-    from backretrieval.encoders.cr5 import Cr5Model
+    from backretrieval.encoders.trained.bow import fit_tfidf
+    from backretrieval.encoders.trained.cr5 import Cr5Model
 
     rng = np.random.default_rng(4)
     texts = {"en": ["a red apple", "the red car", "an apple tree", "car and tree"],

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from backretrieval.core import EncoderError
-from backretrieval.encoders.python_model import PythonTextModel
+from backretrieval.encoders.text.python_model import PythonTextModel
 
 
 def _hash_model(texts):

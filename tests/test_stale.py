@@ -19,7 +19,7 @@ from backretrieval.core.fingerprint import clear_memo, dir_digest
 from backretrieval.data import load_dataset, non_matching
 from backretrieval.encoders.base import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
-from backretrieval.encoders.cr5 import Cr5Model
+from backretrieval.encoders.trained.cr5 import Cr5Model
 
 TIMING = {"seconds", "encode_seconds"}
 N_ITEMS, N = 40, 20
@@ -182,7 +182,7 @@ def test_precomputed_version_hashes_the_bytes(tmp_path):
 # ----------------------------------------------------------------------------- changed model files
 def tiny_cr5(path: Path, ds, seed: int) -> Path:
     """A real (tiny) Cr5 model directory: the vocabulary of the data, random orthonormal-ish Phi."""
-    from backretrieval.encoders._bow import fit_tfidf
+    from backretrieval.encoders.trained.bow import fit_tfidf
 
     rng = np.random.default_rng(seed)
     vocab, idf, phi = {}, {}, {}
@@ -215,7 +215,7 @@ def test_changed_cr5_dir_is_recomputed_and_re_encoded(tmp_path, emoji):
 
 
 def test_triplet_version_follows_its_base_model(tmp_path, emoji):
-    from backretrieval.encoders.triplet import save_model
+    from backretrieval.encoders.trained.triplet import save_model
 
     ds = load_dataset(str(write_items(tmp_path / "data", emoji)), langs=["en", "de"])
     base = tiny_cr5(tmp_path / "cr5", ds, 0)

@@ -14,7 +14,7 @@ from backretrieval.encoders.base import (
     get_text_encoder,
     list_text_encoders,
 )
-from backretrieval.encoders._text import lang_key, supports_language
+from backretrieval.encoders.text_batching import lang_key, supports_language
 
 # texts of very different lengths, so length sorting really reorders them
 TEXTS = [

@@ -11,7 +11,7 @@ import torch
 from backretrieval.core import DataError, EncoderError
 from backretrieval.encoders.base import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
-from backretrieval.encoders.triplet import head_forward, represent, split_text, titles_and_bodies
+from backretrieval.encoders.trained.triplet import head_forward, represent, split_text, titles_and_bodies
 from backretrieval.train.triplet import (
     TitleBodyData,
     TripletModel,
@@ -366,7 +366,7 @@ def test_cli_prepare_train_and_case_study(emoji_model, tmp_path):
 def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
     """x + f(x) with f's last layer at zero: the torch tower, the numpy head and a saved model
     that was never trained all give the base encoder's own vectors."""
-    from backretrieval.encoders.triplet import save_model
+    from backretrieval.encoders.trained.triplet import save_model
     from backretrieval.train.triplet import _params_of, _tower
 
     xt, xb, _ = _synthetic(n=50, d=16)
@@ -408,7 +408,7 @@ def test_residual_tower_trains_and_round_trips(tmp_path):
     est.save(tmp_path)
     cfg = json.loads((tmp_path / "model.json").read_text())
     assert cfg["hyper_parameters"]["tower"] == "residual"
-    from backretrieval.encoders.triplet import TripletEncoder
+    from backretrieval.encoders.trained.triplet import TripletEncoder
 
     enc = TripletEncoder(tmp_path, "tripletxl")
     np.testing.assert_array_equal(enc.embed_vectors(xt, xb), out)

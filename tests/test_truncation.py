@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backretrieval.encoders._text import TruncationWarning, _batches
+from backretrieval.encoders.text_batching import TruncationWarning, _batches
 from backretrieval.encoders.base import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a regression fails here, not the machine
     from backretrieval.encoders.base import get_text_encoder
-    from backretrieval.encoders._text import TruncationWarning
+    from backretrieval.encoders.text_batching import TruncationWarning
 
     enc = get_text_encoder(sys.argv[1])
     enc.encode(["warm-up: load the model"], "de")
@@ -137,7 +137,7 @@ def test_character_limits(spec, limit):
 
 
 def test_cr5_bag_of_words_limit(tmp_path):
-    from backretrieval.encoders.cr5 import Cr5Model
+    from backretrieval.encoders.trained.cr5 import Cr5Model
 
     Cr5Model({"en": ["dog", "fox", "quick"]}, {"en": np.ones(3)}, {"en": np.eye(3)}).save(tmp_path / "m")
     enc = get_text_encoder(f"cr5:{tmp_path / 'm'}")

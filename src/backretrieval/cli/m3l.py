@@ -158,7 +158,7 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     from ..analysis.image_retrieval import image_retrieval as run_image_retrieval
     from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..encoders.m3l import load_model
+    from ..encoders.trained.m3l import load_model
     from ..report.image_retrieval import write_image_retrieval
 
     lang_list = _parse_list(langs, "--langs", "language")

@@ -49,9 +49,10 @@ class EncoderInfo:
 
 _TEXT: dict[str, EncoderInfo] = {}
 _IMAGE: dict[str, EncoderInfo] = {}
-# Every public module of this package (no leading "_") is imported on first use of the registry;
-# an encoder module registers its models (a new encoder is one file), a helper module (base,
-# cache, variants) registers nothing.
+PLUGIN_PACKAGES = ("text", "image", "trained")
+# Every module of these sub-packages is imported on first use of the registry; a model module
+# registers its models (a new encoder is one file), a helper module (image.batching,
+# trained.modeldir, ...) registers nothing.
 
 
 def register_text(info: EncoderInfo) -> EncoderInfo:
@@ -74,11 +75,10 @@ def _load() -> None:
         return
     import pkgutil
 
-    from .. import encoders
-
-    for mod in pkgutil.iter_modules(encoders.__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__package__}.{mod.name}")
+    for kind in PLUGIN_PACKAGES:
+        package = importlib.import_module(f"{__package__}.{kind}")
+        for mod in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{mod.name}")
     _loaded = True
 
 

@@ -30,7 +30,7 @@ Solver (Sec. 3.2 and 5), never densifying X (CSR blocks, one per language):
 CG uses a Jacobi (diagonal) preconditioner, the relative residual tolerance and iteration cap
 of Sec. 4.1 (``cg_tol=0.01``, ``cg_maxiter=500``), and eigsh ``tol=0.1``, ``maxiter=250``.
 
-Preprocessing (Sec. 4.1, :mod:`backretrieval.encoders._bow`): lower-cased TF-IDF bag of words,
+Preprocessing (Sec. 4.1, :mod:`backretrieval.encoders.trained.bow`): lower-cased TF-IDF bag of words,
 IDF from the training documents only, vocabulary = the ``max_vocab`` most frequent tokens
 after dropping those in fewer than ``min_df`` (3) documents, rows L2-normalised; Japanese and
 Chinese as character bigrams. Training documents are filtered by their number of distinct

@@ -11,8 +11,8 @@ import numpy as np
 
 from ...core import DataError
 from ...data import Corpus, Dataset
-from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
-from ...encoders.cr5 import Cr5Model
+from ...encoders.trained.bow import TfidfBow, fit_tfidf, n_unique_tokens
+from ...encoders.trained.cr5 import Cr5Model
 from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError
 from .solver import solve
 from .splits import _corpora
@@ -288,7 +288,7 @@ class Cr5(Estimator):
         return self._fitted().word_vectors(lang)
 
     def save(self, path: str | Path, **extra_meta: Any) -> Path:
-        """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``).
+        """Write the model directory (``encoders/trained/cr5.py`` format; usable as ``cr5:PATH``).
 
         Args:
             path: the model directory (created; ``model.json`` is written last, so a directory
@@ -315,7 +315,7 @@ class Cr5(Estimator):
 
         Args:
             path: a directory written by :meth:`save` (or :meth:`Cr5Model.save
-                <backretrieval.encoders.cr5.Cr5Model.save>`).
+                <backretrieval.encoders.trained.cr5.Cr5Model.save>`).
 
         Returns:
             A fitted estimator: ``transform`` and ``word_vectors`` work; the training statistics

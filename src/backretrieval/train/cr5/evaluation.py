@@ -19,7 +19,7 @@ import numpy as np
 
 from ...core import DataError, atomic_write_text
 from ...data import Corpus, Dataset
-from ...encoders.cr5 import Cr5Model
+from ...encoders.trained.cr5 import Cr5Model
 from ...metrics import rank_summary, retrieval_ranks
 from .estimator import Cr5
 from .splits import Split, _corpora, _pair_key, candidate_rows, make_split, training_corpora, write_heldout
@@ -222,7 +222,7 @@ def word_retrieval(
     skipped (counted in ``n_skipped``).
 
     Args:
-        model: a fitted :class:`Cr5` or a loaded :class:`~backretrieval.encoders.cr5.Cr5Model`.
+        model: a fitted :class:`Cr5` or a loaded :class:`~backretrieval.encoders.trained.cr5.Cr5Model`.
         dictionary: (source word, target word) pairs; one source word may have several
             translations.
         src, tgt: the languages of the dictionary's two sides.
@@ -408,13 +408,13 @@ def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: s
 
     Returns:
         (source token, target token) pairs: every combination of a concept's single-token
-        texts in the two languages, tokens as :func:`~backretrieval.encoders._bow.tokenize`
+        texts in the two languages, tokens as :func:`~backretrieval.encoders.trained.bow.tokenize`
         gives them (lower-cased).
 
     Raises:
         KeyError: ``src`` or ``tgt`` is not a language of ``ds``.
     """
-    from ...encoders._bow import tokenize
+    from ...encoders.trained.bow import tokenize
 
     corpora = _corpora(ds)
 

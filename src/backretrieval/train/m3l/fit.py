@@ -16,7 +16,7 @@ from ...core import BackretrievalError, DataError
 from ...data import Dataset
 from ...encoders.base import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
-from ...encoders.m3l import forward as numpy_forward, save_model
+from ...encoders.trained.m3l import forward as numpy_forward, save_model
 from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
 from .data import SPLIT_CODE, SPLITS, ImageTextData, check_fracs, collect_images
 from .evaluation import recall_summary, retrieval_ranks

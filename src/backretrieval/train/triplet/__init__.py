@@ -4,7 +4,7 @@ from *monolingual* title/body pairs on top of a frozen multilingual encoder.
 Model. A frozen base encoder (e.g. ``use-m``) embeds an item's title and body separately; a
 siamese tower -- dense layers with ReLU (default 300 -> 300, as in the paper), the same
 weights for titles and bodies -- maps them to ``x_rt`` and ``x_rb``. The representation of an
-item is ``concat(x_rt, x_rb)`` (each half L2-normalised, see :mod:`backretrieval.encoders.triplet`).
+item is ``concat(x_rt, x_rb)`` (each half L2-normalised, see :mod:`backretrieval.encoders.trained.triplet`).
 
 Losses, with ``d`` the cosine distance ``1 - cos``; a batch's loss is the mean over its items:
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...core import DataError, content_hash
-from ...encoders.triplet import titles_and_bodies
+from ...encoders.trained.triplet import titles_and_bodies
 
 
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)

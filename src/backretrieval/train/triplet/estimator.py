@@ -12,8 +12,8 @@ import numpy as np
 
 from ...core import DataError, content_hash
 from ...data import Dataset
-from ...encoders._text import default_threads
-from ...encoders.triplet import METHODS, TOWERS, head_forward, represent, save_model
+from ...encoders.text_batching import default_threads
+from ...encoders.trained.triplet import METHODS, TOWERS, head_forward, represent, save_model
 from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
 from .data import TitleBodyData, assert_no_links, embed_title_body
 from .loop import train_tower

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core import EncoderError, normalize_rows
-from .base import EncoderInfo, register_text
-from ._text import BatchedTextEncoder, check_options, positive_int
+from ...core import EncoderError, normalize_rows
+from ..base import EncoderInfo, register_text
+from ..text_batching import BatchedTextEncoder, check_options, positive_int
 
 SALT = "random"
 

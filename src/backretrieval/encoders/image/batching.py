@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError
-from .base import check_embeddings
+from ...core import DataError, EncoderError
+from ..base import check_embeddings
 
 WHITE = (255, 255, 255)
 
@@ -91,7 +91,7 @@ def progress_bar(total: int, desc: str, enabled: bool):
 class BatchedImageEncoder:
     """Base of the image encoders: options, their checks, and the one batching loop.
 
-    The image counterpart of :class:`._text.BatchedTextEncoder`. Subclasses set ``name``,
+    The image counterpart of :class:`~backretrieval.encoders.text_batching.BatchedTextEncoder`. Subclasses set ``name``,
     ``dim`` and ``version``, may extend :attr:`options` (the keyword options their factory
     accepts) and implement :meth:`_encode_batch`; a subclass that prepares batches ahead of
     the model (decoding in a background thread) overrides :meth:`_batches`, and one with a

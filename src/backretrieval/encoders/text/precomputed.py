@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError
-from ..core.fingerprint import file_digest
-from .base import EncoderInfo, check_embeddings, register_text
-from ._text import as_texts, check_options
+from ...core import DataError, EncoderError
+from ...core.fingerprint import file_digest
+from ..base import EncoderInfo, check_embeddings, register_text
+from ..text_batching import as_texts, check_options
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")
 

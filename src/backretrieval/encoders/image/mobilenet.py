@@ -20,16 +20,16 @@ compositing, bicubic resize of the shorter side to 224 and a 224 center crop (no
 std (0.229, 0.224, 0.225) on 0..1 RGB.
 
 Backends: ONNX Runtime (default when installed) or torch, on the CPU or a CUDA GPU; see
-:mod:`._cnn` (options ``backend``, ``device``, ``threads``, ``batch_size``, ``progress``).
+:mod:`.cnn` (options ``backend``, ``device``, ``threads``, ``batch_size``, ``progress``).
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from ..core import EncoderError
-from ._cnn import CNNFeatureEncoder
-from .base import EncoderInfo, register_image
+from ...core import EncoderError
+from .cnn import CNNFeatureEncoder
+from ..base import EncoderInfo, register_image
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

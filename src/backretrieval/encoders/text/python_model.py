@@ -21,9 +21,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core import EncoderError, UnsupportedLanguageError
-from ._text import supports_language
-from .base import check_embeddings
+from ...core import EncoderError, UnsupportedLanguageError
+from ..text_batching import supports_language
+from ..base import check_embeddings
 
 
 def _torch_fingerprint(model: Any) -> str | None:

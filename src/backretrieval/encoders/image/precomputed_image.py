@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError
-from ._images import BatchedImageEncoder
-from .base import EncoderInfo, check_embeddings, register_image
+from ...core import DataError, EncoderError
+from .batching import BatchedImageEncoder
+from ..base import EncoderInfo, check_embeddings, register_image
 
 
 class PrecomputedImageFeatures(BatchedImageEncoder):

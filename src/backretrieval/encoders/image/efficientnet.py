@@ -23,7 +23,7 @@ the non-Lite EfficientNet port, which is not what these weights were trained wit
 * ``(pixel - 127) / 128``, i.e. mean 0.498 / std 0.502 on 0..1 values, RGB order, NCHW.
 
 Backends: ONNX Runtime (default when installed) or torch, on the CPU or a CUDA GPU; see
-:mod:`._cnn` (options ``backend``, ``device``, ``threads``, ``batch_size``, ``progress``).
+:mod:`.cnn` (options ``backend``, ``device``, ``threads``, ``batch_size``, ``progress``).
 
 Checked on real images: lite0's own classifier gives ImageNet "military uniform" for
 matplotlib's grace_hopper.jpg, "daisy" for scikit-learn's flower.jpg, "palace" for
@@ -37,9 +37,9 @@ import importlib.util
 import os
 from typing import Any
 
-from ..core import EncoderError
-from ._cnn import CNNFeatureEncoder
-from .base import EncoderInfo, package_version, register_image
+from ...core import EncoderError
+from .cnn import CNNFeatureEncoder
+from ..base import EncoderInfo, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
 STD = (128.0 / 255.0,) * 3

@@ -5,7 +5,7 @@ Backretrieval paper, Sec. 3.2: a frozen multilingual encoder embeds an item's *t
 both) maps them to ``x_rt`` and ``x_rb``; the item's representation is ``concat(x_rt, x_rb)``.
 The training half is :mod:`backretrieval.train.triplet`.
 
-Model directory: the one format of :mod:`._modeldir`, kind ``"triplet"`` (written by
+Model directory: the one format of :mod:`.modeldir`, kind ``"triplet"`` (written by
 :func:`save_model`, read by :func:`load_model`):
 
 * ``model.json`` -- ``hyper_parameters`` (the estimator's parameters: ``method``
@@ -19,7 +19,7 @@ Model directory: the one format of :mod:`._modeldir`, kind ``"triplet"`` (writte
   layer mapping back to the base dimension).
 
 Directories written before the one format (``model.json`` with ``"format": 1``; one without
-``"tower"`` is an ``"mlp"`` tower) are read by :mod:`._modeldir_legacy` and give the same vectors.
+``"tower"`` is an ``"mlp"`` tower) are read by :mod:`.modeldir_legacy` and give the same vectors.
 
 Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the
 identity: the untrained model's representation is exactly the base encoder's title and body
@@ -53,10 +53,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core import DataError, EncoderError, normalize_rows
-from ._modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
-from ._text import as_texts, check_options
-from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from ...core import DataError, EncoderError, normalize_rows
+from .modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
+from ..text_batching import as_texts, check_options
+from ..base import EncoderInfo, check_embeddings, get_text_encoder, register_text
 
 METHODS = ("triplet", "tripletxl")
 TOWERS = ("mlp", "residual")
@@ -148,7 +148,7 @@ def save_model(
     model_dir: str | Path, params: Params, *, hyper_parameters: Mapping[str, Any], info: Mapping[str, Any] | None = None,
     files: Mapping[str, str | bytes] | None = None,
 ) -> Path:
-    """Write a ``triplet`` model directory (:func:`._modeldir.write_model_dir`; ``model.json`` last).
+    """Write a ``triplet`` model directory (:func:`.modeldir.write_model_dir`; ``model.json`` last).
 
     Args:
         model_dir: the directory (created).
@@ -239,7 +239,7 @@ class TripletEncoder:
     def base(self) -> Any:
         """The frozen base encoder, behind the embedding cache."""
         if self._base is None:
-            from .cache import CachedTextEncoder
+            from ..cache import CachedTextEncoder
 
             self._base = CachedTextEncoder(self._base_raw, progress=self.progress)
         return self._base

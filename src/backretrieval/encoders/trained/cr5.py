@@ -2,25 +2,25 @@
 
 Cr5 (Josifoski et al., WSDM 2019) embeds a text of language ``l`` as ``Phi_l x``: ``x`` is the
 text's L2-normalised TF-IDF bag of words over the language's training vocabulary
-(:mod:`._bow`) and ``Phi_l`` (rank x |V_l|) is that language's block of the embedding map,
+(:mod:`.bow`) and ``Phi_l`` (rank x |V_l|) is that language's block of the embedding map,
 whose rows are orthonormal across all languages. Training lives in
 :mod:`backretrieval.train.cr5`; this module reads a saved model directory and embeds texts.
 
-Model directory: the one format of :mod:`._modeldir`, kind ``"cr5"`` (no pickle anywhere;
+Model directory: the one format of :mod:`.modeldir`, kind ``"cr5"`` (no pickle anywhere;
 written by :meth:`Cr5Model.save`, ``model.json`` last, so a directory with it is complete):
 
 * ``model.json`` -- ``hyper_parameters`` (the estimator's parameters) and the info: ``tokenizer``
-  (:data:`._bow.TOKENIZER_VERSION`), ``languages``, ``rank``, ``vocabulary_sizes``, ``training``
+  (:data:`.bow.TOKENIZER_VERSION`), ``languages``, ``rank``, ``vocabulary_sizes``, ``training``
   (sizes, timings, solver statistics: whatever the trainer recorded);
 * ``weights.npz`` -- ``phi__<lang>`` (float32, rank x |V_l|), ``idf__<lang>`` (float64, |V_l|),
   ``singular_values`` (of the rank-r coefficient matrix W, descending);
 * ``vocab/<lang>.txt`` -- the vocabulary, one token per line, UTF-8, in column order.
 
 Directories written before the one format (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are read by
-:mod:`._modeldir_legacy` and give the same vectors.
+:mod:`.modeldir_legacy` and give the same vectors.
 
 As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_CN`` block,
-``pt-PT`` a ``pt`` block, via :func:`._text.lang_key`); a language without a block raises
+``pt-PT`` a ``pt`` block, via :func:`~backretrieval.encoders.text_batching.lang_key`); a language without a block raises
 :class:`~backretrieval.core.EncoderError`. Bias dimension: a text with no vocabulary token has
 ``Phi_l x = 0``, for which cosine similarity is undefined, so -- as in ``tfidf-char`` -- every
 vector is ``[Phi_l x / |Phi_l x|, BIAS]`` re-normalised (``dim = rank + 1``, ``BIAS = 1e-3``):
@@ -45,12 +45,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError, UnsupportedLanguageError, normalize_rows
-from ..core.fingerprint import dir_digest
-from ._modeldir import RESERVED, read_model_dir, write_model_dir
-from ._bow import TOKENIZER_VERSION, TfidfBow
-from ._text import BatchedTextEncoder, check_options, lang_key
-from .base import EncoderInfo, register_text
+from ...core import DataError, EncoderError, UnsupportedLanguageError, normalize_rows
+from ...core.fingerprint import dir_digest
+from .modeldir import RESERVED, read_model_dir, write_model_dir
+from .bow import TOKENIZER_VERSION, TfidfBow
+from ..text_batching import BatchedTextEncoder, check_options, lang_key
+from ..base import EncoderInfo, register_text
 
 VOCAB_DIR = "vocab"
 BIAS = 1e-3

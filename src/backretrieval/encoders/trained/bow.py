@@ -1,5 +1,5 @@
 """Bag-of-words preprocessing shared by Cr5 training (``train/cr5/``) and inference
-(``encoders/cr5.py``): tokenisation, the TF-IDF vocabulary and the transform (Cr5 paper, Sec. 4.1).
+(``encoders/trained/cr5.py``): tokenisation, the TF-IDF vocabulary and the transform (Cr5 paper, Sec. 4.1).
 
 Tokenisation (:func:`tokenize`, version :data:`TOKENIZER_VERSION`):
 
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core import DataError
+from ...core import DataError
 
 TOKENIZER_VERSION = "nfkc-lower-w2-cjkbigram-1"
 

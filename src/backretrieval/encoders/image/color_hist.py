@@ -1,6 +1,6 @@
 """``color-hist``: a deliberately weak image baseline, a joint RGB colour histogram.
 
-Each image is composited over white (see :func:`._images.load_rgb`) and, at its own
+Each image is composited over white (see :func:`.batching.load_rgb`) and, at its own
 resolution (no resize), every pixel is put in one of 8 x 8 x 8 = 512 bins:
 ``bin = (R // 32) * 64 + (G // 32) * 8 + (B // 32)``. The counts are divided by the
 number of pixels (a probability distribution ``p``) and the vector is the Hellinger
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ._images import BatchedImageEncoder, load_rgb
-from .base import EncoderInfo, package_version, register_image
+from .batching import BatchedImageEncoder, load_rgb
+from ..base import EncoderInfo, package_version, register_image
 
 BINS = 8
 DIM = BINS**3

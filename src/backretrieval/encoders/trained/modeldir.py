@@ -25,7 +25,7 @@ arrays) and raises :class:`ModelDirError` naming the directory or file: missing,
 another kind, or of a newer format version than this code reads. It also reads the directories
 written before this format -- Cr5's ``cr5.json`` + ``cr5.npz`` + ``vocab/``, Triplet's
 ``model.json`` with ``"format": 1``, M3L/PATR's ``config.json`` -- and converts each to the same
-object (:mod:`._modeldir_legacy`), so they keep loading and give the same vectors. Re-saving into
+object (:mod:`.modeldir_legacy`), so they keep loading and give the same vectors. Re-saving into
 such a directory writes the current format (the older header and Cr5's ``cr5.npz`` are removed
 first).
 
@@ -45,7 +45,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core import EncoderError, atomic_save_npz, atomic_write, atomic_write_text, content_hash
+from ...core import EncoderError, atomic_save_npz, atomic_write, atomic_write_text, content_hash
 
 FORMAT = "backretrieval.model"
 FORMAT_VERSION = 1
@@ -236,7 +236,7 @@ def read_model_dir(path: str | Path, kinds: Sequence[str] | str | None = None, *
             not finish); the header is unreadable, of an unknown format, of a newer format
             version, or of another kind; a listed array or file is missing.
     """
-    from . import _modeldir_legacy as legacy
+    from . import modeldir_legacy as legacy
 
     p = Path(path).expanduser()
     want = (kinds,) if isinstance(kinds, str) else tuple(kinds or KINDS)

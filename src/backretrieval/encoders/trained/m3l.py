@@ -1,13 +1,13 @@
 """``m3l:DIR`` / ``patr:DIR`` -- a trained text-to-image mapping used as a text encoder.
 
 The model directory is written by :class:`backretrieval.train.m3l.M3L` (``backretrieval
-train m3l|patr``) through :func:`save_model`, in the one format of :mod:`._modeldir`, kind
+train m3l|patr``) through :func:`save_model`, in the one format of :mod:`.modeldir`, kind
 ``"m3l"``: ``model.json`` (``hyper_parameters``: the estimator's parameters -- loss, base text
 model, image model, widths, PATR's ``eta`` / ``eta_quantile`` as typed values, ...; info: input
 and image dimensions, versions, the used ``eta``, split sizes, training history),
 ``weights.npz`` (``W0, b0, W1, b1, W2, b2``, float32; no pickled code) and ``split.json`` (the
 image keys of each split). Directories written before (``config.json``) are read by
-:mod:`._modeldir_legacy` and give the same vectors.
+:mod:`.modeldir_legacy` and give the same vectors.
 A text is embedded by the frozen base model (through the embedding cache) and mapped by the
 three blocks ``x -> relu(x W^T + b)``, L2-normalised after every block but the last, in plain
 numpy (no torch needed at inference). The output lives in the frozen image model's feature
@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core import EncoderError
-from ._modeldir import ModelDir, read_model_dir, write_model_dir
-from ._text import as_texts, check_options
-from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
-from .cache import CachedTextEncoder
+from ...core import EncoderError
+from .modeldir import ModelDir, read_model_dir, write_model_dir
+from ..text_batching import as_texts, check_options
+from ..base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from ..cache import CachedTextEncoder
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
 
@@ -57,7 +57,7 @@ def save_model(
     path: str | Path, layers: Sequence[tuple[np.ndarray, np.ndarray]], *, hyper_parameters: Mapping[str, Any],
     info: Mapping[str, Any], split: Mapping[str, Sequence[str]] | None = None,
 ) -> Path:
-    """Write an ``m3l`` model directory (:func:`._modeldir.write_model_dir`; ``model.json`` last).
+    """Write an ``m3l`` model directory (:func:`.modeldir.write_model_dir`; ``model.json`` last).
 
     Args:
         path: the directory (created).

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncoderInfo, package_version, register_text
-from ._text import (
+from ..base import EncoderInfo, package_version, register_text
+from ..text_batching import (
     CHARS_PER_TOKEN,
     BatchedTextEncoder,
     check_options,
