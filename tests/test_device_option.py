@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from backretrieval.cli import main
 from backretrieval.core import EncoderError
 from backretrieval.encoders.runtime import DEVICE_ENV, any_cuda_available, use_device
-from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+from backretrieval.encoders.registry import get_image_encoder, get_text_encoder
 
 COMMANDS = (["evaluate"], ["compare"], ["meta"], ["train", "m3l"], ["train", "patr"], ["image-retrieval"])
 no_gpu = pytest.mark.skipif(any_cuda_available(), reason="this machine has a CUDA GPU")

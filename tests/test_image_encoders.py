@@ -17,7 +17,7 @@ from PIL import Image
 from backretrieval.core import DataError, EncoderError
 from backretrieval.encoders import runtime
 from backretrieval.encoders.image.batching import load_rgb
-from backretrieval.encoders.base import get_image_encoder, list_image_encoders
+from backretrieval.encoders.registry import get_image_encoder, list_image_encoders
 from backretrieval.encoders.cache import CachedImageEncoder
 
 EMOJI = {

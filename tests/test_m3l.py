@@ -14,7 +14,7 @@ import torch
 
 from backretrieval.core import BackretrievalError, DataError, EncoderError
 from backretrieval.data import Dataset, load_dataset
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.trained.m3l import M3LTextEncoder, forward, load_model
 from backretrieval.train.m3l import (
     M3LModel,

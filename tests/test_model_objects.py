@@ -13,7 +13,7 @@ from backretrieval.analysis import EvalConfig, PythonTextModel, compare, evaluat
 from backretrieval.analysis.meta import run_meta
 from backretrieval.core import BackretrievalError
 from backretrieval.data import load_dataset
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 
 TIMING = {"seconds", "encode_seconds"}
 N = 30

@@ -15,7 +15,7 @@ import pytest
 
 from backretrieval.core import EncoderError, content_hash
 from backretrieval.encoders.trained.modeldir import FORMAT, ModelDirError, read_model_dir, write_model_dir
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 
 
 # ----------------------------------------------------------------------------- legacy writers (code before the format)

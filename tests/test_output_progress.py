@@ -14,7 +14,7 @@ import pytest
 
 from backretrieval.data import load_dataset
 from backretrieval.encoders import cache
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 
 

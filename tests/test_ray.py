@@ -6,7 +6,7 @@ import pytest
 
 from backretrieval.analysis import EvalConfig, evaluate
 from backretrieval.analysis.ray_executor import RayExecutor
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 
 TIMING = {"seconds", "encode_seconds"}
 

@@ -99,7 +99,7 @@ def emoji_names(shared_data):
     """use-m vectors (the project's cached encoder) of the CLDR names of 150 emoji in English and
     German (query -> candidate by concept), plus 100 more English names as the CSLS query pool."""
     from backretrieval.data import load_dataset
-    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.registry import get_text_encoder
 
     ds = load_dataset("emoji-cldr", langs=["en", "de"])
     en, de = ds["en"], ds["de"]

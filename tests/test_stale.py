@@ -17,7 +17,7 @@ from backretrieval.analysis import EvalConfig, evaluate
 from backretrieval.cli import main
 from backretrieval.core.fingerprint import clear_memo, dir_digest
 from backretrieval.data import load_dataset, non_matching
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 from backretrieval.encoders.trained.cr5 import Cr5Model
 

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from backretrieval.cli import main
 from backretrieval.core import BackretrievalError, DataError
 from backretrieval.data import load_dataset
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 from backretrieval.study import StudyConfig, create_study, krippendorff_alpha, store
 from backretrieval.study.analyze import analyze, format_markdown, sign_flip_test, write_outputs

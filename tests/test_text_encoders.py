@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 
 from backretrieval.core import DataError, EncoderError
-from backretrieval.encoders.base import (
-    TextEncoder,
-    get_text_encoder,
-    list_text_encoders,
-)
+from backretrieval.encoders.base import TextEncoder
+from backretrieval.encoders.registry import get_text_encoder, list_text_encoders
 from backretrieval.encoders.text_batching import lang_key, supports_language
 
 # texts of very different lengths, so length sorting really reorders them

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from backretrieval.core import DataError, EncoderError
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 from backretrieval.encoders.trained.triplet import head_forward, represent, split_text, titles_and_bodies
 from backretrieval.train.triplet import (

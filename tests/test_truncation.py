@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from backretrieval.encoders.text_batching import TruncationWarning, _batches
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank. "
@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent(
     import json, resource, sys, warnings
     import numpy as np
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a regression fails here, not the machine
-    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders import get_text_encoder
     from backretrieval.encoders.text_batching import TruncationWarning
 
     enc = get_text_encoder(sys.argv[1])

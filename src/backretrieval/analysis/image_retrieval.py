@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..data import Dataset
-from ..encoders.base import get_text_encoder
+from ..encoders.registry import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
 from ..encoders.trained.modeldir import ModelDir
 from ..encoders.trained.m3l import load_model

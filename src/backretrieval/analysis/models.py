@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from ..core import BackretrievalError
-from ..encoders.base import get_text_encoder
+from ..encoders.registry import get_text_encoder
 from ..encoders.text.python_model import PythonTextModel
 
 

@@ -221,7 +221,7 @@ def _check_executor(spec: str) -> None:
 
 def _check_image_models(specs: Sequence[str], option: str) -> None:
     """Every image model spec names a known, installed model ('precomputed' reads the data's features)."""
-    from ..encoders.base import get_image_encoder
+    from ..encoders.registry import get_image_encoder
 
     for spec in specs:
         if spec != "precomputed":
@@ -233,7 +233,7 @@ def _check_image_models(specs: Sequence[str], option: str) -> None:
 
 def _check_text_models(specs: Sequence[str], option: str) -> None:
     """Every text model spec names a known model (its files are read when it is built)."""
-    from ..encoders.base import get_text_encoder
+    from ..encoders.registry import get_text_encoder
 
     for spec in specs:
         try:

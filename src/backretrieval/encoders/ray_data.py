@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import check_embeddings, get_text_encoder
+from .base import check_embeddings
+from .registry import get_text_encoder
 
 
 class _Encode:

@@ -16,7 +16,7 @@ from ...core import BackretrievalError, DataError, UnsupportedLanguageError
 from ...data import Dataset, matching, non_matching
 from ...data.corpus import fingerprint
 from ...encoders.text_batching import TruncationWarning
-from ...encoders.base import get_image_encoder
+from ...encoders.registry import get_image_encoder
 from ...encoders.cache import CachedImageEncoder
 from ...encoders.image.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
 from .config import EvalConfig

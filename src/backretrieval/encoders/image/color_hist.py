@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .batching import BatchedImageEncoder, load_rgb
-from ..base import EncoderInfo, package_version, register_image
+from ..base import EncoderInfo, package_version
+from ..registry import register_image
 
 BINS = 8
 DIM = BINS**3

@@ -39,7 +39,8 @@ from typing import Any
 
 from ...core import EncoderError
 from .cnn import CNNFeatureEncoder
-from ..base import EncoderInfo, package_version, register_image
+from ..base import EncoderInfo, package_version
+from ..registry import register_image
 
 MEAN = (127.0 / 255.0,) * 3
 STD = (128.0 / 255.0,) * 3

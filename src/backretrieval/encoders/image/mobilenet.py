@@ -29,7 +29,8 @@ from typing import Any
 
 from ...core import EncoderError
 from .cnn import CNNFeatureEncoder
-from ..base import EncoderInfo, register_image
+from ..base import EncoderInfo
+from ..registry import register_image
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

@@ -21,7 +21,8 @@ import numpy as np
 
 from ...core import DataError, EncoderError
 from .batching import BatchedImageEncoder
-from ..base import EncoderInfo, check_embeddings, register_image
+from ..base import EncoderInfo, check_embeddings
+from ..registry import register_image
 
 
 class PrecomputedImageFeatures(BatchedImageEncoder):

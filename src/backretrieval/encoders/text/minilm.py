@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import EncoderInfo, package_version, register_text
+from ..base import EncoderInfo, package_version
+from ..registry import register_text
 from ..text_batching import check_options, require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 

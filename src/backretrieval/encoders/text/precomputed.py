@@ -27,7 +27,8 @@ import numpy as np
 
 from ...core import DataError, EncoderError
 from ...core.fingerprint import file_digest
-from ..base import EncoderInfo, check_embeddings, register_text
+from ..base import EncoderInfo, check_embeddings
+from ..registry import register_text
 from ..text_batching import as_texts, check_options
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ...core import EncoderError, normalize_rows
-from ..base import EncoderInfo, register_text
+from ..base import EncoderInfo
+from ..registry import register_text
 from ..text_batching import BatchedTextEncoder, check_options, positive_int
 
 SALT = "random"

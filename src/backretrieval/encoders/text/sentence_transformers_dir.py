@@ -44,7 +44,8 @@ from ...core import EncoderError
 from ...core.fingerprint import dir_digest
 from ..runtime import resolve_device, torch_version
 from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, check_options, default_threads, positive_int, require
-from ..base import EncoderInfo, register_text
+from ..base import EncoderInfo
+from ..registry import register_text
 
 
 # --------------------------------------------------------------------------- st:PATH

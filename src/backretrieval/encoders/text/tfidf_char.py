@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from ...core import DataError, EncoderError, content_hash, normalize_rows
-from ..base import EncoderInfo, package_version, register_text
+from ..base import EncoderInfo, package_version
+from ..registry import register_text
 from ..text_batching import (
     BatchedTextEncoder,
     as_texts,

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..base import EncoderInfo, package_version, register_text
+from ..base import EncoderInfo, package_version
+from ..registry import register_text
 from ..text_batching import (
     BatchedTextEncoder,
     check_options,

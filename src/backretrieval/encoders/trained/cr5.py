@@ -50,7 +50,8 @@ from ...core.fingerprint import dir_digest
 from .modeldir import RESERVED, read_model_dir, write_model_dir
 from .bow import TOKENIZER_VERSION, TfidfBow
 from ..text_batching import BatchedTextEncoder, check_options, lang_key
-from ..base import EncoderInfo, register_text
+from ..base import EncoderInfo
+from ..registry import register_text
 
 VOCAB_DIR = "vocab"
 BIAS = 1e-3

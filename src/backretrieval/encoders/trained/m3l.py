@@ -33,7 +33,8 @@ import numpy as np
 from ...core import EncoderError
 from .modeldir import ModelDir, read_model_dir, write_model_dir
 from ..text_batching import as_texts, check_options
-from ..base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from ..base import EncoderInfo, check_embeddings
+from ..registry import get_text_encoder, register_text
 from ..cache import CachedTextEncoder
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize

@@ -56,7 +56,8 @@ import numpy as np
 from ...core import DataError, EncoderError, normalize_rows
 from .modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
 from ..text_batching import as_texts, check_options
-from ..base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from ..base import EncoderInfo, check_embeddings
+from ..registry import get_text_encoder, register_text
 
 METHODS = ("triplet", "tripletxl")
 TOWERS = ("mlp", "residual")

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...core import BackretrievalError, DataError
 from ...data import Dataset
-from ...encoders.base import get_text_encoder
+from ...encoders.registry import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
 from ...encoders.trained.m3l import forward as numpy_forward, save_model
 from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
