@@ -6,7 +6,7 @@ inside the command functions, so ``backretrieval --help`` stays instant.
 
 Bad input is refused before any computation, as one line ``error: ...`` that names the option,
 file, line, id or value, with exit code 2 (see docs/bad-input.md): the option parsers below
-check values, and :func:`_check_outputs` checks that the output and cache folders can be
+check values, and :func:`check_outputs` checks that the output and cache folders can be
 written. Errors raised later by the layers (:class:`~backretrieval.core.BackretrievalError`)
 are shown the same way.
 """
@@ -91,47 +91,47 @@ OPEN_UNIT = _Number(0, 1, min_open=True, max_open=True)  # a probability or shar
 UNIT_FROM_0 = _Number(0, 1, max_open=True)  # [0, 1)
 
 
-def _bad(option: str, message: str) -> NoReturn:
+def bad_option(option: str, message: str) -> NoReturn:
     """Refuse the value of ``option``: ``error: Invalid value for '--x': message``."""
     raise click.BadParameter(message, param_hint=f"'{option}'")
 
 
 # ------------------------------------------------------------------------------ option parsers
-def _parse_list(spec: str | None, option: str, what: str = "value") -> list[str]:
+def parse_list(spec: str | None, option: str, what: str = "value") -> list[str]:
     """A comma list without empty items and duplicates; at least one item."""
     out = list(dict.fromkeys(x.strip() for x in (spec or "").split(",") if x.strip()))
     if not out:
-        _bad(option, f"{spec!r} names no {what}; give a comma-separated list")
+        bad_option(option, f"{spec!r} names no {what}; give a comma-separated list")
     return out
 
 
-def _parse_seeds(spec: str, option: str = "--seeds") -> list[int]:
+def parse_seeds(spec: str, option: str = "--seeds") -> list[int]:
     """``"5"`` -> seeds 0..4; ``"0,3,7"`` -> those seeds (non-negative, each once)."""
     text = spec.strip()
     if "," not in text:
         if not re.fullmatch(r"[+-]?\d+", text):
-            _bad(option, f"{spec!r}: give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
+            bad_option(option, f"{spec!r}: give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
         count = int(text)
         if count < 1:
-            _bad(option, f"{spec!r}: the number of seeds must be at least 1 (for one given seed write e.g. '{abs(count)},')")
+            bad_option(option, f"{spec!r}: the number of seeds must be at least 1 (for one given seed write e.g. '{abs(count)},')")
         return list(range(count))
     items = [s.strip() for s in text.split(",") if s.strip()]
     if not items:
-        _bad(option, f"{spec!r} names no seed; give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
+        bad_option(option, f"{spec!r} names no seed; give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
     seeds: list[int] = []
     for item in items:
         if not re.fullmatch(r"[+-]?\d+", item):
-            _bad(option, f"{item!r} is not an integer seed")
+            bad_option(option, f"{item!r} is not an integer seed")
         seed = int(item)
         if seed < 0:
-            _bad(option, f"seed {seed} is negative; seeds are integers >= 0")
+            bad_option(option, f"seed {seed} is negative; seeds are integers >= 0")
         if seed in seeds:
-            _bad(option, f"seed {seed} is given twice")
+            bad_option(option, f"seed {seed} is given twice")
         seeds.append(seed)
     return seeds
 
 
-def _parse_numbers(spec: str, option: str, *, count: int | None = None, integer: bool = False,
+def parse_numbers(spec: str, option: str, *, count: int | None = None, integer: bool = False,
                    low: float | None = None, high: float | None = None, high_open: bool = False) -> list[Any]:
     """A comma list of finite numbers (integers with ``integer``), ``count`` of them if given,
     each in ``[low, high]`` (``[low, high)`` with ``high_open``)."""
@@ -142,21 +142,21 @@ def _parse_numbers(spec: str, option: str, *, count: int | None = None, integer:
         try:
             v = int(item) if integer else float(item)
         except ValueError:
-            _bad(option, f"{item!r} is not {'an integer' if integer else 'a number'} (in {spec!r})")
+            bad_option(option, f"{item!r} is not {'an integer' if integer else 'a number'} (in {spec!r})")
         if not math.isfinite(v):
-            _bad(option, f"{item!r} is not a finite number")
+            bad_option(option, f"{item!r} is not a finite number")
         if (low is not None and v < low) or (high is not None and (v >= high if high_open else v > high)):
             rng = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{')' if high_open else ']'}"
-            _bad(option, f"{item} is not in {rng}")
+            bad_option(option, f"{item} is not in {rng}")
         out.append(v)
     if not out:
-        _bad(option, f"{spec!r} names no number")
+        bad_option(option, f"{spec!r} names no number")
     if count is not None and len(out) != count:
-        _bad(option, f"expected {count} comma-separated values, got {len(out)} in {spec!r}")
+        bad_option(option, f"expected {count} comma-separated values, got {len(out)} in {spec!r}")
     return out
 
 
-def _parse_options(items: tuple[str, ...], dataset: str | None = None, option: str = "--dataset-option") -> dict[str, Any]:
+def parse_options(items: tuple[str, ...], dataset: str | None = None, option: str = "--dataset-option") -> dict[str, Any]:
     """``KEY=VALUE`` loader options, checked against the loader of ``dataset`` (unknown keys and
     values of the wrong type are refused, naming the loader's options) and converted to its types.
     Without ``dataset`` only the syntax is checked and digit strings become integers (the loader
@@ -168,9 +168,9 @@ def _parse_options(items: tuple[str, ...], dataset: str | None = None, option: s
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            _bad(option, f"{item!r}: expected KEY=VALUE")
+            bad_option(option, f"{item!r}: expected KEY=VALUE")
         if key in raw:
-            _bad(option, f"{key!r} is given twice")
+            bad_option(option, f"{key!r} is given twice")
         raw[key] = value
     if dataset is None:
         return {k: int(v) if v.isdigit() else v for k, v in raw.items()}
@@ -179,7 +179,7 @@ def _parse_options(items: tuple[str, ...], dataset: str | None = None, option: s
     except BackretrievalError as e:
         if str(e).startswith("unknown dataset"):
             raise
-        _bad(option, str(e))
+        bad_option(option, str(e))
 
 
 # ------------------------------------------------------------------------------ checks before work
@@ -191,7 +191,7 @@ def command_line() -> str:
     return shlex.join(["backretrieval", *(argv if argv is not None else sys.argv[1:])])
 
 
-def _check_outputs(*locations: tuple[str | Path, str], files: Sequence[tuple[str | Path, str]] = (), cache: bool = True) -> None:
+def check_outputs(*locations: tuple[str | Path, str], files: Sequence[tuple[str | Path, str]] = (), cache: bool = True) -> None:
     """Before any work: every ``(folder, option)`` and ``(file, option)`` can be written, and so can
     the cache folder (``cache``). Nothing is created."""
     from ..core.io import CACHE_ENV, cache_root, check_writable_dir, check_writable_file
@@ -214,12 +214,12 @@ def _check_executor(spec: str) -> None:
     try:
         get_executor(spec)
     except BackretrievalError as e:
-        _bad("--executor", str(e))
+        bad_option("--executor", str(e))
     if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
-        _bad("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
+        bad_option("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
 
 
-def _check_image_models(specs: Sequence[str], option: str) -> None:
+def check_image_models(specs: Sequence[str], option: str) -> None:
     """Every image model spec names a known, installed model ('precomputed' reads the data's features)."""
     from ..encoders.registry import get_image_encoder
 
@@ -228,10 +228,10 @@ def _check_image_models(specs: Sequence[str], option: str) -> None:
             try:
                 get_image_encoder(spec)
             except BackretrievalError as e:
-                _bad(option, str(e))
+                bad_option(option, str(e))
 
 
-def _check_text_models(specs: Sequence[str], option: str) -> None:
+def check_text_models(specs: Sequence[str], option: str) -> None:
     """Every text model spec names a known model (its files are read when it is built)."""
     from ..encoders.registry import get_text_encoder
 
@@ -239,7 +239,7 @@ def _check_text_models(specs: Sequence[str], option: str) -> None:
         try:
             get_text_encoder(spec)
         except BackretrievalError as e:
-            _bad(option, str(e))
+            bad_option(option, str(e))
 
 
 # ------------------------------------------------------------------------------ devices
@@ -306,7 +306,7 @@ def grid_options(fn=None, *, several_datasets: bool = False):
     return fn
 
 
-def _datasets(specs: Sequence[str], dataset_option: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+def dataset_specs(specs: Sequence[str], dataset_option: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
     """``--dataset`` values (several, or ``@LIST`` files) with their loader options, each checked:
     ``--dataset-option`` applies to every dataset; options on a list file's line apply to that
     dataset and replace those. Relative paths in a list file are relative to the list file.
@@ -326,51 +326,51 @@ def _datasets(specs: Sequence[str], dataset_option: tuple[str, ...]) -> list[tup
         try:
             lines = listing.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
-            _bad("--dataset", f"cannot read the dataset list {listing}: {getattr(e, 'strerror', None) or e}")
+            bad_option("--dataset", f"cannot read the dataset list {listing}: {getattr(e, 'strerror', None) or e}")
         for no, line in enumerate(lines, 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
                 name, *opts = shlex.split(line)
             except ValueError as e:
-                _bad("--dataset", f"{listing}: line {no}: {e}")
+                bad_option("--dataset", f"{listing}: line {no}: {e}")
             if "=" in name:
-                _bad("--dataset", f"{listing}: line {no}: starts with an option ({name!r}), not a dataset")
+                bad_option("--dataset", f"{listing}: line {no}: starts with an option ({name!r}), not a dataset")
             path = listing.parent / name
             if not Path(name).is_absolute() and path.exists():
                 name = str(path)
             entries.append((name, tuple(opts), f"{listing}: line {no}"))
     if not entries:
-        _bad("--dataset", "names no dataset")
-    _parse_options(dataset_option)  # the syntax, once
+        bad_option("--dataset", "names no dataset")
+    parse_options(dataset_option)  # the syntax, once
     for _, own, where in entries:
-        _parse_options(own, None, f"--dataset ({where})")
+        parse_options(own, None, f"--dataset ({where})")
     out: list[tuple[str, dict[str, Any]]] = []
     for name, own, where in entries:
         if any(name == n for n, _ in out):
-            _bad("--dataset", f"dataset {name} is given twice")
+            bad_option("--dataset", f"dataset {name} is given twice")
         base = dict(item.partition("=")[::2] for item in dataset_option)
         base.update(dict(item.partition("=")[::2] for item in own))
         items = tuple(f"{k}={v}" for k, v in base.items())
         option = "--dataset-option" if not own else f"--dataset ({where})"
-        out.append((name, _parse_options(items, name, option)))
+        out.append((name, parse_options(items, name, option)))
     return out
 
 
-def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, dataset_option):
+def grid_config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, dataset_option):
     """The :class:`EvalConfig` of the grid options, every value checked (nothing is computed)."""
     from ..analysis import EvalConfig, parse_pairs
 
     try:
         pair_list = parse_pairs(pairs)
     except BackretrievalError as e:
-        _bad("--pairs", str(e))
-    model_list = _parse_list(models, "--models", "model")
-    seed_list = _parse_seeds(seeds)
+        bad_option("--pairs", str(e))
+    model_list = parse_list(models, "--models", "model")
+    seed_list = parse_seeds(seeds)
     if k > n:
-        _bad("--k", f"K={k} is larger than N={n}")
+        bad_option("--k", f"K={k} is larger than N={n}")
     if sim == "csls" and csls_k > n:
-        _bad("--csls-k", f"CSLS k={csls_k} is larger than N={n}")
+        bad_option("--csls-k", f"CSLS k={csls_k} is larger than N={n}")
     return EvalConfig(
         dataset=dataset,
         pairs=pair_list,
@@ -381,19 +381,19 @@ def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, datas
         k=k,
         sim=sim,
         csls_k=csls_k,
-        dataset_options=_parse_options(dataset_option, dataset) if isinstance(dataset, str) else {},
+        dataset_options=parse_options(dataset_option, dataset) if isinstance(dataset, str) else {},
     )
 
 
-def _check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = ()) -> None:
+def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = ()) -> None:
     """Before a grid runs: the executor, the image models, and the output and cache folders."""
     _check_executor(executor)
-    _check_image_models([cfg.image_model], "--image-model")
-    _check_image_models(extra_image_models, "--weak-image-models")
-    _check_outputs((out, "--out"))
+    check_image_models([cfg.image_model], "--image-model")
+    check_image_models(extra_image_models, "--weak-image-models")
+    check_outputs((out, "--out"))
 
 
-def _warn(msg: str) -> None:
+def warn(msg: str) -> None:
     click.secho(msg, fg="yellow", err=True)
 
 
