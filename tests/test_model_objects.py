@@ -243,7 +243,7 @@ def test_a_model_that_declines_a_language_is_skipped_under_the_users_name(tmp_pa
 def test_skipped_languages_are_noted_under_the_grid_name_not_the_encoders():
     """A spec under a user's name (``{"ours": "cr5:DIR"}``): the encoder calls itself by its spec,
     the grid's note (and so the "skipping" line) by the user's name."""
-    from backretrieval.analysis.evaluate.features import _Features
+    from backretrieval.analysis.evaluate.features import Features
     from backretrieval.core import UnsupportedLanguageError
 
     class EnglishOnly:
@@ -255,7 +255,7 @@ def test_skipped_languages_are_noted_under_the_grid_name_not_the_encoders():
             return np.ones((len(texts), 3), np.float32)
 
     ds = load_dataset("emoji-cldr", langs=["en", "de"])
-    feats = _Features(ds, {"en": np.arange(4), "de": np.arange(4)}, [], progress=False)
+    feats = Features(ds, {"en": np.arange(4), "de": np.arange(4)}, [], progress=False)
     out = feats.text(EnglishOnly(), "ours")
     assert list(out) == ["en"] and out["en"].shape == (4, 3)
     assert feats.unsupported == {"ours": {"de": "cr5: the model has no language 'de'"}}

@@ -367,14 +367,14 @@ def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
     """x + f(x) with f's last layer at zero: the torch tower, the numpy head and a saved model
     that was never trained all give the base encoder's own vectors."""
     from backretrieval.encoders.trained.triplet import save_model
-    from backretrieval.train.triplet import _params_of, _tower
+    from backretrieval.train.triplet import build_tower, params_of
 
     xt, xb, _ = _synthetic(n=50, d=16)
     torch.manual_seed(0)
-    tower = _tower(16, (12, 8), True, "residual")
+    tower = build_tower(16, (12, 8), True, "residual")
     with torch.no_grad():
         np.testing.assert_array_equal(tower(torch.from_numpy(xt)).numpy(), xt)
-    params = _params_of(tower)
+    params = params_of(tower)
     assert [w.shape for w, _ in params] == [(12, 16), (8, 12), (16, 8)]
     assert not params[-1][0].any() and not params[-1][1].any() and params[0][0].any()
     np.testing.assert_array_equal(head_forward(params, xb, tower="residual"), xb)
@@ -385,7 +385,7 @@ def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
     titles, bodies = ["cat", "dog face", "red apple"], ["pet, cat", "dog, pet", "fruit, apple"]
     vt, vb = base.encode(titles, "en"), base.encode(bodies, "en")
     d = vt.shape[1]
-    save_model(tmp_path, _params_of(_tower(d, (32,), True, "residual")),
+    save_model(tmp_path, params_of(build_tower(d, (32,), True, "residual")),
                hyper_parameters={"method": "triplet", "base": "random", "tower": "residual", "final_relu": True})
     enc = get_text_encoder(f"triplet:{tmp_path}")
     assert enc.dim == 2 * d and enc.tower == "residual"

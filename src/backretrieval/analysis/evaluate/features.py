@@ -1,8 +1,8 @@
 """The samples of the grid and the embeddings of the rows they use.
 
-:func:`_draw` draws a (pair, seed)'s matching sample (XLR) and non-matching sample (BkR);
-:func:`_check_needs` and :func:`_same_sample_note` check and describe them right after
-sampling; :class:`_Features` embeds every needed row once per language through the cache and
+:func:`draw_samples` draws a (pair, seed)'s matching sample (XLR) and non-matching sample (BkR);
+:func:`check_needs` and :func:`same_sample_note` check and describe them right after
+sampling; :class:`Features` embeds every needed row once per language through the cache and
 keeps the rows' digests the records' keys are made of."""
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from ...encoders.image.precomputed_image import load_feature_rows, uses_precompu
 from .config import EvalConfig
 
 @dataclasses.dataclass
-class _Samples:
+class Samples:
     xlr: tuple[np.ndarray, np.ndarray] | None
     bkr: tuple[np.ndarray, np.ndarray] | None
 
 
-def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
+def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
     s, t = ds[src], ds[tgt]
     has_links = s.has_concepts and t.has_concepts
     has_images = s.has_images and t.has_images
@@ -35,7 +35,7 @@ def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
         raise DataError(
             f"{ds.name} {src}-{tgt}: nothing to evaluate: no cross-lingual links (for XLR) and no images (for BkR)"
         )
-    return _Samples(
+    return Samples(
         matching(s, t, n, seed) if has_links else None,
         non_matching(s, t, n, seed) if has_images else None,
     )
@@ -71,7 +71,7 @@ def check_image_model(spec: str, corpora: Iterable[Any], dataset: str | None = N
             )
 
 
-class _Features:
+class Features:
     """Embeddings of the needed rows of each language, computed once through the cache."""
 
     def __init__(
@@ -172,7 +172,7 @@ NEEDS = {
 }
 
 
-def _check_needs(dataset: str, samples: dict[tuple[str, str, int], _Samples], needs: Sequence[str], purpose: str) -> None:
+def check_needs(dataset: str, samples: dict[tuple[str, str, int], Samples], needs: Sequence[str], purpose: str) -> None:
     """Right after sampling, before any encoding: every pair has what ``purpose`` needs."""
     unknown = set(needs) - set(NEEDS)
     if unknown:
@@ -183,7 +183,7 @@ def _check_needs(dataset: str, samples: dict[tuple[str, str, int], _Samples], ne
                 raise DataError(f"{purpose} needs {NEEDS[need]}, but dataset {dataset} ({s}-{t}) has none")
 
 
-def _same_sample_note(samples: dict[tuple[str, str, int], _Samples], cfg: EvalConfig) -> str | None:
+def same_sample_note(samples: dict[tuple[str, str, int], Samples], cfg: EvalConfig) -> str | None:
     """One sentence when every seed draws the same sample of a pair (N is all there is)."""
     if len(cfg.seeds) < 2:
         return None

@@ -20,7 +20,7 @@ from ...data import Dataset
 from ...data.corpus import fingerprint
 from ..models import describe_models
 from .config import EvalConfig
-from .features import _Features, _Samples
+from .features import Features, Samples
 
 RecordSlot = tuple[str, str | None, str, str, int]  # (model, image model, src, tgt, seed)
 MANIFEST = "manifest/inputs.json"  # in a folder of its own: .partial/*.json are the records
@@ -52,8 +52,8 @@ class _Inputs:
         return content_hash(json.dumps([self.cfg_key, *slot]), 16)
 
 
-def _fingerprint_inputs(
-    cfg: EvalConfig, samples: dict[tuple[str, str, int], _Samples], feats: _Features, encoders: dict[str, Any],
+def fingerprint_inputs(
+    cfg: EvalConfig, samples: dict[tuple[str, str, int], Samples], feats: Features, encoders: dict[str, Any],
     image_models: Sequence[str | None],
 ) -> _Inputs:
     fit_fp = None
@@ -233,7 +233,7 @@ def config_json(cfg: EvalConfig) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
-def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
+def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
     """What produced a set of results: the configuration, fingerprints of every input (the rows the
     run used per language, their images, each model and image model) and the software environment.
 
@@ -265,7 +265,7 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, 
     }
 
 
-def _with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
+def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
     """A record as the results give it: ``model_identity`` after ``model`` (records stored before
     the field existed get it from their key, which includes it), no empty ``image_model``."""
     out = {"model": rec["model"], "model_identity": identity}

@@ -15,7 +15,7 @@ from ...encoders.trained.bow import TfidfBow, fit_tfidf, n_unique_tokens
 from ...encoders.trained.cr5 import Cr5Model
 from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError
 from .solver import solve
-from .splits import _corpora
+from .splits import corpora_of
 
 
 
@@ -136,7 +136,7 @@ class Cr5(Estimator):
         Raises:
             DataError: a corpus without concepts, or ``corpus`` not corpora per language.
         """
-        corpora = _corpora(corpus)
+        corpora = corpora_of(corpus)
         rows: dict[str, np.ndarray] = {}
         for lang, c in corpora.items():
             if c.concepts is None:
@@ -173,7 +173,7 @@ class Cr5(Estimator):
         """
         self._check_params()
         t0 = time.perf_counter()
-        corpora = _corpora(corpus)
+        corpora = corpora_of(corpus)
         if len(corpora) < 2:
             raise DataError(f"Cr5.fit: needs at least two languages, got {sorted(corpora)}")
         langs = sorted(corpora)

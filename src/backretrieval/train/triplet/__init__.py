@@ -55,7 +55,7 @@ from .estimator import NEGATIVES, Triplet, TripletModel, resume_key
 from .loop import CHECKPOINT_FILE
 from .losses import cosine_distance, sample_negatives, triplet_loss, xl_loss
 from .neighbours import find_neighbours
-from .tower import _params_of, _tower, build_tower, params_of
+from .tower import build_tower, params_of
 
 __all__ = [
     "CHECKPOINT_FILE", "NEGATIVES", "TitleBodyData", "Triplet", "TripletModel", "assert_no_links", "build_tower",
