@@ -56,6 +56,19 @@ def fingerprint_inputs(
     cfg: EvalConfig, samples: dict[tuple[str, str, int], Samples], feats: Features, encoders: dict[str, Any],
     image_models: Sequence[str | None],
 ) -> _Inputs:
+    """The inputs that decide the records' keys: the configuration, each model's version (and the
+    fingerprint of what it is fitted on), each image model's version, and each sample's rows.
+
+    Args:
+        cfg: the configuration.
+        samples: (src, tgt, seed) -> its samples.
+        feats: the embeddings of the needed rows.
+        encoders: model name -> its text encoder.
+        image_models: the image models of the grid (None: none).
+
+    Returns:
+        The inputs.
+    """
     fit_fp = None
     models = {}
     for spec, enc in encoders.items():
@@ -267,7 +280,15 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, e
 
 def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
     """A record as the results give it: ``model_identity`` after ``model`` (records stored before
-    the field existed get it from their key, which includes it), no empty ``image_model``."""
+    the field existed get it from their key, which includes it), no empty ``image_model``.
+
+    Args:
+        rec: a stored record.
+        identity: the model's identity.
+
+    Returns:
+        The record with ``model_identity`` second.
+    """
     out = {"model": rec["model"], "model_identity": identity}
     out.update((f, v) for f, v in rec.items() if f not in out and not (f == "image_model" and v is None))
     return out

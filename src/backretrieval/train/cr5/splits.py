@@ -17,7 +17,17 @@ from ...data import Corpus, Dataset
 
 
 def corpora_of(corpus: Dataset | Mapping[str, Corpus]) -> dict[str, Corpus]:
-    """The corpora per language of a Dataset or of a mapping language -> Corpus (checked)."""
+    """The corpora per language of a Dataset or of a mapping language -> Corpus (checked).
+
+    Args:
+        corpus: a Dataset or a mapping language -> Corpus.
+
+    Returns:
+        language -> Corpus.
+
+    Raises:
+        DataError: neither a Dataset nor a mapping of Corpus values.
+    """
     if isinstance(corpus, Dataset):
         return dict(corpus.corpora)
     if isinstance(corpus, Mapping):
@@ -29,6 +39,14 @@ def corpora_of(corpus: Dataset | Mapping[str, Corpus]) -> dict[str, Corpus]:
 
 
 def pair_key(a: str, b: str) -> str:
+    """The key of a language pair in the split's tables.
+
+    Args:
+        a, b: the two languages.
+
+    Returns:
+        ``"a-b"``.
+    """
     return f"{a}-{b}"
 
 
