@@ -17,7 +17,7 @@ from backretrieval.cli import main
 from backretrieval.cli.warning_format import format_warning, short_warnings
 from backretrieval.core.env import PACKAGES
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _installed(name: str) -> str | None:

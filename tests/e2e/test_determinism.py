@@ -6,7 +6,7 @@
    could do -- on data full of exact and sub-ulp near ties.
 3. The evaluation grid on real data with many ties (emoji-cldr keywords, character n-grams,
    colour-histogram images) gives identical records with 1 and 2 BLAS threads, tiny and default
-   blocks, and the local and process executors (the Ray executor: tests/test_ray.py).
+   blocks, and the local and process executors (the Ray executor: tests/analysis/test_ray.py).
 """
 from __future__ import annotations
 

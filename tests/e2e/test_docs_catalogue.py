@@ -11,7 +11,7 @@ import pandas as pd
 
 from backretrieval.data import load_dataset
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "make_catalogue.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "make_catalogue.py"
 
 
 def _script():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "backretrieval"
+PKG = Path(__file__).resolve().parents[2] / "src" / "backretrieval"
 FILES = sorted(PKG.rglob("*.py"))
 
 

@@ -59,7 +59,7 @@ SCRIPT = textwrap.dedent(
 
 
 def run_5mb(spec: str) -> dict:
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, spec], capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": src},

@@ -1,6 +1,6 @@
 """`compare --report`: the gap statistics against naive references, the report built from a real
 small grid (emoji-cldr, tfidf-char / use-m / random, colour histograms as g) checked against
-compare.json, and the page in real headless Chromium (Playwright, as tests/test_study_browser.py):
+compare.json, and the page in real headless Chromium (Playwright, as tests/study/test_study_browser.py):
 it loads from file://, every figure decodes, no console error, nothing is fetched but data: URIs."""
 from __future__ import annotations
 
@@ -227,7 +227,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disa
 
 
 def test_report_in_headless_chromium(real_report):
-    """Fails (never skips) when Chromium or Playwright is missing, like tests/test_study_browser.py."""
+    """Fails (never skips) when Chromium or Playwright is missing, like tests/study/test_study_browser.py."""
     if not CHROMIUM.is_file():
         pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (scripts/setup.sh does: apt-get install -y chromium)")
     try:

@@ -21,7 +21,7 @@ from backretrieval.train.cr5 import Cr5Problem, solve
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cr5 import synthetic  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _block(seed: int = 0, n: int = 120, p: int = 90) -> sp.csr_matrix:
@@ -199,7 +199,7 @@ def test_same_bits_for_any_blas_threads_and_n_jobs(compiled_max_nnz):
     """The solution's bits do not depend on OPENBLAS_NUM_THREADS / OMP_NUM_THREADS nor n_jobs (each
     run in a fresh interpreter, so the thread settings take effect), with either product (all
     blocks compiled / all through scipy)."""
-    code = _CHILD.format(tests=str(ROOT / "tests"))
+    code = _CHILD.format(tests=str(Path(__file__).resolve().parent))
     out = []
     for threads, n_jobs in (("1", 1), ("2", 1), ("2", 2), ("1", 2)):
         env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,

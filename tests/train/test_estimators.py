@@ -18,7 +18,7 @@ from backretrieval.train.triplet import TitleBodyData, Triplet, TripletModel, re
 
 
 def _synthetic():
-    """The data of the reference run (tests/test_triplet.py's _synthetic, n=240, d=16, seed 0)."""
+    """The data of the reference run (tests/train/test_triplet.py's _synthetic, n=240, d=16, seed 0)."""
     rng = np.random.default_rng(0)
     z = rng.standard_normal((240, 6)).astype(np.float32)
     a = rng.standard_normal((6, 16)).astype(np.float32)

@@ -14,7 +14,7 @@ model is only built when it is needed (torch backend, first export, or ``.model`
 
 Determinism: with ONNX Runtime (CPU) an image's features are bit-identical whatever the batch
 it is in, its position there and the number of threads (ONNX Runtime 1.32 here, every CNN;
-tests/test_image_encoders.py). With torch they agree within ~1e-5 but not to the bit: eager
+tests/encoders/test_image_encoders.py). With torch they agree within ~1e-5 but not to the bit: eager
 torch 2.13 picks its convolution kernels by batch shape and thread count (measured: 4e-6 to
 8e-6 between one batch of 24 on 2 threads and batches of 5 on 1 thread). The ``version`` names
 the backend, its version and the device, so vectors of different backends never share a

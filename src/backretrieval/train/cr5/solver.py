@@ -13,7 +13,7 @@ import scipy.sparse as sp
 # eigh_tridiagonal of the Lanczos step). Loaded lazily inside the limit, as before issue #16, a
 # process's first fit ran scipy's BLAS multi-threaded, and its bits depended on the thread count
 # (measured: Multi30K en/de/fr/cs, rank 300: Phi differed in the last float32 bits with 1 and 2
-# BLAS threads; tests/test_cr5.py checks that nothing is loaded later).
+# BLAS threads; tests/train/test_cr5.py checks that nothing is loaded later).
 import scipy.sparse.linalg  # noqa: F401
 
 from . import _lanczos  # noqa: F401
