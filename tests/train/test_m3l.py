@@ -516,7 +516,7 @@ def test_image_retrieval_reads_old_prose_eta_rule(trained, tmp_path):
     """A directory written before the one format (config.json; the oldest with only the prose
     eta_rule) groups exactly as the new one and gives the same vectors."""
     from backretrieval.analysis.image_retrieval import group_key
-    from test_modeldir import legacy_m3l
+    from legacy_model_dirs import legacy_m3l
 
     model, out = trained
     md, layers = load_model(out)

@@ -415,7 +415,7 @@ def test_residual_tower_trains_and_round_trips(tmp_path):
     with torch.no_grad():
         np.testing.assert_allclose(represent(est._tower(torch.from_numpy(xt)).numpy(), est._tower(torch.from_numpy(xb)).numpy()), out, atol=1e-5)
     # a directory written before the option existed (format 1, no "tower" key) loads as the mlp tower
-    from test_modeldir import legacy_triplet
+    from legacy_model_dirs import legacy_triplet
 
     mlp = TripletModel("triplet", layers=(8,), epochs=1, batch_size=32, seed=1).fit_vectors(xt, xb, langs)
     old = legacy_triplet(tmp_path / "old", {"method": "triplet", "base": "random", "final_relu": True}, mlp.params_)
