@@ -1,6 +1,6 @@
-"""The writers of the model directories of the code before the one format
-(encoders/trained/modeldir.py), kept here (and only here) so the tests can build old directories:
-Cr5's cr5.json, Triplet's model.json format 1, M3L's config.json."""
+"""The writers of the legacy model-directory layouts (Cr5's cr5.json, Triplet's model.json
+format 1, M3L's config.json), kept here (and only here) so the tests can build legacy directories
+(tests/encoders/test_modeldir.py, tests/train/test_triplet.py, tests/train/test_m3l.py)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import numpy as np
 
 
 def legacy_triplet(d: Path, config: dict, params) -> Path:
-    """Triplet's ``save_model`` before the one format: model.json ``"format": 1``."""
+    """Triplet's legacy layout: model.json ``"format": 1``."""
     d.mkdir(parents=True, exist_ok=True)
     arrays = {}
     for i, (w, b) in enumerate(params):
@@ -22,7 +22,7 @@ def legacy_triplet(d: Path, config: dict, params) -> Path:
 
 
 def legacy_m3l(d: Path, layers, *, loss="patr", eta_rule=None, eta_quantile=0.5, eta=3.5, **over) -> Path:
-    """M3LModel.save before the one format: weights.npz W0.., split.json, config.json last."""
+    """M3L's legacy layout: weights.npz W0.., split.json, config.json last."""
     d.mkdir(parents=True, exist_ok=True)
     arrays = {}
     for i, (w, b) in enumerate(layers):
@@ -54,7 +54,7 @@ def legacy_m3l(d: Path, layers, *, loss="patr", eta_rule=None, eta_quantile=0.5,
 
 
 def legacy_cr5(d: Path, vocab, idf, phi, meta) -> Path:
-    """Cr5Model.save before the one format: vocab/<lang>.txt, cr5.npz, cr5.json last."""
+    """Cr5's legacy layout: vocab/<lang>.txt, cr5.npz, cr5.json last."""
     from backretrieval.encoders.trained.bow import TOKENIZER_VERSION
 
     for lang in phi:

@@ -4,7 +4,7 @@ Read statically from every import statement of ``src/backretrieval`` (module lev
 functions), each resolved to the file it loads (``from pkg import mod`` to ``pkg/mod.py``):
 
 * No module imports another module's underscore name (``from .features import _draw``), and no
-  module imports an underscore module of another package (``backretrieval.encoders._text``);
+  module imports an underscore module of another package (``backretrieval.search._fused``);
   within one package a module may use the package's own private modules (``train/cr5/_cg.py``).
   Tests may reach a private helper to test it; this file checks the package only.
 * No circle of imports joins files of different (sub-)packages: the strongly connected parts of

@@ -18,7 +18,7 @@ def format_environment(info: dict[str, object], packages: tuple[str, ...]) -> st
             is shown as not installed.
 
     Returns:
-        Lines of text (no trailing newline): Python and platform, the loaded BLAS/OpenMP
+        Lines of text (no trailing newline): Python, platform and the metrics version, the loaded BLAS/OpenMP
         libraries with their thread counts, then one line per package.
     """
     installed = info.get("packages") or {}
@@ -26,6 +26,7 @@ def format_environment(info: dict[str, object], packages: tuple[str, ...]) -> st
     lines = [
         f"{'python':<{width}}  {info.get('python')}",
         f"{'platform':<{width}}  {info.get('platform')}",
+        f"{'metrics version':<{width}}  {info.get('metrics_version')}",
     ]
     blas = info.get("blas") or []
     if not blas:

@@ -56,6 +56,19 @@ def approx_options(fn):
                              "(MRR truncated at K; CORR exact on its pair subsample; no hubness).")(fn)
 
 
+def reuse_stale_option(fn):
+    """--reuse-stale (evaluate and compare)."""
+    return click.option("--reuse-stale", is_flag=True,
+                        help="Reuse the records in OUT and the cached vectors computed under other versions (metrics, "
+                             "model libraries, FAISS) instead of recomputing them; a warning names what differs.")(fn)
+
+
+def _with_reuse(cfg, reuse_stale: bool):
+    import dataclasses
+
+    return dataclasses.replace(cfg, reuse_stale=True) if reuse_stale else cfg
+
+
 def _approx_config(cfg, approx: str | None, target: float):
     """``cfg`` with the approximate-search options (checked)."""
     import dataclasses
@@ -100,7 +113,8 @@ def _header(cfg, result) -> str:
 @grid_options
 @device_option
 @approx_options
-def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
+@reuse_stale_option
+def evaluate(out, quiet, executor, approx, approx_target, reuse_stale, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
@@ -110,7 +124,7 @@ def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
     from ..core import atomic_write_text
     from ..report import format_summary
 
-    cfg = _approx_config(grid_config(**grid), approx, approx_target)
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target), reuse_stale)
     check_grid(cfg, out, executor)
     result = run(cfg, out, progress=not quiet, log=warn, executor=executor)
     ak = _approx_k(cfg)
@@ -126,13 +140,14 @@ def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
 @grid_options
 @device_option
 @approx_options
+@reuse_stale_option
 @click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
               "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n_boot, report, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, reuse_stale, metric, level, alpha, n_boot, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
@@ -148,7 +163,7 @@ def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n
     from ..report import format_comparison
     from ..report.table import approx_note
 
-    cfg = _approx_config(grid_config(**grid), approx, approx_target)
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target), reuse_stale)
     metric = (metric or f"bkr@{cfg.k}").strip()
     _check_metric(metric, cfg.n, _approx_k(cfg))
     if metric == "corr":

@@ -394,6 +394,7 @@ def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] =
 
 
 def warn(msg: str) -> None:
+    """Print a note to stderr, in yellow."""
     click.secho(msg, fg="yellow", err=True)
 
 

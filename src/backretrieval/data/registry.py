@@ -17,6 +17,24 @@ from .corpus import Dataset
 
 
 @dataclasses.dataclass(frozen=True)
+class DatasetExample:
+    """A small real load of a registered dataset, for the contract checks
+    (:mod:`backretrieval.data.checks`). A :class:`DatasetInfo`'s ``example`` hook writes what the
+    load needs (a data file) into the folder it is given and returns this; a dataset the loader
+    finds on its own (its data folder, an environment variable) writes nothing.
+
+    Attributes:
+        spec: what :func:`load_dataset` is given (a registered name, a file path, ``hf:FOLDER``).
+        langs: the languages asked for (at least two for a dataset with concepts).
+        options: the loader options (e.g. a cap on the items read).
+    """
+
+    spec: str
+    langs: tuple[str, ...]
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetInfo:
     name: str
     loader: Callable[..., Dataset]
@@ -25,6 +43,9 @@ class DatasetInfo:
     has_concepts: bool
     source: str  # where the data comes from
     license: str
+    # example(folder) -> DatasetExample: a small real load for the contract checks
+    example: Callable[[Path], DatasetExample] | None = None
+
     # Specs besides its name that the loader reads: ``claims(spec)`` gives the loader's extra
     # arguments (e.g. ``{"path": ...}``) for a spec it reads, None for one it does not.
     claims: Callable[[Any], dict[str, Any] | None] | None = None
@@ -42,6 +63,7 @@ _REGISTRY: dict[str, DatasetInfo] = {}
 
 
 def register(info: DatasetInfo) -> DatasetInfo:
+    """Add a dataset loader to the registry under ``info.name`` and return ``info``."""
     _REGISTRY[info.name] = info
     return info
 
@@ -57,11 +79,12 @@ def _load_modules() -> None:
 
 
 def list_datasets() -> list[DatasetInfo]:
+    """Every registered dataset loader, sorted by name (imports the loader modules first)."""
     _load_modules()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def _info(spec: Any) -> tuple[DatasetInfo, dict[str, Any]]:
+def loader_for(spec: Any) -> tuple[DatasetInfo, dict[str, Any]]:
     """The loader of ``spec`` (a registered name, ``hf:FOLDER``, a file path, or a Hugging Face
     dataset object) and the arguments it gets besides ``langs`` and the options."""
     _load_modules()
@@ -94,7 +117,7 @@ def dataset_option_names(spec: str) -> dict[str, inspect.Parameter]:
     Raises:
         DataError: ``spec`` is neither a registered dataset nor a data file.
     """
-    info, _ = _info(spec)
+    info, _ = loader_for(spec)
     params = inspect.signature(info.loader).parameters
     return {k: p for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
@@ -114,7 +137,7 @@ def check_dataset_options(spec: str, options: Mapping[str, Any]) -> None:
     known = dataset_option_names(spec)
     for key in options:
         if key not in known:
-            info, _ = _info(spec)
+            info, _ = loader_for(spec)
             raise DataError(
                 f"unknown option {key!r} for {_what(spec, info)}; its options: {', '.join(known) or '(none)'}"
             )
@@ -171,6 +194,6 @@ def load_dataset(spec: Any, langs: Sequence[str] | None = None, **options: Any) 
     Raises:
         DataError: an unknown dataset or option, or bad data (the loader's own errors).
     """
-    info, args = _info(spec)
+    info, args = loader_for(spec)
     check_dataset_options(spec, options)
     return info.loader(langs=langs, **args, **options)

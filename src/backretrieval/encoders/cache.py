@@ -18,10 +18,21 @@ length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text_batching`) trunca
 its truncation share one entry, and the truncation warning is given here, once per call. The
 namespace ``<version>`` changes whenever the model's files do (encoders hash their files into
 ``version``), and image vectors are keyed by the bytes of the image file.
+
+Versions. Each shard also holds ``versions``: the versions its vectors were computed under --
+the model's ``versions`` (:func:`~.base.encoder_versions`: the installed libraries that compute
+them, e.g. sentence-transformers / transformers / tokenizers / torch, Pillow and numpy, and
+settings such as ``torch threads`` and ``chars per token``), as sorted JSON. A vector is found
+only in a shard of the current versions; one found only in a shard of other versions (or in a
+shard without ``versions``) is recomputed, with a :class:`~backretrieval.core.env.StaleVersionsWarning`
+that names what changed ("numpy 2.1.3 -> 2.2.0"), and the new shard replaces it in the look-up.
+``reuse_stale=True`` reuses such vectors instead, with the same warning.
 """
 from __future__ import annotations
 
+import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,8 +40,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..core import DataError, atomic_save_npz, cache_dir, content_hash
+from ..core.env import StaleVersionsWarning, describe_changes
 from .text_batching import as_texts, warn_truncated
-from .base import check_embeddings
+from .base import check_embeddings, encoder_versions
 
 DEFAULT_CHUNK = 2048  # texts per shard
 DEFAULT_IMAGE_CHUNK = 256  # images per shard: images are slow, so shards (and the bar) advance often
@@ -47,13 +59,28 @@ def _safe(part: str) -> str:
     return f"{safe[:100]}~{content_hash(part, 8)}"
 
 
-class EmbeddingStore:
-    """Content-addressed vectors of one namespace (model, version, language)."""
+def _shard_versions(z: Any) -> dict[str, str] | None:
+    """The versions a shard was written under; None when it has none (or they cannot be read)."""
+    if "versions" not in z.files:
+        return None
+    try:
+        v = json.loads(str(z["versions"]))
+    except ValueError:
+        return None
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else None
 
-    def __init__(self, path: Path):
+
+class EmbeddingStore:
+    """Content-addressed vectors of one namespace (model, version, language), computed under
+    ``versions`` (the model's libraries and settings); vectors of shards written under other
+    versions are kept apart (:meth:`stale`)."""
+
+    def __init__(self, path: Path, versions: dict[str, str] | None = None):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.versions = dict(versions or {})
         self._index: dict[str, np.ndarray] | None = None
+        self._stale: dict[str, tuple[np.ndarray, dict[str, str] | None]] = {}
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._index is None:
@@ -62,23 +89,38 @@ class EmbeddingStore:
                 try:
                     with np.load(shard) as z:
                         keys, vecs = z["keys"], z["vecs"]
+                        old = _shard_versions(z)
                 except Exception:  # unreadable shard (e.g. disk full on another tool): re-encode
                     continue
+                # a shard without versions holds current vectors only for a model that has none
+                current = old == self.versions or (old is None and not self.versions)
                 for k, v in zip(keys.tolist(), vecs):
-                    self._index[k] = v
+                    if current:
+                        self._index[k] = v
+                    else:
+                        self._stale[k] = (v, old)
         return self._index
+
+    def stale(self, keys: Sequence[str]) -> dict[str, tuple[np.ndarray, dict[str, str] | None]]:
+        """The vectors of ``keys`` found only in shards of other versions: key -> (vector, the
+        versions it was computed under, None when its shard has none)."""
+        index = self._load()
+        return {k: self._stale[k] for k in keys if k not in index and k in self._stale}
 
     def __len__(self) -> int:
         return len(self._load())
 
     def get(self, keys: Sequence[str]) -> list[np.ndarray | None]:
+        """The stored vector of each key, None where nothing is stored."""
         index = self._load()
         return [index.get(k) for k in keys]
 
     def put(self, keys: Sequence[str], vecs: np.ndarray) -> None:
+        """Store ``vecs`` (one row per key) as one new shard, written atomically."""
         keys = list(keys)
         digest = content_hash("\n".join(keys))
-        atomic_save_npz(self.path / f"shard-{digest}.npz", keys=np.array(keys), vecs=np.asarray(vecs, np.float32))
+        atomic_save_npz(self.path / f"shard-{digest}.npz", keys=np.array(keys), vecs=np.asarray(vecs, np.float32),
+                        versions=np.array(json.dumps(self.versions, sort_keys=True)))
         index = self._load()
         for k, v in zip(keys, vecs):
             index[k] = v
@@ -90,11 +132,13 @@ class _Cached:
     default_step = DEFAULT_TEXT_STEP
     bar_options: dict[str, Any] = {}  # extra tqdm options of the progress bars (e.g. mininterval=0)
 
-    def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_CHUNK, progress: bool = False):
+    def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_CHUNK, progress: bool = False,
+                 reuse_stale: bool = False):
         self.encoder = encoder
         self.root = Path(root) if root is not None else cache_dir("embeddings")
         self.chunk = chunk
         self.progress = progress
+        self.reuse_stale = bool(reuse_stale)  # reuse vectors of other versions (with a warning)
         self.n_encoded = 0  # items actually sent to the model (for tests and logs)
 
     def __getattr__(self, name: str) -> Any:  # name, version, dim, languages, fit, ...
@@ -102,7 +146,8 @@ class _Cached:
 
     def store(self, lang: str) -> EmbeddingStore:
         enc = self.encoder
-        return EmbeddingStore(self.root / self.kind / _safe(enc.name) / _safe(enc.version) / _safe(lang))
+        path = self.root / self.kind / _safe(enc.name) / _safe(enc.version) / _safe(lang)
+        return EmbeddingStore(path, encoder_versions(enc))
 
     def step(self) -> int:
         """Items per call to the model (one progress update each): the model's ``progress_step``
@@ -120,6 +165,11 @@ class _Cached:
         ``chunk`` rows stored as soon as it is complete."""
         store = self.store(lang)
         found = store.get(keys)
+        stale = store.stale([k for k, v in zip(keys, found) if v is None])
+        if stale:
+            self._say_stale(stale, store.versions, what)
+            if self.reuse_stale:
+                found = [v if v is not None or k not in stale else stale[k][0] for k, v in zip(keys, found)]
         missing: dict[str, int] = {}
         for i, (k, v) in enumerate(zip(keys, found)):
             if v is None and k not in missing:
@@ -138,7 +188,23 @@ class _Cached:
                     bar.update(len(part[s : s + step]))
                 store.put([keys[i] for i in part], np.concatenate(vecs))
                 self.n_encoded += len(part)
+        if self.reuse_stale and stale:
+            fresh = store.get(keys)
+            return np.stack([v if v is not None else stale[k][0] for k, v in zip(keys, fresh)]).astype(np.float32, copy=False)
         return np.stack(store.get(keys)).astype(np.float32, copy=False)
+
+    def _say_stale(self, stale: dict[str, tuple[np.ndarray, dict[str, str] | None]], current: dict[str, str],
+                   what: str) -> None:
+        """One :class:`StaleVersionsWarning` naming the versions that differ from the current ones."""
+        changes: dict[str, None] = {}
+        for _, old in stale.values():
+            changes.update(dict.fromkeys(describe_changes(old, current)))
+        n = len(stale)
+        head = f"{what}: {n:,} cached vector{'s' * (n != 1)} computed under other versions ({', '.join(changes)})"
+        if self.reuse_stale:
+            warnings.warn(f"{head}: reusing them as asked (reuse_stale)", StaleVersionsWarning, stacklevel=4)
+        else:
+            warnings.warn(f"{head}: recomputing them", StaleVersionsWarning, stacklevel=4)
 
 
 class CachedTextEncoder(_Cached):
@@ -158,13 +224,16 @@ class CachedTextEncoder(_Cached):
         extra: dict[str, Sequence[str]] | None = None,
         **kw: Any,
     ) -> np.ndarray:
+        """The wrapped model's vectors of ``texts``: cached ones read, missing ones encoded one batch at a
+        time and stored."""
         enc = self.encoder
         if extra is not None:
             kw["extra"] = extra
         if not getattr(enc, "cacheable", True):
             base = getattr(enc, "base", None)  # a variant: its base model's cache shows the progress
-            if isinstance(base, _Cached) and self.progress:
-                base.progress = True
+            if isinstance(base, _Cached):
+                base.progress = base.progress or self.progress
+                base.reuse_stale = base.reuse_stale or self.reuse_stale
             self.n_encoded += len(texts)
             return enc.encode(texts, lang, ids=ids, **kw)
         texts = as_texts(texts, ids, f"{enc.name}/{lang}")
@@ -198,10 +267,13 @@ class CachedImageEncoder(_Cached):
     unit = "img"
     default_step = DEFAULT_IMAGE_STEP
 
-    def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_IMAGE_CHUNK, progress: bool = False):
-        super().__init__(encoder, root, chunk, progress)
+    def __init__(self, encoder: Any, root: str | Path | None = None, chunk: int = DEFAULT_IMAGE_CHUNK, progress: bool = False,
+                 reuse_stale: bool = False):
+        super().__init__(encoder, root, chunk, progress, reuse_stale)
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
+        """The wrapped model's features of the image files ``paths``, keyed by their content: cached ones
+        read, missing ones encoded and stored."""
         enc = self.encoder
         paths = [str(p) for p in paths]
         keys = []

@@ -46,6 +46,7 @@ class RayDataTextEncoder:
         return getattr(self.local, name)
 
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
+        """Embed ``texts`` as Ray Data batches; rows come back in the caller's order."""
         import ray
 
         texts = list(texts)

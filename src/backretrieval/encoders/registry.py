@@ -21,11 +21,13 @@ PLUGIN_PACKAGES = ("text", "image", "trained")
 
 
 def register_text(info: EncoderInfo) -> EncoderInfo:
+    """Add a text model to the registry under ``info.name`` and return ``info``."""
     _TEXT[info.name] = info
     return info
 
 
 def register_image(info: EncoderInfo) -> EncoderInfo:
+    """Add an image model to the registry under ``info.name`` and return ``info``."""
     _IMAGE[info.name] = info
     return info
 
@@ -48,11 +50,13 @@ def _load() -> None:
 
 
 def list_text_encoders() -> list[EncoderInfo]:
+    """Every registered text model, sorted by name (imports the encoder modules first)."""
     _load()
     return [_TEXT[k] for k in sorted(_TEXT)]
 
 
 def list_image_encoders() -> list[EncoderInfo]:
+    """Every registered image model, sorted by name (imports the encoder modules first)."""
     _load()
     return [_IMAGE[k] for k in sorted(_IMAGE)]
 
@@ -66,13 +70,23 @@ def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping
         raise EncoderError(f"{kind} model {name!r} needs an argument: {name}:PATH")
     if arg and not info.takes_arg:
         raise EncoderError(f"{kind} model {name!r} takes no argument (got {spec!r})")
+    return build_encoder(info, arg or None, **options)
+
+
+def build_encoder(info: EncoderInfo, arg: str | None = None, **options: Any) -> Any:
+    """The encoder ``info.factory(arg, **options)`` builds, named by its spec (``NAME`` or
+    ``NAME:ARG``); a missing package becomes an EncoderError with its pip command.
+
+    Raises:
+        EncoderError: a missing package, or whatever the factory refuses.
+    """
     try:
-        enc = info.factory(arg or None, **options)
+        enc = info.factory(arg, **options)
     except ImportError as e:
         raise EncoderError(
-            f"{kind} model {name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
+            f"{info.kind} model {info.name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
         ) from e
-    enc.name = spec
+    enc.name = f"{info.name}:{arg}" if arg else info.name
     return enc
 
 

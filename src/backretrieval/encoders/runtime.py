@@ -203,6 +203,7 @@ def choose_backend(backend: str | None, owner: str) -> str:
 
 
 def ort_version() -> str:
+    """The installed onnxruntime version."""
     import onnxruntime as ort
 
     return ort.__version__

@@ -42,7 +42,7 @@ _SIMPLIFIED = ("zh-cn", "zh-sg", "zh-my")
 # bundled vocabularies have 16-18 characters (MiniLM's WordPiece: "telecommunications"); real
 # text averages 1-6 characters per token, so T tokens never need more than 16 * T characters
 # except for runs of whitespace or single "words" of dozens of characters (URLs, hashes).
-CHARS_PER_TOKEN = 16
+CHARS_PER_TOKEN = 16  # part of the cache and record keys of the models it caps ("chars per token")
 DEFAULT_BATCH_CHARS = 1 << 20  # characters per batch (at least one text)
 _TRADITIONAL = ("zh-tw", "zh-hk", "zh-mo")
 _NOT_LOADED = object()
@@ -77,6 +77,7 @@ def require(module: str, dist: str) -> None:
 
 
 def positive_int(value: Any, what: str, owner: str) -> int:
+    """``value`` as an int >= 1, or an EncoderError naming ``owner`` and ``what``."""
     try:
         v = int(value)
         ok = not isinstance(value, bool) and v >= 1 and not (isinstance(value, float) and value != v)
@@ -88,6 +89,7 @@ def positive_int(value: Any, what: str, owner: str) -> int:
 
 
 def check_options(model: str, options: Mapping[str, Any], known: Sequence[str]) -> None:
+    """Refuse an option of ``model`` not in ``known``, naming the ones it takes."""
     unknown = set(options) - set(known)
     if unknown:
         raise EncoderError(
@@ -158,6 +160,26 @@ class BatchedTextEncoder:
     default_batch_size: int = 64
     max_chars: int | None = None  # character cap applied before anything else (None: none)
     batch_chars: int = DEFAULT_BATCH_CHARS
+    libraries: tuple[str, ...] = ()  # distributions that compute the vectors (see versions)
+    cut_per_token: bool = False  # max_chars is a token limit times CHARS_PER_TOKEN
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """What can change the vectors besides ``version`` (the model's files and options): the
+        installed versions of :attr:`libraries`, ``"chars per token"`` (:data:`CHARS_PER_TOKEN`,
+        the pre-cut rule) where the character cap comes from a token limit, and the settings of
+        :meth:`_settings`. The embedding cache and the stored records are keyed by them."""
+        from ..core import env
+
+        out = env.versions_of(self.libraries)
+        if self.cut_per_token:
+            out["chars per token"] = str(CHARS_PER_TOKEN)
+        out.update(self._settings())
+        return out
+
+    def _settings(self) -> dict[str, str]:
+        """Settings that can change the vectors' bits (e.g. ``{"torch threads": "1"}``); default none."""
+        return {}
 
     def __init__(self, *, batch_size: int | None = None, progress: bool = False) -> None:
         bs = self.default_batch_size if batch_size is None else batch_size
@@ -215,6 +237,7 @@ class BatchedTextEncoder:
         return self._model
 
     def supports(self, lang: str) -> bool:
+        """Whether the model was trained on ``lang`` (see :func:`supports_language`)."""
         return supports_language(self.languages, lang)
 
     def _check_language(self, lang: str) -> None:

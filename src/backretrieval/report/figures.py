@@ -26,6 +26,7 @@ DPI = 130
 
 
 def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,6 +61,7 @@ def _corr_text(x: np.ndarray, y: np.ndarray) -> str:
 
 
 def short_label(model: str, width: int = 22) -> str:
+    """``model`` cut to ``width`` characters (an ellipsis marks the cut), for axis labels."""
     return model if len(model) <= width else model[: width - 1] + "…"
 
 

@@ -38,6 +38,9 @@ class EvalConfig:
             self-calibrating FAISS top-K lists (:func:`~backretrieval.analysis.evaluate.tasks.check_approx`).
         approx_target: with ``approx``, the top-1 agreement (and top-K recall) with exact search
             the calibration must reach, in (0, 1].
+        reuse_stale: reuse stored records and cached vectors computed under other versions (of
+            the metrics, the libraries that compute the vectors, FAISS, ...) instead of
+            recomputing them, with a warning naming the difference. Not part of :meth:`key`.
     """
 
     dataset: str
@@ -54,6 +57,7 @@ class EvalConfig:
     corr_boot: int = 0  # bootstrap resamples of CORR per record (over source queries); 0 = none
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from self-calibrated FAISS top-K lists
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
+    reuse_stale: bool = False  # reuse records / vectors of other versions, with a warning
 
     @property
     def image_models(self) -> list[str]:
@@ -65,13 +69,15 @@ class EvalConfig:
         pairs, seeds and image models are part of each record's own key).
 
         ``approx`` and ``approx_target`` enter the key only when ``approx`` is set, so exact runs
-        keep the keys they had before approximate search existed.
+        keep the keys they had before approximate search existed. ``reuse_stale`` says how to
+        treat stored records, not what they are: it never enters the key. The versions records
+        are computed under are part of each record's own key (see :mod:`.records`).
 
         Returns:
             8 hex characters: a content hash of the remaining fields as sorted JSON (values
             that are not JSON, such as Python objects in ``dataset_options``, by ``str``).
         """
-        grid = ("pairs", "models", "seeds", "image_model", "extra_image_models")
+        grid = ("pairs", "models", "seeds", "image_model", "extra_image_models", "reuse_stale")
         # the fields one by one, not dataclasses.asdict: that would deep-copy the models' objects
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in grid}
         if d["approx"] is None:  # exact runs keep the keys they had before --approx existed

@@ -13,9 +13,11 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ...core import BackretrievalError, DataError, UnsupportedLanguageError
+from ...core.env import StaleVersionsWarning
 from ...data import Dataset, matching, non_matching
 from ...data.corpus import fingerprint
 from ...encoders.text_batching import TruncationWarning
+from ...encoders.base import encoder_versions
 from ...encoders.registry import get_image_encoder
 from ...encoders.cache import CachedImageEncoder
 from ...encoders.image.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
@@ -102,13 +104,15 @@ class Features:
         progress: show progress bars.
         log: where notes go.
         dataset_label: how errors name the dataset.
+        reuse_stale: reuse cached image features whose library versions differ (with a warning).
     """
 
     def __init__(
         self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool,
-        log: Callable[[str], None] = lambda msg: None, dataset_label: str | None = None,
+        log: Callable[[str], None] = lambda msg: None, dataset_label: str | None = None, reuse_stale: bool = False,
     ):
         self.ds, self.needed, self.progress, self.log = ds, needed, progress, log
+        self.reuse_stale = reuse_stale
         self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
         self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
         for g in image_models:  # every image model fits the data before anything is encoded
@@ -118,6 +122,7 @@ class Features:
         self.row_digests = {lang: c.row_digests() for lang, c in self.corpora.items()}
         self.image_digests = {lang: c.image_digests() for lang, c in self.corpora.items()}
         self.image_versions: dict[str, str] = {}  # image model -> its version (cache namespace)
+        self.image_lib_versions: dict[str, dict[str, str]] = {}  # image model -> its versions (libraries)
         self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
 
     def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
@@ -126,9 +131,10 @@ class Features:
         feature file and weakened as the spec says."""
         enc = get_image_encoder(spec)
         self.image_versions[spec] = str(enc.version)
+        self.image_lib_versions[spec] = encoder_versions(enc)
         precomputed = uses_precomputed_features(spec)
         if not precomputed:
-            enc = CachedImageEncoder(enc, progress=self.progress)
+            enc = CachedImageEncoder(enc, progress=self.progress, reuse_stale=self.reuse_stale)
         out = {}
         for lang, c in self.corpora.items():
             if not c.has_images:
@@ -137,8 +143,19 @@ class Features:
                 x = load_feature_rows(c.image_features, c.image_rows, f"{c.dataset}/{lang} images")
                 out[lang] = weaken_features(enc, x, self.image_digests[lang])
             else:
-                out[lang] = enc.encode_images(c.image_paths)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", StaleVersionsWarning)
+                    out[lang] = enc.encode_images(c.image_paths)
+                self._pass_on(caught)
         return out
+
+    def _pass_on(self, caught: list[warnings.WarningMessage]) -> None:
+        """Truncation and stale-version notes go to the log; other warnings stay warnings."""
+        for w in caught:
+            if issubclass(w.category, (TruncationWarning, StaleVersionsWarning)):
+                self.log(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     def text(self, model: Any, name: str) -> dict[str, np.ndarray]:
         """Every needed text of every language, embedded with ``model`` (fitted first if it has a
@@ -173,14 +190,11 @@ class Features:
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", TruncationWarning)
+                    warnings.simplefilter("always", StaleVersionsWarning)
                     out[lang] = model.encode(c.texts, lang, ids=c.ids, **kw)
             except UnsupportedLanguageError as e:  # the grid skips the model's pairs with this language
                 self.unsupported.setdefault(name, {})[lang] = str(e)
-            for w in caught:  # truncation notes go to the log; other warnings stay warnings
-                if issubclass(w.category, TruncationWarning):
-                    self.log(str(w.message))
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            self._pass_on(caught)
         return out
 
     def fit_fingerprint(self) -> str:

@@ -1,5 +1,45 @@
 """The grid itself: :func:`evaluate` draws the samples, resumes the finished records, encodes
-what is left and runs one :class:`~.tasks.SampleTask` per sample (see the package docstring)."""
+what is left and runs one :class:`~.tasks.SampleTask` per sample.
+
+For each pair and seed two samples are drawn from the dataset (Backretrieval paper, Sec. 3.1):
+a *matching* sample of N aligned translation pairs for XLR (only where the dataset links
+languages by concept), and a *non-matching* sample of N source and N target items with
+disjoint concepts for BkR, CORR and hubness (only where items have images). Texts and images
+are encoded once per language through the cache, only for the rows some sample uses.
+
+Each finished (model, image model, pair, seed) record is written at once to ``OUT/.partial/``
+(atomically), under a key made of the configuration, the model's fingerprint (its ``version``,
+which hashes its files, plus for models fitted on the evaluated texts a fingerprint of those
+texts), the image model's version and the fingerprints of exactly the rows the sample uses
+(ids, texts, concepts, extra columns, image bytes or feature vectors). A rerun skips the records
+whose key is unchanged, so an interrupted run resumes, and recomputes those whose inputs
+changed; ``OUT/.partial/manifest/inputs.json`` keeps the inputs of the last run, so the log says which
+input changed ("data for de changed since the records in OUT were computed: recomputing 12
+records"). A damaged record file is recomputed with a warning naming it. The key also holds the
+versions the record is computed under (the metrics version, the libraries that compute the
+model's and the image model's vectors, with approximate search FAISS and its settings; see
+:mod:`.records`): a record of other versions is recomputed and the log names the change
+("metrics version 3 -> 4 since the records in OUT were computed: recomputing 12 records"), or
+reused with a warning when ``EvalConfig.reuse_stale`` asks for it.
+
+Models are spec strings or Python objects under the user's name (``models={"ours": obj,
+"use-m": "use-m"}``, see :mod:`backretrieval.analysis.models`); every record carries ``model`` (the name) and
+``model_identity`` (the model fingerprint its key holds). A run-only object (no torch weights,
+no version) is never resumed from ``OUT/.partial`` nor stored there; the run says so once.
+
+``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
+``OUT/run.json``: the configuration, the input fingerprints and the software environment
+(:func:`backretrieval.core.env.environment`).
+
+What the output says is what was computed: every record's ``image_model`` is the model that
+produced its image features (a model that encodes image files is refused on a dataset that has
+only a feature file, and ``precomputed`` on one that has only image files, before anything is
+encoded); records of data without images carry no image fields; a caller's prerequisites
+(``needs``: links for XLR, images for BkR) are checked right after sampling; seeds that all draw
+the same sample are said (``EvalResult.notes``). With ``EvalConfig.approx`` the per-sample task
+computes XLR@K and BkR@K from self-calibrating FAISS lists instead (records say
+``approximate`` and carry each search's calibration, ``approx_*``).
+"""
 from __future__ import annotations
 
 import time
@@ -17,7 +57,7 @@ from ..models import grid_models, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
 from .features import check_needs, draw_samples, Features, same_sample_note, Samples
-from .records import RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
+from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .tasks import SampleTask, check_approx
 
 Sample = tuple[str, str, int]  # (src, tgt, seed)
@@ -87,7 +127,8 @@ def evaluate(
         log(same)
         notes.append(same)
     image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
-    feats = Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset)
+    feats = Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset,
+                      cfg.reuse_stale)
     inputs = fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
 
     # resume what earlier runs finished; say which inputs changed for the rest
@@ -96,6 +137,8 @@ def evaluate(
     found: dict[RecordSlot, tuple[dict, dict]] = {}
     todo: dict[Sample, list[str]] = {}
     changed: dict[str, int] = {}
+    stale: dict[str, int] = {}  # version change -> records recomputed (or reused) for it
+    reused: list[RecordSlot] = []
     for name in names:
         for s, t, seed in samples:
             done = 0
@@ -108,15 +151,26 @@ def evaluate(
                     found[slot] = got
                     done += 1
                     continue
+                old = store.stale(slot)
+                if old is not None:  # the same inputs under other versions
+                    for change in old[2]:
+                        stale[change] = stale.get(change, 0) + 1
+                    if cfg.reuse_stale:
+                        found[slot] = old[:2]
+                        reused.append(slot)
+                        done += 1
+                    continue
                 for label in store.changed(slot):
                     changed[label] = changed.get(label, 0) + 1
             if done < len(image_models):
                 todo.setdefault((s, t, seed), []).append(name)
     if found:
         log(f"resuming: {len(found)} finished records found in {store.partial}")
+    _say_stale(stale, len(reused), out_dir, log)
     for label, count in changed.items():
         log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
-    store.write_manifest((name, g, s, t, seed) for name in stored for s, t, seed in samples for g in image_models)
+    store.write_manifest([(name, g, s, t, seed) for name in stored for s, t, seed in samples for g in image_models],
+                         keep=reused)
 
     # encode every model that has work left (through the cache), then run one task per sample
     ex = get_executor(executor)
@@ -126,7 +180,8 @@ def evaluate(
         t0 = time.perf_counter()
         m = models[name]  # a Python object encodes here, with every executor (it is never pickled)
         enc = m.encoder if m.spec is None else ex.text_encoder(m.spec)
-        text[name] = feats.text(CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress), name)
+        cached = CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress, reuse_stale=cfg.reuse_stale)
+        text[name] = feats.text(cached, name)
         encode_s[name] = round(time.perf_counter() - t0, 3)
     for name, langs_missing in feats.unsupported.items():
         for lang, why in langs_missing.items():
@@ -174,6 +229,25 @@ def evaluate(
         for g, res in result.others.items():
             write_results(res.records, Path(out_dir) / "image-models" / slug(g), info)
     return result
+
+
+def _say_stale(stale: dict[str, int], n_reused: int, out_dir: str | Path | None, log: Callable[[str], None]) -> None:
+    """Log the stored records computed under other versions: per version change, how many are
+    recomputed; or, when they are reused (``reuse_stale``), one warning naming every change."""
+    if not stale:
+        return
+    if n_reused:
+        log(f"warning: reusing {n_reused} stored record{'s' * (n_reused != 1)} in {out_dir} computed under other "
+            f"versions ({', '.join(stale)}), as asked (reuse_stale); their numbers may differ from a fresh run's")
+        return
+    for change, count in stale.items():
+        records = f"{count} record{'s' * (count != 1)}"
+        if change == NOT_RECORDED:
+            was, it = ("was", "it") if count == 1 else ("were", "they")
+            log(f"{records} in {out_dir} {was} stored without the versions {it} {was} computed under: "
+                f"recomputing {'it' if count == 1 else 'them'}")
+        else:
+            log(f"{change} since the records in {out_dir} were computed: recomputing {records}")
 
 
 def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:

@@ -1,6 +1,19 @@
-"""The stored records of the grid: the input fingerprints their keys are made of
+"""The stored records of the grid: the input fingerprints and versions their keys are made of
 (:class:`_Inputs`), the manifest of the last run's inputs, reading a stored record (a damaged
-one is named), ``run.json`` (:func:`run_info`) and the result files (:func:`write_results`)."""
+one is named; one of other versions is stale), ``run.json`` (:func:`run_info`) and the result
+files (:func:`write_results`).
+
+Versions. Besides its inputs, a record's key holds the versions it is computed under
+(:meth:`_Inputs.versions`): ``metrics`` (:data:`backretrieval.core.env.METRICS_VERSION`), with
+``approx`` the installed FAISS, the index options and the self-check's sample
+(:func:`~.tasks.approx_versions`), and the model's and image model's ``versions``
+(:func:`backretrieval.encoders.base.encoder_versions`: the libraries that compute their vectors
+and settings such as ``torch threads``), as ``"model: numpy"`` / ``"image model: pillow"``.
+Each stored record keeps them (:data:`VERSIONS_FIELD`, removed when read back), so a record
+of the same inputs under other versions -- found by the manifest's entry for its slot, or at the
+key of a record stored without versions -- is *stale* (:meth:`RecordStore.stale`): recomputed,
+and the run names what changed ("metrics version 3 -> 4", "numpy 2.1.3 -> 2.2.0 (model use-m)"),
+unless ``EvalConfig.reuse_stale`` asks to reuse it (with a warning naming the same)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,16 +27,20 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ...core import atomic_save_npz, atomic_write_text, content_hash
+from ...core import atomic_save_npz, atomic_write_text, content_hash, env
 from ...core.env import environment
 from ...data import Dataset
 from ...data.corpus import fingerprint
+from ...encoders.base import encoder_versions
 from ..models import describe_models
 from .config import EvalConfig
 from .features import Features, Samples
+from .tasks import approx_versions
 
 RecordSlot = tuple[str, str | None, str, str, int]  # (model, image model, src, tgt, seed)
 MANIFEST = "manifest/inputs.json"  # in a folder of its own: .partial/*.json are the records
+VERSIONS_FIELD = "_versions"  # a stored record's versions (not part of the record itself)
+NOT_RECORDED = "versions not recorded"  # what env.describe_changes says of a record without them
 _DAMAGED = (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile, zlib.error)
 
 
@@ -35,6 +52,9 @@ class _Inputs:
     models: dict[str, str]  # model spec -> fingerprint (version, + fitted-on texts)
     image_models: dict[str | None, str | None]  # image model -> version
     samples: dict[tuple[str, str, int], dict[str, str]]  # (src, tgt, seed) -> "data:LANG"/"images:LANG" -> fp
+    run_versions: dict[str, str] = dataclasses.field(default_factory=dict)  # "metrics", with approx: FAISS's
+    model_versions: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # spec -> its versions
+    image_model_versions: dict[str | None, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def parts(self, slot: RecordSlot) -> dict[str, str | None]:
         spec, g, s, t, seed = slot
@@ -43,8 +63,24 @@ class _Inputs:
         parts.update({k: v for k, v in sample.items() if g is not None or not k.startswith("images:")})
         return parts
 
+    def versions(self, slot: RecordSlot) -> dict[str, str]:
+        """The versions the record of ``slot`` is computed under (see the module docstring)."""
+        spec, g = slot[0], slot[1]
+        out = dict(self.run_versions)
+        out.update((f"model: {k}", v) for k, v in self.model_versions.get(spec, {}).items())
+        out.update((f"image model: {k}", v) for k, v in self.image_model_versions.get(g, {}).items())
+        return out
+
     def key(self, slot: RecordSlot) -> str:
-        """The file name (without suffix) of the record of ``slot`` computed from these inputs."""
+        """The file name (without suffix) of the record of ``slot`` computed from these inputs
+        under these versions."""
+        spec, g, s, t, seed = slot
+        return content_hash(
+            json.dumps([self.cfg_key, spec, g, s, t, seed, self.parts(slot), self.versions(slot)], sort_keys=True), 16
+        )
+
+    def unversioned_key(self, slot: RecordSlot) -> str:
+        """The key of a record of ``slot`` from these inputs stored without versions."""
         spec, g, s, t, seed = slot
         return content_hash(json.dumps([self.cfg_key, spec, g, s, t, seed, self.parts(slot)], sort_keys=True), 16)
 
@@ -71,6 +107,7 @@ def fingerprint_inputs(
     """
     fit_fp = None
     models = {}
+    model_versions = {spec: encoder_versions(enc) for spec, enc in encoders.items()}
     for spec, enc in encoders.items():
         fp = str(enc.version)
         if callable(getattr(enc, "fit", None)) and getattr(enc, "fitted_on_texts", True):
@@ -88,7 +125,9 @@ def fingerprint_inputs(
                 fps[f"images:{lang}"] = feats.sample_fingerprint(lang, (None, sm.bkr[side]), True)
         per_sample[(s, t, seed)] = fps
     versions: dict[str | None, str | None] = {g: (feats.image_versions[g] if g else None) for g in image_models}
-    return _Inputs(cfg.key(), models, versions, per_sample)
+    image_model_versions = {g: (feats.image_lib_versions[g] if g else {}) for g in image_models}
+    run_versions = {"metrics": str(env.METRICS_VERSION), **(approx_versions() if cfg.approx is not None else {})}
+    return _Inputs(cfg.key(), models, versions, per_sample, run_versions, model_versions, image_model_versions)
 
 
 def _read_manifest(partial: Path, log: Callable[[str], None]) -> dict[str, Any]:
@@ -116,19 +155,36 @@ def _label(part: str, slot: RecordSlot) -> str:
     return f"image model {slot[1]}"
 
 
+def _version_labels(old: dict[str, str] | None, new: dict[str, str], slot: RecordSlot) -> list[str]:
+    """What differs between a stored record's versions and the current ones, for messages:
+    ``"metrics version 3 -> 4"``, ``"numpy 2.1.3 -> 2.2.0 (model use-m)"``."""
+    out = []
+    for change in env.describe_changes(old, new):
+        for prefix, owner in (("model: ", f"model {slot[0]}"), ("image model: ", f"image model {slot[1]}")):
+            if change.startswith(prefix):
+                change = f"{change[len(prefix):]} ({owner})"
+                break
+        out.append(change)
+    return out
+
+
 class _DamagedRecord(Exception):
     def __init__(self, path: Path, error: BaseException):
         super().__init__(f"{path} ({type(error).__name__}: {error})")
         self.path = path
 
 
-def _load_record(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """A stored record (``path``, .json) and its ranks (.npz beside it); :class:`_DamagedRecord`
-    naming the file if either cannot be read whole."""
+def _load_record(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, str] | None]:
+    """A stored record (``path``, .json), its ranks (.npz beside it) and the versions it was
+    computed under (None: stored without them); :class:`_DamagedRecord` naming the file if
+    either cannot be read whole."""
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(rec, dict) or "model" not in rec:
             raise ValueError("not a record")
+        versions = rec.pop(VERSIONS_FIELD, None)
+        if versions is not None and not isinstance(versions, dict):
+            raise ValueError(f"{VERSIONS_FIELD} is not an object")
     except _DAMAGED as e:
         raise _DamagedRecord(path, e) from None
     npz = path.with_suffix(".npz")
@@ -137,7 +193,7 @@ def _load_record(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             ranks = {k: z[k] for k in z.files}
     except _DAMAGED as e:
         raise _DamagedRecord(npz, e) from None
-    return rec, ranks
+    return rec, ranks, None if versions is None else {str(k): str(v) for k, v in versions.items()}
 
 
 class RecordStore:
@@ -154,6 +210,7 @@ class RecordStore:
         self.partial = Path(out_dir) / ".partial" if out_dir is not None else None
         self.inputs, self.log = inputs, log
         self.manifest = _read_manifest(self.partial, log) if self.partial is not None else {}
+        self._damaged: set[Path] = set()  # record files found damaged (named once)
 
     def _path(self, slot: RecordSlot) -> Path:
         assert self.partial is not None
@@ -176,10 +233,50 @@ class RecordStore:
         if not path.exists():
             return None
         try:
-            return _load_record(path)
+            rec, ranks, versions = _load_record(path)
         except _DamagedRecord as e:
+            self._damaged.add(path)
             self.log(f"damaged record file {e}: recomputing the record")
             return None
+        if versions != self.inputs.versions(slot):  # not what its key says: stale (see stale())
+            return None
+        return rec, ranks
+
+    def stale(self, slot: RecordSlot) -> tuple[dict[str, Any], dict[str, np.ndarray], list[str]] | None:
+        """A stored record of ``slot`` from these same inputs but computed under other versions
+        (or stored without versions): the one the manifest names for the slot, else the one at
+        :meth:`_Inputs.unversioned_key`, else one at the current key whose stored versions are
+        not the current ones. Call it when :meth:`load` found nothing.
+
+        Args:
+            slot: (model, image model, src, tgt, seed).
+
+        Returns:
+            ``(record, ranks, changes)``, ``changes`` naming each version that differs
+            (``"metrics version 3 -> 4"``; ``"versions not recorded"`` for a record stored
+            without them); None when there is no such record (or it is damaged: logged).
+        """
+        if self.partial is None:
+            return None
+        keys = []
+        old = self.manifest.get(self.inputs.slot_id(slot))
+        if isinstance(old, dict) and isinstance(old.get("record"), str) and old.get("inputs") == self.inputs.parts(slot):
+            keys.append(old["record"])
+        keys += [self.inputs.unversioned_key(slot), self.inputs.key(slot)]
+        for key in dict.fromkeys(k for k in keys if "/" not in k and "\\" not in k):
+            path = self.partial / f"{key}.json"
+            if path in self._damaged or not path.exists():
+                continue
+            try:
+                rec, ranks, versions = _load_record(path)
+            except _DamagedRecord as e:
+                self._damaged.add(path)
+                self.log(f"damaged record file {e}: recomputing the record")
+                continue
+            changes = _version_labels(versions, self.inputs.versions(slot), slot)
+            if changes:
+                return rec, ranks, changes
+        return None
 
     def changed(self, slot: RecordSlot) -> list[str]:
         """What changed (``"data for de"``, ``"model use-m"``, ...) since the last run computed
@@ -195,28 +292,39 @@ class RecordStore:
         if not isinstance(old, dict) or old.get("record") == self.inputs.key(slot):
             return []
         before = old.get("inputs") if isinstance(old.get("inputs"), dict) else {}
-        return [_label(part, slot) for part, value in self.inputs.parts(slot).items() if before.get(part) != value]
+        out = [_label(part, slot) for part, value in self.inputs.parts(slot).items() if before.get(part) != value]
+        versions = old.get("versions")
+        if isinstance(versions, dict):  # entries written without versions say nothing of them
+            out += _version_labels(versions, self.inputs.versions(slot), slot)
+        return out
 
-    def write_manifest(self, slots: Iterable[RecordSlot]) -> None:
-        """Record the inputs of ``slots`` (this run's), keeping the other entries, for the next run.
+    def write_manifest(self, slots: Iterable[RecordSlot], keep: Iterable[RecordSlot] = ()) -> None:
+        """Record the inputs and versions of ``slots`` (this run's), keeping the other entries,
+        for the next run.
 
         Written atomically to ``OUT/.partial/manifest/inputs.json``; nothing without an output folder.
 
         Args:
             slots: the slots of this run.
+            keep: slots whose entry stays as it is (stale records reused: the next run finds them stale again).
         """
         if self.partial is None:
             return
         entries = dict(self.manifest)
+        kept = {self.inputs.slot_id(slot) for slot in keep}
         for slot in slots:
-            entries[self.inputs.slot_id(slot)] = {"record": self.inputs.key(slot), "inputs": self.inputs.parts(slot)}
+            sid = self.inputs.slot_id(slot)
+            if sid in kept and sid in entries:
+                continue
+            entries[sid] = {"record": self.inputs.key(slot), "inputs": self.inputs.parts(slot),
+                            "versions": self.inputs.versions(slot)}
         atomic_write_text(self.partial / MANIFEST, json.dumps({"format": 1, "slots": entries}))
 
     def save(self, slot: RecordSlot, rec: dict[str, Any], ranks: dict[str, np.ndarray]) -> None:
         """Store a finished record: its ranks first, as the ``.json`` marks a record finished.
 
-        Both files are written atomically under the key of ``slot``'s inputs; nothing is stored
-        without an output folder.
+        Both files are written atomically under the key of ``slot``'s inputs and versions (the
+        versions are stored in the ``.json`` too); nothing is stored without an output folder.
 
         Args:
             slot: (model, image model, src, tgt, seed).
@@ -227,7 +335,7 @@ class RecordStore:
             return
         path = self._path(slot)
         atomic_save_npz(path.with_suffix(".npz"), **ranks)
-        atomic_write_text(path, json.dumps(rec))
+        atomic_write_text(path, json.dumps({**rec, VERSIONS_FIELD: self.inputs.versions(slot)}))
 
 
 def config_json(cfg: EvalConfig) -> dict[str, Any]:
@@ -273,6 +381,11 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, e
             "images": {lang: fingerprint(d) for lang, d in feats.image_digests.items() if d},
             "models": dict(inputs.models),
             "image_models": {g: v for g, v in inputs.image_models.items() if g is not None},
+            "versions": {
+                "run": dict(inputs.run_versions),
+                "models": {m: dict(v) for m, v in inputs.model_versions.items()},
+                "image_models": {g: dict(v) for g, v in inputs.image_model_versions.items() if g is not None},
+            },
         },
         "environment": environment(),
     }

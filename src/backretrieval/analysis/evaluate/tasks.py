@@ -133,6 +133,7 @@ def run_sample_task(task: SampleTask) -> TaskResult:
 
 
 APPROX_METHODS = ("hnsw", "ivf")
+APPROX_CHECK_SAMPLE = 1000  # queries of each search's self-check (seeded by the sample's seed)
 # what the approximate route does not compute (exact search only), for summaries
 APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the untruncated MRR")
 
@@ -156,6 +157,32 @@ def check_approx(cfg: EvalConfig) -> None:
 
     if importlib.util.find_spec("faiss") is None:
         raise BackretrievalError("approximate search needs FAISS: pip install faiss-cpu (or 'backretrieval[search]')")
+
+
+def _approx_options(seed: int) -> Any:
+    from ...search.faiss_backend import FaissOptions
+
+    return FaissOptions(seed=seed, threads=1)
+
+
+def approx_versions() -> dict[str, str]:
+    """What an approximate record was computed under besides its inputs: the installed FAISS,
+    the index options (:class:`~backretrieval.search.faiss_backend.FaissOptions` as the tasks
+    build them; the seed is the sample's) and the self-check's sample. Part of the record keys
+    with ``EvalConfig.approx``.
+
+    Returns:
+        ``{"faiss-cpu": version, "approx index": "m=32,...", "approx check": "sample=1000,seed=sample"}``.
+    """
+    from ...core import env
+
+    opts = dataclasses.asdict(_approx_options(0))
+    opts.pop("seed")
+    return {
+        **env.versions_of(("faiss-cpu",)),
+        "approx index": ",".join(f"{k}={v}" for k, v in sorted(opts.items())),
+        "approx check": f"sample={APPROX_CHECK_SAMPLE},seed=sample",
+    }
 
 
 def approx_ks(n: int, k: int) -> tuple[int, ...]:
@@ -209,11 +236,10 @@ def _run_approx_task(task: SampleTask) -> TaskResult:
 
 def _approx_runs(task: SampleTask) -> TaskResult:
     from ...metrics.approx import bkr_approx, xlr_approx
-    from ...search.faiss_backend import FaissOptions
 
     ks = approx_ks(task.n, task.k)
     common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
-              "options": FaissOptions(seed=task.seed, threads=1), "found_at": True}
+              "options": _approx_options(task.seed), "check_sample": APPROX_CHECK_SAMPLE, "found_at": True}
     image_sides = {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr else {}
     out: list[Run] = []
     for model in task.models:

@@ -7,18 +7,18 @@ batch in a background thread while the model runs the current one (PIL and the m
 the GIL), so the model never waits for PIL.
 
 Backends (option ``backend``): ``onnxruntime`` runs the feature extractor exported to ONNX
-(see :mod:`~backretrieval.encoders.runtime`; about 4x the images per CPU-second of eager torch, features within 1e-4
-of torch's); ``torch`` runs the packaged PyTorch model (the reference, and the fallback when
+(see :mod:`~backretrieval.encoders.runtime`; several times the images per CPU-second of eager torch, timings in
+BENCHMARKS.md; features within 1e-4 of torch's); ``torch`` runs the packaged PyTorch model (the reference, and the fallback when
 onnxruntime is missing); ``auto`` (default) takes ONNX Runtime when it is installed. The torch
 model is only built when it is needed (torch backend, first export, or ``.model``).
 
 Determinism: with ONNX Runtime (CPU) an image's features are bit-identical whatever the batch
-it is in, its position there and the number of threads (ONNX Runtime 1.32 here, every CNN;
+it is in, its position there and the number of threads (every CNN;
 tests/encoders/test_image_encoders.py). With torch they agree within ~1e-5 but not to the bit: eager
-torch 2.13 picks its convolution kernels by batch shape and thread count (measured: 4e-6 to
-8e-6 between one batch of 24 on 2 threads and batches of 5 on 1 thread). The ``version`` names
-the backend, its version and the device, so vectors of different backends never share a
-cache entry.
+torch picks its convolution kernels by batch shape and thread count (differences in BENCHMARKS.md), so the torch backend
+runs with ``threads`` torch threads on the CPU and its ``versions`` name that count. The ``version``
+names the backend, its version and the device, so vectors of different backends never share a
+cache entry; ``versions`` names the installed Pillow, numpy and backend library.
 """
 from __future__ import annotations
 
@@ -104,16 +104,32 @@ class CNNFeatureEncoder(BatchedImageEncoder):
 
     # -- subclass hooks
     def weights_path(self) -> str:
+        """The packaged weights file (subclasses say where)."""
         raise NotImplementedError
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """What can change the features besides ``version``: the installed Pillow and numpy
+        (decoding, resizing, normalisation) and the backend's library; with torch also the
+        thread count its convolutions run with (:attr:`threads`, set for each batch on the CPU).
+        The embedding cache and the stored records are keyed by them."""
+        from ...core import env
+
+        out = env.versions_of(("pillow", "numpy", self.backend))
+        if self.backend == "torch" and self.device == "cpu":
+            out["torch threads"] = str(self.threads)
+        return out
 
     def weights_id(self) -> str:
         """The weights part of the version: the weights file's digest (12 hex digits)."""
         return f"w{self.weights_digest[:12]}"
 
     def build_torch(self) -> Any:
+        """The torch model with its packaged weights (subclasses build it)."""
         raise NotImplementedError
 
     def feature_module(self, model: Any) -> Any:
+        """The part of ``model`` that maps a preprocessed batch to pooled features (subclasses say which)."""
         raise NotImplementedError
 
     # -- models
@@ -175,10 +191,17 @@ class CNNFeatureEncoder(BatchedImageEncoder):
         import torch
 
         feats = self._torch_features()
-        with torch.inference_mode():
-            t = torch.from_numpy(x)
-            t = t.to("cuda") if self.device == "cuda" else t
-            return feats(t.contiguous(memory_format=torch.channels_last)).float().cpu().numpy()
+        before = torch.get_num_threads()
+        if self.device == "cpu":  # torch picks its kernels by thread count: run with the keyed one
+            torch.set_num_threads(self.threads)
+        try:
+            with torch.inference_mode():
+                t = torch.from_numpy(x)
+                t = t.to("cuda") if self.device == "cuda" else t
+                return feats(t.contiguous(memory_format=torch.channels_last)).float().cpu().numpy()
+        finally:
+            if self.device == "cpu":
+                torch.set_num_threads(before)
 
     # -- BatchedImageEncoder hooks: decode the next batch while the model runs this one
     def _batches(self, chunks: Sequence[list[Any]]) -> Iterator[np.ndarray]:

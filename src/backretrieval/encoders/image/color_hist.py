@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .batching import BatchedImageEncoder, load_rgb
-from ..base import EncoderInfo, package_version
+from ..base import EncoderInfo, Example, package_version
 from ..registry import register_image
 
 BINS = 8
@@ -38,11 +38,20 @@ def color_histogram(path: str | os.PathLike[str]) -> np.ndarray:
 class ColorHistEncoder(BatchedImageEncoder):
     """Joint RGB histogram, 8 bins per channel, Hellinger (sqrt) then unit L2 norm."""
 
+    unit_norm = True
+
     def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.name = "color-hist"
         self.dim = DIM
         self.version = f"color-hist/rgb8x8x8/hellinger-l2/native-res/white-bg/pillow{package_version('pillow')}"
         super().__init__(batch_size=batch_size, progress=progress)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """The installed Pillow (decoding) and numpy (the histogram): keys of the cache and records."""
+        from ...core import env
+
+        return env.versions_of(("pillow", "numpy"))
 
     def _encode_batch(self, batch: list[str | os.PathLike[str]]) -> np.ndarray:
         return np.stack([color_histogram(p) for p in batch])
@@ -62,5 +71,6 @@ register_image(
         kind="image",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(),
     )
 )

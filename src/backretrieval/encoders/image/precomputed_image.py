@@ -21,7 +21,7 @@ import numpy as np
 
 from ...core import DataError, EncoderError
 from .batching import BatchedImageEncoder
-from ..base import EncoderInfo, check_embeddings
+from ..base import EncoderInfo, Example, check_embeddings
 from ..registry import register_image
 
 
@@ -38,6 +38,8 @@ class PrecomputedImageFeatures(BatchedImageEncoder):
         super().__init__(batch_size=batch_size, progress=progress)
 
     def encode_images(self, paths: Sequence[str], batch_size: int | None = None, progress: bool | None = None) -> np.ndarray:
+        """Always refused: precomputed features are read from the dataset's feature file, not from image
+        files."""
         raise EncoderError(
             "image model 'precomputed' does not encode image files: precomputed image features are read "
             "from the dataset's own feature file (Corpus.image_features / image_rows); choose an image "
@@ -161,5 +163,6 @@ register_image(
         kind="image",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(shows_progress=False),
     )
 )

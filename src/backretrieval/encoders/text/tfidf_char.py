@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...core import DataError, EncoderError, content_hash, normalize_rows
-from ..base import EncoderInfo, package_version
+from ..base import EncoderInfo, Example, package_version
 from ..registry import register_text
 from ..text_batching import (
     BatchedTextEncoder,
@@ -49,6 +49,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
 
     languages = None
     cacheable = False
+    unit_norm = True
     default_batch_size = 1024
     max_chars = MAX_CHARS
 
@@ -94,6 +95,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
 
     @property
     def fitted(self) -> bool:
+        """Whether :meth:`fit` has built the vocabulary (the dimension is known)."""
         return self.dim is not None
 
     def _load_model(self) -> Any:
@@ -122,5 +124,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires="scikit-learn",
+        example=lambda folder: Example(other=(None, {"max_features": 32})),
     )
 )

@@ -51,3 +51,4 @@ def params_of(tower) -> Params:
         for m in tower.modules()
         if isinstance(m, nn.Linear)
     ]
+
