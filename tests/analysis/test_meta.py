@@ -39,7 +39,17 @@ def test_meta_json_layout(meta_run):
         assert entry["n_models"] == 6 and entry["seeds"] == 3
         assert entry["pearson_bkr"]["mean"] > 0.8  # a graded family: BkR must track XLR
     assert {r["image_model"] for r in doc["image_models"]} == {"efficientnet-lite0", "color-hist"}
-    assert 0 <= doc["calibration"]["coverage"] <= 1 and doc["calibration"]["mae"] < 0.2
+    cal = doc["calibration"]
+    assert cal["level"] == 0.9 and cal["mae"] < 0.2
+    # 3 held-out pairs x 6 models: the overall coverage is the share of the 18 intervals that hold
+    # the true XLR, the mean of the per-pair shares (6 models each)
+    assert {p["pair"] for p in cal["per_pair"]} == {"en->de", "de->en", "en->ja"}
+    shares = [p["coverage"] * 6 for p in cal["per_pair"]]
+    assert all(abs(k - round(k)) < 1e-9 for k in shares)
+    assert cal["coverage"] == pytest.approx(sum(round(k) for k in shares) / 18, abs=1e-12)
+    # the promise: 90% intervals. 18 intervals at 90% cover at least 13 with probability 0.99
+    # (binomial, as if independent): fewer says the intervals are too narrow
+    assert round(cal["coverage"] * 18) >= 13, cal
     assert "| pair | Pearson BkR |" in (out / "meta.md").read_text() and "| pair | Pearson BkR |" in output
 
 

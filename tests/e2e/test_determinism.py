@@ -1,9 +1,10 @@
 """Same numbers everywhere: no decision depends on the bits BLAS produced.
 
 1. The canonical arithmetic (``search.exact``) equals the slow reference of tests/reference.py.
-2. Every kernel and metric gives the same result when the fast float32 pass is perturbed
-   anywhere inside its documented error bound -- what another BLAS, thread count or block shape
-   could do -- on data full of exact and sub-ulp near ties.
+2. Every kernel and metric gives the same result when the fast float32 pass is perturbed to the
+   edge of its documented error bound -- every fast score almost the whole window away from the
+   canonical one, what another BLAS, thread count or block shape could at worst do -- on data
+   full of exact and sub-ulp near ties; and a window even 1% too narrow changes decisions.
 3. The evaluation grid on real data with many ties (emoji-cldr keywords, character n-grams,
    colour-histogram images) gives identical records with 1 and 2 BLAS threads, tiny and default
    blocks, and the local and process executors (the Ray executor: tests/analysis/test_ray.py).
@@ -22,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as ref
+from edge_of_window import at_edge
 from backretrieval.metrics import bkr_ranks, csls, hubness, xlr_ranks
 from backretrieval.search import exact, kernels, nearest_with_ties, rank_of_true, ranks_both_ways, topk
 from backretrieval.search.exact import pair_scores, scores_block, unit_rows_exact
@@ -94,20 +96,11 @@ def test_fast_pass_error_stays_within_the_bound():
 # --------------------------------------------------------------------------- perturbed fast pass
 
 @pytest.fixture
-def noisy_blas(monkeypatch):
-    """The fast float32 product perturbed by up to 20% of gamma_d |A_i| |B_j| (within the error
-    bound, which allows 1.25 gamma_d plus roundings): what a different BLAS could return."""
-    rng = np.random.default_rng(12345)
-    real = kernels._gemm
-
-    def gemm(A, B):
-        out = real(A, B)
-        d = A.shape[1]
-        scale = 0.2 * d * 2.0**-24 * np.linalg.norm(A, axis=1)[:, None] * np.linalg.norm(B, axis=1)[None, :]
-        out += (scale * rng.uniform(-1, 1, out.shape)).astype(np.float32)
-        return out
-
-    monkeypatch.setattr(kernels, "_gemm", gemm)
+def noisy_blas():
+    """The fast pass at the edge of its window: every fast score ``(1 - 2**-8) tau`` above or
+    below its canonical score (tests/edge_of_window.py) -- the largest error the bound allows."""
+    with at_edge(12345):
+        yield
 
 
 def _all_results(src, tgt, si, ti, block):
@@ -148,23 +141,47 @@ def test_every_decision_survives_a_perturbed_fast_pass(seed, kind, d, block):
     src, tgt = data(rng, kind, n, d), data(rng, kind, n, d)
     si, ti = data(rng, kind, n, 5), data(rng, kind, n, 5)
     clean = _all_results(src, tgt, si, ti, block)
-    with pytest.MonkeyPatch.context() as mp:
-        noise = np.random.default_rng(seed + 1)
-        real = kernels._gemm
-
-        def gemm(A, B):
-            out = real(A, B)
-            amp = 0.2 * A.shape[1] * 2.0**-24 * np.linalg.norm(A, axis=1)[:, None] * np.linalg.norm(B, axis=1)[None, :]
-            return out + (amp * noise.uniform(-1, 1, out.shape)).astype(np.float32)
-
-        mp.setattr(kernels, "_gemm", gemm)
-        noisy = _all_results(src, tgt, si, ti, 10**9 if block == 200 else 200)  # other blocks too
+    with at_edge(seed + 1):  # every fast score at the edge of its window, other blocks too
+        noisy = _all_results(src, tgt, si, ti, 10**9 if block == 200 else 200)
     _assert_same(clean, noisy)
     # and both equal the slow reference
     fwd, bwd = ref.xlr_ranks(src, tgt)
     assert clean["xlr-cosine"][0].tolist() == fwd.tolist() and clean["xlr-cosine"][1].tolist() == bwd.tolist()
     assert clean["bkr-cosine"].tolist() == ref.bkr_ranks(src, tgt, si, ti).tolist()
     assert clean["bkr-csls"].tolist() == ref.bkr_ranks(src, tgt, si, ti, sim="csls", k=3).tolist()
+
+
+RANK_KERNELS = {"xlr-cosine", "bkr-cosine", "hub-cosine", "xlr-csls", "bkr-csls", "hub-csls", "csls", "topk", "euclid",
+                "both"}
+
+
+def _differing(a, b):
+    out = set()
+    for key in a:
+        try:
+            _assert_same({key: a[key]}, {key: b[key]})
+        except AssertionError:
+            out.add(key)
+    return out
+
+
+@pytest.mark.parametrize("d", [6, 64])
+def test_a_window_slightly_too_narrow_fails(d):
+    """The perturbation above reaches the edge of the window: with a bound shrunk to 0.8x every
+    ranking kernel decides differently, and even at 0.99x the check above fails."""
+    rng = np.random.default_rng(0)
+    src, tgt = data(rng, "tied", 30, d), data(rng, "tied", 30, d)
+    si, ti = data(rng, "tied", 30, 5), data(rng, "tied", 30, 5)
+    clean = _all_results(src, tgt, si, ti, 10**9)
+    with at_edge(1):
+        _assert_same(clean, _all_results(src, tgt, si, ti, 200))  # the true window: nothing changes
+    with at_edge(1, shrink=0.8):
+        wrong = _differing(clean, _all_results(src, tgt, si, ti, 200))
+    assert RANK_KERNELS <= wrong, RANK_KERNELS - wrong
+    if d == 64:
+        assert "nearest" in wrong  # at d=6 its extra rounding term alone covers 20% of the window
+    with at_edge(1, shrink=0.99), pytest.raises(AssertionError):
+        _assert_same(clean, _all_results(src, tgt, si, ti, 200))
 
 
 def test_near_ties_really_are_inside_the_window(noisy_blas):

@@ -23,7 +23,7 @@ def cli(args):
 @pytest.fixture(scope="module")
 def approx_run(tmp_path_factory, shared_data):
     out = tmp_path_factory.mktemp("approx")
-    res = cli(["evaluate", *GRID, "--approx", "hnsw", "--out", out, "--quiet"])
+    res = cli(["evaluate", *GRID, "--approx", "hnsw", "--approx-always", "--out", out, "--quiet"])
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     exact = evaluate(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "random"], n=200, k=10,
@@ -32,8 +32,10 @@ def approx_run(tmp_path_factory, shared_data):
 
 
 def _perfect(r: dict, prefix: str) -> bool:
+    """At N=200 the tuning and held-out samples (100 each) are all the queries: perfect on both,
+    the approximate lists are the exact ones."""
     k = "1" if prefix == "approx_bkr_text_" else "10"
-    return r[f"{prefix}agreement"] == 1.0 and r[f"{prefix}recall@{k}"] == 1.0
+    return all(r[f"{prefix}{p}agreement"] == 1.0 and r[f"{prefix}{p}recall@{k}"] == 1.0 for p in ("", "tuning_"))
 
 
 def test_records_say_approximate_and_carry_the_calibration(approx_run):
@@ -41,9 +43,14 @@ def test_records_say_approximate_and_carry_the_calibration(approx_run):
     assert len(records) == 4
     for r in records:
         assert r["approximate"] is True and r["approx"] == "hnsw" and r["approx_target"] == 0.99
+        assert r["approx_cost_check"] is False
         for p in SEARCHES:
-            assert 0.99 <= r[f"{p}agreement"] <= 1 and 0 < r[f"{p}agreement_low95"] <= r[f"{p}agreement"]
-            assert r[f"{p}ef_search"] >= 1 and r[f"{p}exact_fallback"] is False
+            # N=200: tuning and held-out samples of 100 each (half of the queries each)
+            assert r[f"{p}tuning_sample"] == r[f"{p}heldout_sample"] == 100
+            assert r[f"{p}tuning_agreement"] >= 0.99
+            assert 0 < r[f"{p}agreement_low95"] <= r[f"{p}agreement"] <= 1
+            assert r[f"{p}ef_search"] >= 1 and r[f"{p}exact_fallback"] is False and r[f"{p}route"] == "approximate"
+            assert r[f"{p}cost"] > r[f"{p}cost_exact"]  # at N=200 it costs more than exact: why --approx-always
             assert r[f"{p}calibration_seconds"] >= 0 and r[f"{p}calibration_tried"]
         assert {"xlr@1", "xlr@5", "xlr@10", "xlr_mrr@10", "xlr_t2s@10", "bkr@10", "bkr_mrr@10", "corr"} <= set(r)
         # exact-only quantities are absent, not made up
@@ -73,7 +80,7 @@ def test_summary_says_what_was_and_was_not_computed(approx_run):
     out, output, _, _ = approx_run
     summary = (out / "summary.md").read_text()
     for text in ("Approximate search (hnsw", "MRR truncated at K", "Not computed (exact search only): hubness",
-                 "0 of 16 searches fell back to exact search", "bkr_mrr@10"):
+                 "0 of 16 searches ran as exact search (0 because it was cheaper)", "held-out", "bkr_mrr@10"):
         assert text in summary, text
     assert "| bkr_mrr |" not in summary
     assert summary in output + "\n"
@@ -81,8 +88,27 @@ def test_summary_says_what_was_and_was_not_computed(approx_run):
     assert run["config"]["approx"] == "hnsw" and run["config"]["approx_target"] == 0.99
 
 
+def test_small_n_searches_exactly_where_the_cost_model_says_so(tmp_path, shared_data):
+    """Without --approx-always, N=200 is searched exactly: the samples' exact search alone costs
+    more than exact search of all queries. The records say which route ran and why."""
+    res = cli(["evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "random", "--n", "200",
+               "--k", "10", "--seeds", "1", "--approx", "hnsw", "--out", tmp_path, "--quiet"])
+    assert res.exit_code == 0, res.output
+    (r,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert r["approximate"] is False and r["approx_cost_check"] is True
+    for p in SEARCHES:
+        assert r[f"{p}route"] == "exact" and r[f"{p}exact_fallback"] is True
+        assert r[f"{p}route_reason"].startswith("cost: checked hnsw search takes at least")
+        assert r[f"{p}cost_exact"] == 200 * 200 or p == "approx_bkr_image_"  # the image search: distinct queries only
+    assert "4 of 4 searches ran as exact search (4 because it was cheaper)" in (tmp_path / "summary.md").read_text()
+    exact = evaluate(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["random"], n=200, k=10, seeds=[0]),
+                     None, progress=False).records[0]
+    assert [r[f"xlr@{k}"] for k in (1, 5, 10)] == [exact[f"xlr@{k}"] for k in (1, 5, 10)]
+    assert [r[f"bkr@{k}"] for k in (1, 5, 10)] == [exact[f"bkr@{k}"] for k in (1, 5, 10)]
+
+
 def test_compare_ranks_by_approximate_recall(tmp_path, approx_run):
-    res = cli(["compare", *GRID, "--approx", "hnsw", "--metric", "xlr@5", "--n-boot", "100", "--out", tmp_path, "--quiet"])
+    res = cli(["compare", *GRID, "--approx", "hnsw", "--approx-always", "--metric", "xlr@5", "--n-boot", "100", "--out", tmp_path, "--quiet"])
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "compare.json").read_text())
     assert doc["per_pair"][0]["model"] == "use-m"
@@ -99,6 +125,7 @@ def test_compare_ranks_by_approximate_recall(tmp_path, approx_run):
     (["--approx", "hnsw", "--sim", "csls"], "approximate search ranks by cosine only"),
     (["--approx", "annoy"], "'annoy' is not one of 'hnsw', 'ivf'"),
     (["--approx", "ivf", "--approx-target", "0"], "--approx-target"),
+    (["--approx-always"], "needs --approx"),
 ])
 def test_bad_approx_options_are_refused_up_front(tmp_path, extra, message):
     res = cli(["compare", *GRID, *extra, "--out", tmp_path / "out", "--quiet"])

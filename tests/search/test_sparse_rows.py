@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as ref
+from edge_of_window import at_edge
 from backretrieval.metrics import hubness, xlr_ranks
 from backretrieval.metrics.corr import text_side
 from backretrieval.search import exact, kernels
@@ -120,35 +121,32 @@ def test_searches_on_sparse_rows_equal_the_reference():
     np.testing.assert_allclose(side.z, z, rtol=0, atol=1e-12)
 
 
-def test_sparse_decisions_survive_a_perturbed_fast_pass(monkeypatch):
-    """The sparse fast product perturbed within the error bound (what another summation order
-    could return) changes no rank: every near-tie is re-decided on canonical scores."""
+def test_sparse_decisions_survive_a_perturbed_fast_pass():
+    """The sparse fast product at the edge of its window (every fast score almost tau away from
+    the canonical one, tests/edge_of_window.py) changes no rank: every near-tie is re-decided on
+    canonical scores. A window 0.8x too narrow changes them."""
     rng = np.random.default_rng(6)
     S, T = tfidf_like(rng, 80, 300), tfidf_like(rng, 80, 300)
     T[40:] = S[40:]  # exact ties across the sides too
     si, ti = rng.standard_normal((80, 5)).astype(np.float32), rng.standard_normal((80, 5)).astype(np.float32)
     from backretrieval.metrics import bkr_ranks
 
-    clean = (xlr_ranks(S, T), bkr_ranks(S, T, si, ti)[0], hubness(S, T, 5), kernels.topk(S, T, 5))
-    noise = np.random.default_rng(7)
-    real = kernels._sparse_gemm
+    def run():
+        return xlr_ranks(S, T), bkr_ranks(S, T, si, ti)[0], hubness(S, T, 5), kernels.topk(S, T, 5)
+
+    def same(a, b):
+        return (all(np.array_equal(x, y) for x, y in zip(a[0] + (a[1],), b[0] + (b[1],))) and a[2] == b[2]
+                and all(np.array_equal(x, y) for x, y in zip(a[3], b[3])))
+
+    clean = run()
     calls = []
-
-    def perturbed(A, BT):
-        calls.append(A.shape)
-        out = real(A, BT)
-        na = np.sqrt(np.asarray(A.multiply(A).sum(axis=1)))
-        nb = np.sqrt(np.asarray(BT.multiply(BT).sum(axis=0)))
-        amp = 0.2 * A.shape[1] * 2.0**-24 * na * nb
-        return out + (amp * noise.uniform(-1, 1, out.shape)).astype(np.float32)
-
-    monkeypatch.setattr(kernels, "_sparse_gemm", perturbed)
-    noisy = (xlr_ranks(S, T), bkr_ranks(S, T, si, ti)[0], hubness(S, T, 5), kernels.topk(S, T, 5))
-    assert len(calls) >= 4  # every search above took the sparse route
-    for a, b in zip(clean[0] + (clean[1],), noisy[0] + (noisy[1],)):
-        np.testing.assert_array_equal(a, b)
-    assert clean[2] == noisy[2]
-    for a, b in zip(clean[3], noisy[3]):
-        np.testing.assert_array_equal(a, b)
+    with at_edge(7, calls=calls):
+        noisy = run()
+    assert sum(route == "sparse" for route, _ in calls) >= 4  # every text search above took the sparse route
+    assert same(clean, noisy)
+    with at_edge(7, shrink=0.8):
+        narrow = run()
+    assert not np.array_equal(clean[0][0], narrow[0][0]) and not np.array_equal(clean[0][1], narrow[0][1])
+    assert not same(clean, narrow)
     s = ref.scores(S, T)
     np.testing.assert_array_equal(clean[0][0], (s >= np.diag(s)[:, None]).sum(axis=1))

@@ -47,7 +47,10 @@ _TARGET = click.FloatRange(0, 1, min_open=True)
 
 
 def approx_options(fn):
-    """--approx and --approx-target (evaluate and compare)."""
+    """--approx, --approx-target and --approx-always (evaluate and compare)."""
+    fn = click.option("--approx-always", is_flag=True,
+                      help="With --approx: search approximately even where the cost model (counted distance "
+                           "computations) says exact search is cheaper, as it is at small N.")(fn)
     fn = click.option("--approx-target", type=_TARGET, default=0.99, show_default=True,
                       help="With --approx: the top-1 agreement (and top-K recall) with exact search each search is "
                            "calibrated to reach, in (0, 1]; below it the search falls back to exact.")(fn)
@@ -69,15 +72,17 @@ def _with_reuse(cfg, reuse_stale: bool):
     return dataclasses.replace(cfg, reuse_stale=True) if reuse_stale else cfg
 
 
-def _approx_config(cfg, approx: str | None, target: float):
+def _approx_config(cfg, approx: str | None, target: float, always: bool = False):
     """``cfg`` with the approximate-search options (checked)."""
     import dataclasses
 
     if approx is None:
+        if always:
+            bad_option("--approx-always", "needs --approx")
         return cfg
     if cfg.sim != "cosine":
         bad_option("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
-    cfg = dataclasses.replace(cfg, approx=approx, approx_target=target)
+    cfg = dataclasses.replace(cfg, approx=approx, approx_target=target, approx_cost_check=not always)
     from ..analysis.evaluate import check_approx
 
     try:
@@ -114,7 +119,7 @@ def _header(cfg, result) -> str:
 @device_option
 @approx_options
 @reuse_stale_option
-def evaluate(out, quiet, executor, approx, approx_target, reuse_stale, **grid) -> None:
+def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
@@ -124,7 +129,7 @@ def evaluate(out, quiet, executor, approx, approx_target, reuse_stale, **grid) -
     from ..core import atomic_write_text
     from ..report import format_summary
 
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target), reuse_stale)
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     check_grid(cfg, out, executor)
     result = run(cfg, out, progress=not quiet, log=warn, executor=executor)
     ak = _approx_k(cfg)
@@ -147,7 +152,7 @@ def evaluate(out, quiet, executor, approx, approx_target, reuse_stale, **grid) -
 @click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
               "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, reuse_stale, metric, level, alpha, n_boot, report, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, metric, level, alpha, n_boot, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
@@ -163,7 +168,7 @@ def compare(out, quiet, executor, approx, approx_target, reuse_stale, metric, le
     from ..report import format_comparison
     from ..report.table import approx_note
 
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target), reuse_stale)
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     metric = (metric or f"bkr@{cfg.k}").strip()
     _check_metric(metric, cfg.n, _approx_k(cfg))
     if metric == "corr":

@@ -18,13 +18,25 @@ item within the K found, 0 if not found.
 
 Self-check. An approximate index is only as good as its agreement with exact search, which
 depends on the data (its intrinsic dimension more than N). With ``target_agreement`` (default
-0.99) every approximate search is first calibrated on a seeded sample of ``check_sample``
-queries (:func:`~backretrieval.search.faiss_backend.calibrate`): the effort (HNSW ``efSearch``,
-IVF ``nprobe``) is doubled until the sample's top-1 agreement and top-K recall with exact search
-both reach the target; if no effort does, the search falls back to an exact flat index. The
-result reports, per search (``text_``, ``t2s_``, ``image_``), the agreement and recall reached,
-their 95% lower bound, the chosen effort, whether it fell back, and the calibration's cost in
-seconds. ``target_agreement=None`` searches with the given options unchecked. With ``method="flat"`` the values equal the exact metrics
+0.99) every approximate search is first calibrated
+(:func:`~backretrieval.search.faiss_backend.calibrate`): the effort (HNSW ``efSearch``, IVF
+``nprobe``) is doubled until, on a seeded tuning sample of ``check_sample`` queries, the top-1
+agreement and top-K recall with exact search both reach the target; then both are measured on a
+second, disjoint seeded sample of ``check_sample`` queries that chose nothing (held out). The
+reported ``agreement`` and ``recall@K`` are the held-out ones, ``agreement_low95`` their one-sided
+95% Clopper-Pearson lower bound; ``tuning_agreement`` is what the stopping rule saw. If no effort
+reaches the target, the search is exact (a flat index).
+
+Cost. Checked approximate search never costs much more than exact search: a deterministic
+cost model counts distance computations (:func:`~backretrieval.search.faiss_backend.checked_cost`:
+the index build, the exact search of both samples, the sampled and the final approximate
+searches, from the index parameters and the counts; never timings) against exact search's
+``N_queries x N``. If even the first effort costs more, nothing is built and the search is exact;
+calibration stops, and the search is exact, before an effort whose total would exceed it (so a
+search that falls back has spent at most one exact search's worth first). Each search's result
+says ``route`` (``"approximate"`` / ``"exact"``), ``route_reason``, ``cost`` and ``cost_exact``,
+``exact_fallback``, the agreement fields above, the chosen effort, and the calibration's seconds
+and tried efforts. ``target_agreement=None`` searches with the given options unchecked. With ``method="flat"`` the values equal the exact metrics
 up to the order of exactly tied scores (the exact metrics rank ties pessimistically; FAISS
 does not define their order). Inputs may be memory-mapped: they are read in chunks.
 """
@@ -35,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from ..core import MetricInputError
-from ..search.faiss_backend import FaissOptions, build_index, calibrate, exact_index, search
+from ..search.faiss_backend import (FaissOptions, build_index, calibrate, checked_cost, exact_cost, exact_index,
+                                    search)
 from ._inputs import check_dims, check_ks, check_rows
 
 def _summary(pos: np.ndarray, ks: tuple[int, ...], prefix: str) -> dict[str, float]:
@@ -71,16 +84,38 @@ def _approximate(method: str, check: dict[str, Any]) -> bool:
 
 
 def _checked_index(x: np.ndarray, queries: np.ndarray, index: Any, method: str, options: FaissOptions | None, name: str,
-                   k: int, target: float | None, sample: int, seed: int, out: dict[str, Any], prefix: str) -> Any:
+                   k: int, target: float | None, sample: int, seed: int, out: dict[str, Any], prefix: str,
+                   n_queries: int | None = None, cost_check: bool = True) -> Any:
     """The index over ``x`` (given or built), calibrated against exact search when ``target`` is
-    set; an exact index if calibration falls back. Records the calibration in ``out``."""
-    index = _index_over(x, index, method, options, name)
+    set; an exact index if calibration falls back, or, with ``cost_check``, when even the
+    cheapest checked search costs more than exact search (then nothing is built or calibrated).
+    Records the route and the calibration in ``out``."""
     if target is None or method == "flat":
-        return index
-    cal = calibrate(index, x, queries, method, k=k, target=target, sample=sample, seed=seed)
+        return _index_over(x, index, method, options, name)
+    n_q = queries.shape[0] if n_queries is None else int(n_queries)
+    exact = exact_cost(n_q, x.shape[0])
+    first = checked_cost(method, n_q, x.shape[0], options, sample=sample)
+    if cost_check and first > exact:
+        if index is not None:  # a given index must still fit
+            _index_over(x, index, method, options, name)
+        out.update({
+            f"{prefix}route": "exact", f"{prefix}exact_fallback": True,
+            f"{prefix}route_reason": f"cost: checked {method} search takes at least {first:,} distance computations, "
+                                     f"exact search {exact:,}",
+            f"{prefix}cost_exact": exact, f"{prefix}cost": exact,
+            f"{prefix}agreement": 1.0, f"{prefix}agreement_low95": 1.0, f"{prefix}recall@{k}": 1.0,
+        })
+        return exact_index(x)
+    index = _index_over(x, index, method, options, name)
+    cal = calibrate(index, x, queries, method, k=k, target=target, sample=sample, seed=seed, options=options,
+                    n_queries=n_q, cost_check=cost_check)
     out.update({
+        f"{prefix}route": cal.route, f"{prefix}exact_fallback": cal.fallback, f"{prefix}route_reason": cal.reason,
+        f"{prefix}cost_exact": cal.cost_exact, f"{prefix}cost": cal.cost,
         f"{prefix}agreement": cal.agreement, f"{prefix}agreement_low95": cal.low, f"{prefix}recall@{k}": cal.recall,
-        f"{prefix}{cal.param}": cal.value, f"{prefix}exact_fallback": cal.fallback,
+        f"{prefix}heldout_sample": cal.heldout, f"{prefix}tuning_sample": cal.sample,
+        f"{prefix}tuning_agreement": cal.tuning_agreement, f"{prefix}tuning_recall@{k}": cal.tuning_recall,
+        f"{prefix}{cal.param}": cal.value,
         f"{prefix}calibration_seconds": round(cal.seconds, 3), f"{prefix}calibration_tried": cal.tried,
     })
     return exact_index(x) if cal.fallback else index
@@ -99,6 +134,7 @@ def xlr_approx(
     check_sample: int = 1000,
     seed: int = 0,
     found_at: bool = False,
+    cost_check: bool = True,
 ) -> dict[str, Any]:
     """XLR@K (and ``xlr_t2s@K``) on aligned rows from K-nearest-neighbour lists.
 
@@ -123,6 +159,8 @@ def xlr_approx(
         check_sample: queries of the self-check's seeded sample.
         seed: seed of the self-check's sample.
         found_at: also return the per-query outcomes ``found_at`` (and ``t2s_found_at``).
+        cost_check: search exactly where the cost model says exact search is cheaper (module doc);
+            False: always calibrate and search approximately unless the target is out of reach.
 
     Returns:
         ``xlr@K``, ``xlr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate``, ``retrieved`` and,
@@ -142,7 +180,7 @@ def xlr_approx(
     check: dict[str, Any] = {}
     k = max(ks)
     index = _checked_index(tgt, src, tgt_index, method, options, "target embeddings", k, target_agreement,
-                           check_sample, seed, check, "text_")
+                           check_sample, seed, check, "text_", cost_check=cost_check)
     _, idx = search(index, src, k)
     pos = _position(idx, truth)
     out: dict[str, Any] = _summary(pos, ks, "xlr")
@@ -151,7 +189,7 @@ def xlr_approx(
     retrieved = idx[:, 0].copy()
     if both_directions:
         index = _checked_index(src, tgt, None, method, options, "source embeddings", k, target_agreement,
-                               check_sample, seed, check, "t2s_")
+                               check_sample, seed, check, "t2s_", cost_check=cost_check)
         _, idx = search(index, tgt, k)
         pos = _position(idx, truth)
         out.update(_summary(pos, ks, "xlr_t2s"))
@@ -178,6 +216,7 @@ def bkr_approx(
     check_sample: int = 1000,
     seed: int = 0,
     found_at: bool = False,
+    cost_check: bool = True,
 ) -> dict[str, Any]:
     """BkR@K from a text index over the targets and an image index over the source images.
 
@@ -203,6 +242,7 @@ def bkr_approx(
         check_sample: queries of the self-check's seeded sample.
         seed: seed of the self-check's sample.
         found_at: also return the per-query outcomes ``found_at``.
+        cost_check: search exactly where the cost model says exact search is cheaper (module doc).
 
     Returns:
         ``bkr@K``, ``bkr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate`` and ``retrieved``.
@@ -223,7 +263,7 @@ def bkr_approx(
     check: dict[str, Any] = {}
     if retrieved is None:
         index = _checked_index(tgt_text, src_text, tgt_text_index, method, options, "target text embeddings", 1,
-                               target_agreement, check_sample, seed, check, "text_")
+                               target_agreement, check_sample, seed, check, "text_", cost_check=cost_check)
         _, nn = search(index, src_text, 1)
         retrieved = nn[:, 0]
     else:
@@ -236,7 +276,8 @@ def bkr_approx(
             raise MetricInputError(f"retrieved[{i}] = {int(retrieved[i])} is not a target row (0..{tgt_text.shape[0] - 1})")
     distinct, row = np.unique(retrieved, return_inverse=True)
     index = _checked_index(src_img, tgt_img, None, method, options, "source image features", max(ks), target_agreement,
-                           check_sample, seed, check, "image_")
+                           check_sample, seed, check, "image_", n_queries=distinct.size,
+                           cost_check=cost_check)
     _, lists = search(index, tgt_img, max(ks), rows=distinct)
     pos = _position(lists[row], np.arange(src_text.shape[0]))
     out: dict[str, Any] = _summary(pos, ks, "bkr")

@@ -11,7 +11,10 @@ Approximate indexes trade exactness for speed at N where the exact N x N work is
 (millions of items per language); :func:`top1_agreement` measures how often their first
 neighbour equals the exact one on a sample, which every approximate result should report, and
 :func:`calibrate` raises the search effort (HNSW ``efSearch``, IVF ``nprobe``) until a seeded
-sample of queries reaches a target agreement with exact search, or falls back to exact search.
+sample of queries reaches a target agreement with exact search, measures the agreement reached on
+a second, disjoint (held-out) sample, and falls back to exact search when the target is out of
+reach or when a cost model in counted distance computations (:func:`checked_cost`,
+:func:`exact_cost`) says that exact search is cheaper.
 
 Vectors are added and queried in chunks, so callers may pass memory-mapped arrays; float32,
 C-contiguous, unit-normalised (``normalize=True``, the default: inner product = cosine) copies
@@ -149,46 +152,141 @@ def exact_top(Q: np.ndarray, D: np.ndarray, k: int, *, normalize: bool = True) -
     return best_s, best_i
 
 
+# --------------------------------------------------------------------------- cost model
+
+KMEANS_ITERATIONS = 25  # FAISS's k-means iterations when an IVF index is trained
+
+
+def exact_cost(n_q: int, n_d: int) -> int:
+    """Distance computations of exact search: every query against every database row."""
+    return int(n_q) * int(n_d)
+
+
+def _nlist(n: int, opt: FaissOptions) -> int:
+    return opt.nlist or max(1, int(4 * np.sqrt(n)))
+
+
+def build_cost(method: str, n: int, options: FaissOptions | None = None) -> int:
+    """Distance computations to build an index over ``n`` rows (the model of :func:`checked_cost`).
+
+    HNSW: each inserted row runs a beam search of ``ef_construction`` candidates at level 0,
+    each expanding up to ``2 m`` links: ``n * ef_construction * 2 m``. IVF: k-means on the
+    training sample (``min(n, 256 nlist)`` rows, :data:`KMEANS_ITERATIONS` iterations, each row
+    against every centroid), then each row against every centroid: ``(25 t + n) nlist``. Flat: 0."""
+    opt = options or FaissOptions()
+    if method == "flat":
+        return 0
+    if method == "hnsw":
+        return int(n) * opt.ef_construction * 2 * opt.m
+    if method == "ivf":
+        nlist = _nlist(n, opt)
+        return (KMEANS_ITERATIONS * min(n, 256 * nlist) + int(n)) * nlist
+    raise ValueError(f"unknown FAISS method {method!r}; use one of {', '.join(METHODS)}")
+
+
+def query_cost(method: str, n: int, options: FaissOptions | None = None, value: int | None = None) -> int:
+    """Distance computations of one query of an index over ``n`` rows at search effort ``value``
+    (None: the options' ``ef_search`` / ``nprobe``), never more than ``n`` plus the IVF centroids.
+
+    HNSW: ``efSearch`` candidates expanded, up to ``2 m`` links each: ``min(n, 2 m efSearch)``.
+    IVF: every centroid, then ``nprobe`` cells of ``ceil(n / nlist)`` rows (balanced cells):
+    ``nlist + min(n, nprobe ceil(n / nlist))``. Flat: ``n``."""
+    opt = options or FaissOptions()
+    if method == "flat":
+        return int(n)
+    if method == "hnsw":
+        return min(int(n), 2 * opt.m * int(value if value is not None else opt.ef_search))
+    if method == "ivf":
+        nlist = _nlist(n, opt)
+        probe = min(nlist, int(value if value is not None else opt.nprobe))
+        return nlist + min(int(n), probe * -(-int(n) // nlist))
+    raise ValueError(f"unknown FAISS method {method!r}; use one of {', '.join(METHODS)}")
+
+
+def sample_sizes(n_q: int, sample: int) -> tuple[int, int]:
+    """Sizes of the tuning sample and of the disjoint held-out sample drawn from ``n_q`` queries:
+    ``sample`` each, or half of the queries each (the tuning sample one more when odd) when
+    there are fewer than ``2 sample``."""
+    total = min(2 * int(sample), int(n_q))
+    tune = min(int(sample), (total + 1) // 2)
+    return tune, total - tune
+
+
+def checked_cost(method: str, n_q: int, n_d: int, options: FaissOptions | None = None, *, sample: int = 1000,
+                 value: int | None = None) -> int:
+    """Distance computations of checked approximate search if its calibration stopped at the first
+    effort tried (``value``; None: the options'): the index build, exact search of both samples,
+    both samples searched approximately, and the ``n_q`` queries searched. Calibration can only
+    add to it, so when it exceeds :func:`exact_cost` exact search is cheaper."""
+    tune, held = sample_sizes(n_q, sample)
+    q = query_cost(method, n_d, options, value)
+    return build_cost(method, n_d, options) + (tune + held) * int(n_d) + (tune + held + int(n_q)) * q
+
+
+def clopper_pearson_low(successes: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson lower confidence bound of a binomial proportion: the smallest
+    p for which ``successes`` or more of ``n`` has probability at least ``1 - confidence``
+    (0 when ``successes`` is 0 or ``n`` is 0)."""
+    from scipy.stats import beta
+
+    if n <= 0 or successes <= 0:
+        return 0.0
+    return float(beta.ppf(1.0 - confidence, successes, n - successes + 1))
+
+
+# --------------------------------------------------------------------------- calibration
+
 @dataclasses.dataclass
 class Calibration:
-    """What :func:`calibrate` chose and measured.
+    """What :func:`calibrate` chose, measured and counted.
 
-    ``agreement``: share of the sampled queries whose approximate first neighbour is an exact
-    first neighbour (a tie for first place counts); ``recall``: mean share of the exact top ``k``
-    found in the approximate top ``k``; ``low``: the 95% Wilson lower bound of the agreement;
-    ``param``/``value``: the effort parameter and its chosen value (``None`` for flat search);
-    ``fallback``: exact search was used because no effort reached the target; ``tried``: each
-    (value, agreement, recall) measured; ``seconds``: the cost of calibrating (exact search of the
-    sample included)."""
+    ``route``: ``"approximate"`` (the index at the chosen effort) or ``"exact"`` (the caller must
+    search exactly, or the index is flat); ``reason``: why, in words. ``fallback``: the caller
+    must search exactly.
+    ``agreement`` / ``recall``: measured on the *held-out* sample (``heldout`` queries, disjoint
+    from the tuning sample and never used to choose the effort): the share of queries whose
+    approximate first neighbour is an exact first neighbour (a tie for first place counts), and
+    the mean share of the exact top ``k`` found in the approximate top ``k``; ``low``: the
+    one-sided 95% Clopper-Pearson lower bound of the held-out agreement. On the exact route all
+    three are 1 (the search that runs is exact). ``tuning_agreement`` / ``tuning_recall``: the
+    same on the ``sample`` tuning queries at the last effort tried (the statistic the stopping
+    rule used; None when nothing was tried). ``param`` / ``value``: the effort parameter and its
+    last value tried (its starting value when the cost check stopped before any). ``tried``: each (value, tuning agreement, tuning recall). ``cost_exact``:
+    distance computations of exact search of ``n_queries`` queries; ``cost``: those of the route
+    taken, calibration included (:func:`checked_cost`'s model). ``seconds``: the calibration's
+    wall time."""
 
     method: str
     target: float
     sample: int
+    heldout: int
     agreement: float
     recall: float
     low: float
+    tuning_agreement: float | None
+    tuning_recall: float | None
     param: str | None
     value: int | None
-    fallback: bool
+    route: str
+    reason: str
+    cost_exact: int
+    cost: int
     tried: list[tuple[int, float, float]]
     seconds: float
+
+    @property
+    def fallback(self) -> bool:
+        """The caller must search exactly instead (never for flat search, which is exact)."""
+        return self.route == "exact" and self.method != "flat"
 
     def as_dict(self, prefix: str = "") -> dict[str, Any]:
         """The fields as a plain dict, each key prefixed with ``prefix``."""
         return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
 
 
-def _wilson_low(p: float, n: int, z: float = 1.96) -> float:
-    if n == 0:
-        return 0.0
-    den = 1 + z * z / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, (centre - half) / den)
-
-
 def _agreement(q: np.ndarray, D: np.ndarray, exact_s: np.ndarray, exact_i: np.ndarray, idx: np.ndarray,
-               normalize: bool) -> tuple[float, float]:
+               normalize: bool) -> tuple[int, float]:
+    """(queries whose approximate first neighbour scores the exact best canonically, mean recall@k)."""
     from .exact import pair_scores
 
     top = idx[:, 0]
@@ -197,22 +295,41 @@ def _agreement(q: np.ndarray, D: np.ndarray, exact_s: np.ndarray, exact_i: np.nd
     if valid.any():
         rows = np.flatnonzero(valid)
         got[rows] = pair_scores(q, _rows(D, top[rows], normalize), rows, np.arange(rows.size))
-    agree = float(np.mean(got >= exact_s[:, 0]))
+    agree = int(np.count_nonzero(got >= exact_s[:, 0]))
     k = exact_i.shape[1]
     recall = float(np.mean([np.intersect1d(a[a >= 0], b).size / k for a, b in zip(idx[:, :k], exact_i)]))
     return agree, recall
 
 
+def check_rows(n_q: int, sample: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tuning and the held-out query rows of :func:`calibrate` (disjoint, each ascending):
+    one seeded draw without replacement of :func:`sample_sizes`'s total, split in two."""
+    tune, held = sample_sizes(n_q, sample)
+    rows = np.random.default_rng(seed).choice(int(n_q), size=tune + held, replace=False)
+    return np.sort(rows[:tune]), np.sort(rows[tune:])
+
+
 def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int = 1, target: float = 0.99,
-              sample: int = 1000, seed: int = 0, max_value: int | None = None, normalize: bool = True) -> Calibration:
+              sample: int = 1000, seed: int = 0, max_value: int | None = None, normalize: bool = True,
+              options: FaissOptions | None = None, n_queries: int | None = None, cost_check: bool = True) -> Calibration:
     """Raise the search effort of ``index`` (over ``D``, queried by ``Q``) until, on a seeded
-    sample of queries, the approximate first neighbour equals an exact one for at least ``target``
-    of them *and* the approximate top ``k`` holds at least ``target`` of the exact top ``k``.
+    tuning sample of queries, the approximate first neighbour equals an exact one for at least
+    ``target`` of them *and* the approximate top ``k`` holds at least ``target`` of the exact top
+    ``k``; then measure both on a second, disjoint seeded sample (held out: it never chooses the
+    effort) and report them with the one-sided 95% Clopper-Pearson lower bound of the agreement.
+    The stopping rule uses the tuning sample's point estimates; the held-out numbers are an
+    unbiased estimate of the agreement over all queries, not a guarantee that it reaches
+    ``target``.
 
     HNSW doubles ``efSearch`` (from its current value, up to ``max_value``, default
-    ``max(4096, 4 k)`` and at most the index size); IVF doubles ``nprobe`` up to ``nlist``. When
-    the largest effort is still below the target the result says ``fallback=True``: the caller
-    must search exactly (:func:`exact_index`). The chosen value is left set on ``index``.
+    ``max(4096, 4 k)`` and at most the index size); IVF doubles ``nprobe`` up to ``nlist``. The
+    route is ``"exact"`` (the caller must search exactly, :func:`exact_index`) when the largest
+    effort is still below the target, or, with ``cost_check``, when the cost model says that
+    going on costs more than exact search: before each effort is tried, the distance
+    computations spent so far plus those of searching both samples and the ``n_queries`` queries
+    at that effort (:func:`query_cost`) must not exceed :func:`exact_cost`. So a checked search
+    that falls back has spent at most one exact search's worth before searching exactly. The
+    chosen value is left set on ``index``.
 
     Args:
         index: a FAISS index built by :func:`build_index` over ``D``.
@@ -220,7 +337,11 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
         method: "hnsw", "ivf" or "flat" (flat is exact: agreement 1, nothing tuned).
         k: list length the caller will search (recall@k is reported too).
         target: required top-1 agreement, in (0, 1].
-        sample: number of queries checked (seeded).
+        sample: queries in the tuning sample, and in the held-out sample (seeded, disjoint;
+            :func:`sample_sizes` when ``Q`` has fewer than ``2 sample`` rows).
+        options: the options ``index`` was built with (the cost model's parameters).
+        n_queries: queries the caller will search (default: all of ``Q``).
+        cost_check: fall back to exact search when the cost model says it is cheaper.
 
     Returns:
         A :class:`Calibration`.
@@ -232,43 +353,71 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
         raise ValueError(f"target agreement {target} must be in (0, 1]")
     if sample < 1:
         raise ValueError(f"sample {sample} must be positive")
+    if method not in METHODS:
+        raise ValueError(f"unknown FAISS method {method!r}; use one of {', '.join(METHODS)}")
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(Q.shape[0], size=min(sample, Q.shape[0]), replace=False))
-    q = _rows(Q, rows, normalize)
-    k = max(1, min(k, D.shape[0]))
-    exact_s, exact_i = exact_top(q, D, k, normalize=normalize)
+    n_q = Q.shape[0] if n_queries is None else int(n_queries)
+    n_d = D.shape[0]
+    exact = exact_cost(n_q, n_d)
+    tune_rows, held_rows = check_rows(Q.shape[0], sample, seed)
+    k = max(1, min(k, n_d))
     if method == "flat":
-        return Calibration(method, target, rows.size, 1.0, 1.0, _wilson_low(1.0, rows.size), None, None, False, [],
-                           time.perf_counter() - t0)
+        return Calibration(method, target, tune_rows.size, held_rows.size, 1.0, 1.0, 1.0, None, None, None, None,
+                           "exact", "flat search is exact", exact, exact, [], time.perf_counter() - t0)
+    q, qh = _rows(Q, tune_rows, normalize), _rows(Q, held_rows, normalize)
+    exact_s, exact_i = exact_top(q, D, k, normalize=normalize)
+    spent = build_cost(method, n_d, options) + tune_rows.size * n_d
+    held_exact = held_rows.size * n_d  # exact search of the held-out sample, done once the effort is chosen
     if method == "hnsw":
         param, value = "ef_search", int(index.hnsw.efSearch)
-        top = min(max_value or max(4096, 4 * k), max(D.shape[0], 1))
+        top = min(max_value or max(4096, 4 * k), max(n_d, 1))
 
         def set_value(v: int) -> None:
             index.hnsw.efSearch = v
-    elif method == "ivf":
+    else:
         param, value = "nprobe", int(index.nprobe)
         top = min(max_value or index.nlist, index.nlist)
 
         def set_value(v: int) -> None:
             index.nprobe = v
-    else:
-        raise ValueError(f"unknown FAISS method {method!r}; use one of {', '.join(METHODS)}")
     value = max(1, min(value, top))
     tried: list[tuple[int, float, float]] = []
+    reason = ""
     while True:
+        c = query_cost(method, n_d, options, value)
+        total = spent + held_exact + (tune_rows.size + held_rows.size + n_q) * c
+        if cost_check and total > exact:
+            reason = (f"cost: {param}={value} would bring the checked search to {total:,} distance computations, "
+                      f"exact search takes {exact:,}")
+            break
         set_value(value)
         _, idx = index.search(q, k)
+        spent += tune_rows.size * c
         agree, recall = _agreement(q, D, exact_s, exact_i, idx, normalize)
-        tried.append((value, agree, recall))
-        ok = agree >= target and recall >= target
-        if ok or value >= top:
+        tried.append((value, agree / max(tune_rows.size, 1), recall))
+        if tried[-1][1] >= target and recall >= target:
+            break
+        if value >= top:
+            reason = f"target: {param}={value}, the largest effort, reached agreement {tried[-1][1]:.4f} < {target:g}"
             break
         value = min(top, 2 * value)
-    fallback = not ok
-    return Calibration(method, target, rows.size, agree, recall, _wilson_low(agree, rows.size), param, value, fallback,
-                       tried, time.perf_counter() - t0)
+    tuning = (tried[-1][1], tried[-1][2]) if tried else (None, None)
+    value = tried[-1][0] if tried else value  # the last effort tried (the cost check may stop before the next)
+    if reason:
+        return Calibration(method, target, tune_rows.size, held_rows.size, 1.0, 1.0, 1.0, *tuning, param, value,
+                           "exact", reason, exact, spent + exact, tried, time.perf_counter() - t0)
+    # the held-out sample: measured once, at the chosen effort
+    agree, recall = 0, float("nan")
+    if held_rows.size:
+        hs, hi = exact_top(qh, D, k, normalize=normalize)
+        _, idx = index.search(qh, k)
+        agree, recall = _agreement(qh, D, hs, hi, idx, normalize)
+    spent += held_exact + held_rows.size * c + n_q * c
+    share = agree / held_rows.size if held_rows.size else float("nan")
+    return Calibration(method, target, tune_rows.size, held_rows.size, share, recall,
+                       clopper_pearson_low(agree, held_rows.size), *tuning, param, value, "approximate",
+                       f"tuning sample reached {target:g} at {param}={value}", exact, spent, tried,
+                       time.perf_counter() - t0)
 
 
 def exact_index(D: np.ndarray, *, normalize: bool = True) -> Any:

@@ -41,6 +41,8 @@ class EvalConfig:
         reuse_stale: reuse stored records and cached vectors computed under other versions (of
             the metrics, the libraries that compute the vectors, FAISS, ...) instead of
             recomputing them, with a warning naming the difference. Not part of :meth:`key`.
+        approx_cost_check: with ``approx``, search exactly where the cost model says exact
+            search is cheaper (:mod:`backretrieval.metrics.approx`); False: approximately anyway.
     """
 
     dataset: str
@@ -58,6 +60,7 @@ class EvalConfig:
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from self-calibrated FAISS top-K lists
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
     reuse_stale: bool = False  # reuse records / vectors of other versions, with a warning
+    approx_cost_check: bool = True  # with approx: exact search where the cost model says it is cheaper
 
     @property
     def image_models(self) -> list[str]:
@@ -69,9 +72,10 @@ class EvalConfig:
         pairs, seeds and image models are part of each record's own key).
 
         ``approx`` and ``approx_target`` enter the key only when ``approx`` is set, so exact runs
-        keep the keys they had before approximate search existed. ``reuse_stale`` says how to
-        treat stored records, not what they are: it never enters the key. The versions records
-        are computed under are part of each record's own key (see :mod:`.records`).
+        keep the keys they had before approximate search existed; ``approx_cost_check`` only
+        when it is False. ``reuse_stale`` says how to treat stored records, not what they are:
+        it never enters the key. The versions records are computed under are part of each
+        record's own key (see :mod:`.records`).
 
         Returns:
             8 hex characters: a content hash of the remaining fields as sorted JSON (values
@@ -83,6 +87,8 @@ class EvalConfig:
         if d["approx"] is None:  # exact runs keep the keys they had before --approx existed
             d.pop("approx")
             d.pop("approx_target")
+        if self.approx is None or self.approx_cost_check:  # the default keeps the keys it had before the option
+            d.pop("approx_cost_check")
         return content_hash(json.dumps(d, sort_keys=True, default=str), 8)
 
 

@@ -284,4 +284,5 @@ def _sample_tasks(
             cfg.corr_boot,
             cfg.approx,
             cfg.approx_target,
+            cfg.approx_cost_check,
         )

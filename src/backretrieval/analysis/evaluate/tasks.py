@@ -41,6 +41,7 @@ class SampleTask:
         corr_boot: bootstrap resamples of CORR (0: none); all models share the resampling weights.
         approx: None, ``"hnsw"`` or ``"ivf"`` (see ``EvalConfig.approx``).
         approx_target: the calibration target with ``approx``.
+        approx_cost_check: with ``approx``, exact search where the cost model says it is cheaper.
     """
 
     src: str
@@ -57,6 +58,7 @@ class SampleTask:
     corr_boot: int = 0
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from calibrated FAISS top-K lists
     approx_target: float = 0.99
+    approx_cost_check: bool = True
 
 
 Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
@@ -172,7 +174,7 @@ def approx_versions() -> dict[str, str]:
     with ``EvalConfig.approx``.
 
     Returns:
-        ``{"faiss-cpu": version, "approx index": "m=32,...", "approx check": "sample=1000,seed=sample"}``.
+        ``{"faiss-cpu": version, "approx index": "m=32,...", "approx check": "tuning sample=1000,held-out sample=1000,..."}``.
     """
     from ...core import env
 
@@ -181,7 +183,7 @@ def approx_versions() -> dict[str, str]:
     return {
         **env.versions_of(("faiss-cpu",)),
         "approx index": ",".join(f"{k}={v}" for k, v in sorted(opts.items())),
-        "approx check": f"sample={APPROX_CHECK_SAMPLE},seed=sample",
+        "approx check": f"tuning sample={APPROX_CHECK_SAMPLE},held-out sample={APPROX_CHECK_SAMPLE},seed=sample,cost model=counted distances",
     }
 
 
@@ -239,12 +241,14 @@ def _approx_runs(task: SampleTask) -> TaskResult:
 
     ks = approx_ks(task.n, task.k)
     common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
-              "options": _approx_options(task.seed), "check_sample": APPROX_CHECK_SAMPLE, "found_at": True}
+              "options": _approx_options(task.seed), "check_sample": APPROX_CHECK_SAMPLE, "found_at": True,
+              "cost_check": task.approx_cost_check}
     image_sides = {g: image_side(si, ti, seed=task.seed) for g, (si, ti) in task.images.items()} if task.bkr else {}
     out: list[Run] = []
     for model in task.models:
         t0 = time.perf_counter()
-        shared: dict[str, Any] = {"approx": task.approx, "approx_target": task.approx_target}
+        shared: dict[str, Any] = {"approx": task.approx, "approx_target": task.approx_target,
+                                  "approx_cost_check": task.approx_cost_check}
         shared_ranks: dict[str, np.ndarray] = {}
         flags = []
         if task.xlr is not None:
