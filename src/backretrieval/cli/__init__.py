@@ -6,7 +6,7 @@ Every public module of this package is imported here so that its commands regist
 import importlib
 import pkgutil
 
-from ._app import main, train
+from .options import main, train
 
 for _mod in pkgutil.iter_modules(__path__):
     if not _mod.name.startswith("_"):

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import click
 
-from ._app import (
-    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_outputs, _parse_list, _parse_numbers,
-    _parse_options, _warn, train,
+from .options import (
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_outputs, parse_list, parse_numbers,
+    parse_options, warn, train,
 )
 
 
@@ -18,13 +18,13 @@ def _pairs(spec: str, option: str) -> list[tuple[str, str]]:
     try:
         return parse_pairs(spec)
     except BackretrievalError as e:
-        _bad(option, str(e))
+        bad_option(option, str(e))
 
 
 def _one_pair(spec: str, option: str) -> tuple[str, str]:
     pairs = _pairs(spec, option)
     if len(pairs) != 1:
-        _bad(option, f"{spec!r}: give one pair, e.g. de-ja")
+        bad_option(option, f"{spec!r}: give one pair, e.g. de-ja")
     return pairs[0]
 
 
@@ -75,43 +75,43 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     from ..data import load_dataset
     from ..train.cr5 import Split, train_evaluate
 
-    lang_list = _parse_list(langs, "--langs", "language") if langs is not None else None
-    lams = _parse_numbers(lam, "--lam")
+    lang_list = parse_list(langs, "--langs", "language") if langs is not None else None
+    lams = parse_numbers(lam, "--lam")
     for x in lams:
         if x <= 0:
-            _bad("--lam", f"lambda {x:g} is not positive")
+            bad_option("--lam", f"lambda {x:g} is not positive")
     the_pair = _one_pair(pair, "--pair") if pair else None
     eval_list = _pairs(eval_pairs, "--eval-pairs") if eval_pairs is not None else None
     if regime == "pairwise" and the_pair is None and lang_list and len(lang_list) == 2:
         the_pair = (lang_list[0], lang_list[1])
     if regime != "joint" and the_pair is None:
-        _bad("--pair", f"{regime} training needs --pair")
+        bad_option("--pair", f"{regime} training needs --pair")
     if regime == "transitive" and not pivot:
-        _bad("--pivot", "transitive training needs --pivot")
+        bad_option("--pivot", "transitive training needs --pivot")
     if min_words > max_words:
-        _bad("--max-words", f"--max-words {max_words} is below --min-words {min_words}")
+        bad_option("--max-words", f"--max-words {max_words} is below --min-words {min_words}")
     split = None
     if split_file:
         if not holdout:
-            _bad("--split", "--split and --no-holdout exclude each other")
+            bad_option("--split", "--split and --no-holdout exclude each other")
         try:
             split = Split.load(split_file)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            _bad("--split", f"cannot read {split_file}: {e}")
+            bad_option("--split", f"cannot read {split_file}: {e}")
     # languages to load: the trained ones, and all of a reused split's (its candidate pools span them)
     if regime == "joint":
         trained = lang_list or (split.languages if split else None)
     else:
         trained = [*the_pair] + ([pivot] if regime == "transitive" else [])
     need = None if trained is None else list(dict.fromkeys([*trained, *(split.languages if split else [])]))
-    options = _parse_options(dataset_option, dataset)
+    options = parse_options(dataset_option, dataset)
     params = dict(rank=rank, max_vocab=max_vocab, min_df=min_df, min_words=min_words, max_words=max_words,
                   cg_tol=cg_tol, cg_maxiter=cg_maxiter, eig_tol=eig_tol, eig_maxiter=eig_maxiter, n_jobs=n_jobs,
                   seed=seed, progress=not quiet)
     if not holdout and len(lams) != 1:
-        _bad("--lam", "training without held-out concepts (--no-holdout) cannot choose lambda: give one lambda")
-    _check_outputs((out, "--out"))
-    log = (lambda m: None) if quiet else _warn
+        bad_option("--lam", "training without held-out concepts (--no-holdout) cannot choose lambda: give one lambda")
+    check_outputs((out, "--out"))
+    log = (lambda m: None) if quiet else warn
     t0 = time.perf_counter()
     ds = load_dataset(dataset, langs=need, **options)
     langs_used = list(trained) if trained else ds.languages

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._app import main
+from .options import main
 
 
 def format_environment(info: dict[str, object], packages: tuple[str, ...]) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from ._app import OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, device_option, grid_options, main
+from .options import OPEN_UNIT, bad_option, check_grid, grid_config, dataset_specs, warn, device_option, grid_options, main
 
 
 def _summary_metrics(k: int, approx_k: int | None = None) -> tuple[str, ...]:
@@ -22,7 +22,7 @@ def _check_metric(metric: str, n: int, approx_k: int | None = None) -> None:
     """``--metric`` names a metric compare can rank by, with 1 <= K <= N (with ``--approx``:
     a Recall@K with K <= ``approx_k``, the depth searched)."""
     if approx_k is not None and not re.fullmatch(r"(xlr|xlr_t2s|bkr)@\d+", metric):
-        _bad("--metric", f"{metric}: with --approx compare ranks by xlr@K, xlr_t2s@K or bkr@K (K <= {approx_k}); "
+        bad_option("--metric", f"{metric}: with --approx compare ranks by xlr@K, xlr_t2s@K or bkr@K (K <= {approx_k}); "
              "MRR and CORR need exact search")
     if metric == "corr":
         return
@@ -31,16 +31,16 @@ def _check_metric(metric: str, n: int, approx_k: int | None = None) -> None:
     try:
         outcome_fn(metric)
     except BackretrievalError as e:
-        _bad("--metric", str(e))
+        bad_option("--metric", str(e))
     m = re.search(r"@(\d+)$", metric)
     if m:
         k = int(m.group(1))
         if k < 1:
-            _bad("--metric", f"{metric}: K must be at least 1")
+            bad_option("--metric", f"{metric}: K must be at least 1")
         if k > n:
-            _bad("--metric", f"{metric}: K={k} is larger than N={n}")
+            bad_option("--metric", f"{metric}: K={k} is larger than N={n}")
         if approx_k is not None and k > approx_k:
-            _bad("--metric", f"{metric}: --approx searches the top {approx_k} only; give K <= {approx_k}")
+            bad_option("--metric", f"{metric}: --approx searches the top {approx_k} only; give K <= {approx_k}")
 
 
 _TARGET = click.FloatRange(0, 1, min_open=True)
@@ -78,17 +78,17 @@ def _approx_config(cfg, approx: str | None, target: float, always: bool = False)
 
     if approx is None:
         if always:
-            _bad("--approx-always", "needs --approx")
+            bad_option("--approx-always", "needs --approx")
         return cfg
     if cfg.sim != "cosine":
-        _bad("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
+        bad_option("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
     cfg = dataclasses.replace(cfg, approx=approx, approx_target=target, approx_cost_check=not always)
     from ..analysis.evaluate import check_approx
 
     try:
         check_approx(cfg)
     except BackretrievalError as e:
-        _bad("--approx", str(e))
+        bad_option("--approx", str(e))
     return cfg
 
 
@@ -129,9 +129,9 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
     from ..core import atomic_write_text
     from ..report import format_summary
 
-    cfg = _with_reuse(_approx_config(_config(**grid), approx, approx_target, approx_always), reuse_stale)
-    _check_grid(cfg, out, executor)
-    result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    check_grid(cfg, out, executor)
+    result = run(cfg, out, progress=not quiet, log=warn, executor=executor)
     ak = _approx_k(cfg)
     mrr = "bkr_mrr" if ak is None else f"bkr_mrr@{ak}"
     table = format_summary(summarize(result.records, _summary_metrics(cfg.k, ak)), ("xlr@1", "xlr@10", f"bkr@{cfg.k}", mrr, "corr"))
@@ -168,7 +168,7 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
     from ..report import format_comparison
     from ..report.table import approx_note
 
-    cfg = _with_reuse(_approx_config(_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     metric = (metric or f"bkr@{cfg.k}").strip()
     _check_metric(metric, cfg.n, _approx_k(cfg))
     if metric == "corr":
@@ -176,9 +176,9 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
 
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
-    _check_grid(cfg, out, executor)
+    check_grid(cfg, out, executor)
     needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
-    result = run(cfg, out, progress=not quiet, log=_warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
+    result = run(cfg, out, progress=not quiet, log=warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
     c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
     md = format_comparison(c)
     note = approx_note(result.records)
@@ -189,7 +189,7 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
     click.echo(md)
     if report:
         from ..report.compare_report import comparisons_for, write_compare_report
-        from ._app import command_line
+        from .options import command_line
 
         cs = comparisons_for(result, metric, n_boot=n_boot, level=level, alpha=alpha, first=c)
         path = write_compare_report(cs, result, out, command=command_line(), n_boot=n_boot)
@@ -215,14 +215,14 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
     from ..analysis.meta import run_meta_datasets
     from ..report.meta_report import write_meta_outputs
 
-    datasets = _datasets(dataset, dataset_option)
-    cfg = _config(dataset=datasets[0][0], dataset_option=(), **grid)
+    datasets = dataset_specs(dataset, dataset_option)
+    cfg = grid_config(dataset=datasets[0][0], dataset_option=(), **grid)
     cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1])
     if len(cfg.models) < 3:
-        _bad("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+        bad_option("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
-    _check_grid(cfg, out, executor, extra)
-    res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
+    check_grid(cfg, out, executor, extra)
+    res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=warn, executor=executor)
     md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import click
 
-from ._app import (
-    NON_NEGATIVE, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_image_models, _check_outputs,
-    _check_text_models, _parse_list, _parse_numbers, _parse_options, _warn, main, train,
+from .options import (
+    NON_NEGATIVE, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
+    check_text_models, parse_list, parse_numbers, parse_options, warn, main, train,
 )
-from ._app import device_option
+from .options import device_option
 
 DEFAULT_LANGS = "en,de,fr,it,es,ru,ja,zh,pl,tr,ko"  # the XTD10 languages
 DEFAULT_PLOT_LANGS = "en,de,ru,ja"
@@ -52,17 +52,17 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     from ..data import load_dataset
     from ..train.m3l import M3L
 
-    tl = _parse_list(train_langs, "--train-langs", "language")
-    vl = _parse_list(val_langs, "--val-langs", "language") if val_langs is not None else None
-    options = _parse_options(dataset_option, dataset)
+    tl = parse_list(train_langs, "--train-langs", "language")
+    vl = parse_list(val_langs, "--val-langs", "language") if val_langs is not None else None
+    options = parse_options(dataset_option, dataset)
     model = M3L(
         loss,
         base=base,
         image_model=image_model,
         train_langs=tl,
         val_langs=vl,
-        widths=_parse_numbers(widths, "--widths", count=2, integer=True, low=1),
-        dropout=_parse_numbers(dropout, "--dropout", count=3, low=0, high=1, high_open=True),
+        widths=parse_numbers(widths, "--widths", count=2, integer=True, low=1),
+        dropout=parse_numbers(dropout, "--dropout", count=3, low=0, high=1, high_open=True),
         lr=lr,
         beta1=beta1,
         batch_size=batch_size,
@@ -80,9 +80,9 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
         **loss_kw,
     )
     model.check_params()  # every setting, before any data is read
-    _check_text_models([base], "--base")
-    _check_image_models([image_model], "--image-model")
-    _check_outputs((out, "--out"))
+    check_text_models([base], "--base")
+    check_image_models([image_model], "--image-model")
+    check_outputs((out, "--out"))
     ds = load_dataset(dataset, langs=list(dict.fromkeys([*tl, *(vl or [])])), **options)
     model.fit(ds, source={"dataset": dataset, "options": options}, log=None if quiet else (lambda s: click.echo(s, err=True)))
     path = model.save(out)
@@ -158,10 +158,10 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     from ..analysis.image_retrieval import image_retrieval as run_image_retrieval
     from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..encoders.m3l import load_model
+    from ..encoders.trained.m3l import load_model
     from ..report.image_retrieval import write_image_retrieval
 
-    lang_list = _parse_list(langs, "--langs", "language")
+    lang_list = parse_list(langs, "--langs", "language")
     if plot_langs is None:  # the default never clashes with --langs: plot the languages both have
         plot_list = [x for x in DEFAULT_PLOT_LANGS.split(",") if x in lang_list]
         left_out = [x for x in DEFAULT_PLOT_LANGS.split(",") if x not in lang_list]
@@ -170,25 +170,25 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
             f"({', '.join(left_out)} not in --langs)" + ("" if plot_list else "; no plot (choose some with --plot-langs)"))
     else:
         plot_note = ""
-        plot_list = _parse_list(plot_langs, "--plot-langs", "language") if plot_langs.strip() else []
+        plot_list = parse_list(plot_langs, "--plot-langs", "language") if plot_langs.strip() else []
         missing = [x for x in plot_list if x not in lang_list]
         if missing:
-            _bad("--plot-langs", f"plot language {missing[0]!r} is not in --langs ({','.join(lang_list)})")
-    k_list = _parse_numbers(ks, "--ks", integer=True, low=1)
-    options = _parse_options(dataset_option, dataset)
+            bad_option("--plot-langs", f"plot language {missing[0]!r} is not in --langs ({','.join(lang_list)})")
+    k_list = parse_numbers(ks, "--ks", integer=True, low=1)
+    options = parse_options(dataset_option, dataset)
     for m in models:
         try:
             load_model(m)
         except BackretrievalError as e:
-            _bad("--model", str(e))
-    _check_outputs((out, "--out"))
+            bad_option("--model", str(e))
+    check_outputs((out, "--out"))
     if plot_note:
-        _warn(plot_note)
+        warn(plot_note)
     ds = load_dataset(dataset, langs=lang_list, **options)
     run = run_image_retrieval(models, ds, dataset, lang_list, split=split, ks=k_list, sim=sim, n_perm=n_perm,
-                              progress=not quiet, log=lambda s: click.echo(s, err=True), warn=_warn)
+                              progress=not quiet, log=lambda s: click.echo(s, err=True), warn=warn)
     md, payload = write_image_retrieval(run, out, dataset_options=options, plot_langs=plot_list,
-                                        plot_images=plot_images, warn=_warn)
+                                        plot_images=plot_images, warn=warn)
     click.echo(md)
     outp = Path(out)
     click.echo(f"wrote {outp / 'results.json'}, {outp / 'table.md'}" + (", projection.png" if "projection" in payload else ""))

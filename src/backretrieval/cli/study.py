@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._app import _parse_options, _warn, main
+from .options import parse_options, warn, main
 
 
 @main.group()
@@ -27,10 +27,10 @@ def _wildcard_note(host: str, shown: str | None) -> None:
     if host not in WILDCARD_HOSTS:
         return
     if shown is None:
-        _warn(f"{host!r} is not an address a browser can open, and no address of this machine was found: "
+        warn(f"{host!r} is not an address a browser can open, and no address of this machine was found: "
               "replace HOST in the links with this machine's name or address")
     else:
-        _warn(f"{host!r} is not an address a browser can open: the links use {shown}, this machine's address; "
+        warn(f"{host!r} is not an address a browser can open: the links use {shown}, this machine's address; "
               f"if raters cannot reach it, replace {shown} with an address of this machine they can reach")
 
 
@@ -67,9 +67,9 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
         pool=pool,
         pool_size=pool_size,
         images=images,
-        dataset_options=_parse_options(dataset_option),
+        dataset_options=parse_options(dataset_option),
     )
-    summary = create_study(cfg, out, raters=raters, force=force, progress=not quiet, log=_warn)
+    summary = create_study(cfg, out, raters=raters, force=force, progress=not quiet, log=warn)
     click.echo(
         f"wrote {out}: {summary['queries']} queries, {summary['suggestions']} suggestions "
         f"({summary['shared_suggestions']} retrieved by more than one model), {len(summary['raters'])} rater(s)"
@@ -136,7 +136,7 @@ def serve(db, host, port) -> None:
     srv = StudyServer(db, host, port)
     try:
         if host not in ("127.0.0.1", "localhost", "::1"):
-            _warn(f"listening on {host}: anyone who can reach this machine and has a link can rate")
+            warn(f"listening on {host}: anyone who can reach this machine and has a link can rate")
         con = store.connect(db)
         try:
             rows = store.list_raters(con)
@@ -145,7 +145,7 @@ def serve(db, host, port) -> None:
         click.echo(f"serving {db} on {base_url(srv.link_host, srv.port)} (Ctrl-C to stop)")
         _wildcard_note(host, srv.link_host)
         if not rows:
-            _warn("no raters yet: add one with `backretrieval study add-rater`")
+            warn("no raters yet: add one with `backretrieval study add-rater`")
         for r in rows:
             click.echo(f"  {r['name']} ({r['rated']}/{r['total']} rated): {srv.url(r['token'])}")
         sys.stdout.flush()
@@ -192,7 +192,7 @@ def analyze(db, out, bkr, bkr_n, bkr_seeds, image_model, n_boot, quiet) -> None:
     from ..study.analyze import analyze as run, format_markdown, write_outputs
 
     res = run(db, bkr=bkr, bkr_n=bkr_n, bkr_seeds=bkr_seeds, image_model=image_model, n_boot=n_boot,
-              progress=not quiet, log=_warn)
+              progress=not quiet, log=warn)
     click.echo(format_markdown(res))
     if out:
         files = write_outputs(res, db, out)

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import click
 
-from ._app import (
-    NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, _bad, _check_image_models, _check_outputs,
-    _check_text_models, _parse_list, _parse_numbers, _parse_options, _parse_seeds, _warn, main, train,
+from .options import (
+    NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
+    check_text_models, parse_list, parse_numbers, parse_options, parse_seeds, warn, main, train,
 )
 
 
 # ----------------------------------------------------------------------------- training
 def _langs(spec: str | None, option: str = "--langs") -> list[str] | None:
-    return None if spec is None else _parse_list(spec, option, "language")
+    return None if spec is None else parse_list(spec, option, "language")
 
 
 def _train_options(fn):
@@ -63,16 +63,16 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     from ..report.case_study import plot_curves
     from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, Triplet
 
-    options = _parse_options(dataset_option, dataset)
+    options = parse_options(dataset_option, dataset)
     wanted = _langs(langs)
-    widths = _parse_numbers(layers, "--layers", integer=True, low=1)
+    widths = parse_numbers(layers, "--layers", integer=True, low=1)
     est = Triplet(
         method, base=base, layers=widths, tower=tower, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
         refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
     )
     est.check_params()  # every setting, before any data is read
-    _check_text_models([base], "--base")
-    _check_outputs((out, "--out"))
+    check_text_models([base], "--base")
+    check_outputs((out, "--out"))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if not resume and (out / CHECKPOINT_FILE).exists():
@@ -143,8 +143,8 @@ def prepare(dataset, langs, holdout, seed, dataset_option, out) -> None:
     from ..data.splits import title_body_split
 
     wanted = _langs(langs)
-    options = _parse_options(dataset_option, dataset)
-    _check_outputs((out, "--out"))
+    options = parse_options(dataset_option, dataset)
+    check_outputs((out, "--out"))
     train_rows, test_rows, info = title_body_split(load_dataset(dataset, langs=wanted, **options), wanted, holdout, seed)
     out, name = Path(out), Path(dataset).stem
     dump = lambda rows: "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)  # noqa: E731
@@ -191,27 +191,27 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
 
     wanted = _langs(langs)
     if len(wanted) < 2:
-        _bad("--langs", f"{langs!r}: give at least two languages (every directed pair is evaluated)")
-    specs = _parse_list(models, "--models", "model")
+        bad_option("--langs", f"{langs!r}: give at least two languages (every directed pair is evaluated)")
+    specs = parse_list(models, "--models", "model")
     if len(specs) < 2 or len(set(specs)) != len(specs):
-        _bad("--models", "give the base encoder and at least one trained model, each once")
+        bad_option("--models", "give the base encoder and at least one trained model, each once")
     names = [x.strip() for x in labels.split(",")] if labels else [model_label(m) for m in specs]
     if len(names) != len(specs) or not all(names) or names.count(names[0]) != 1 or len(set(names)) < 2:
-        _bad("--labels", f"one non-empty label per model ({len(specs)} models), the base's label used once, got {labels!r}")
-    seed_list = _parse_seeds(seeds)
+        bad_option("--labels", f"one non-empty label per model ({len(specs)} models), the base's label used once, got {labels!r}")
+    seed_list = parse_seeds(seeds)
     if k > bkr_n:
-        _bad("--k", f"K={k} is larger than N={bkr_n} (--bkr-n)")
+        bad_option("--k", f"K={k} is larger than N={bkr_n} (--bkr-n)")
     if truth_k > bkr_n or (xlr_dataset and truth_k > xlr_n):
-        _bad("--truth-k", f"K={truth_k} is larger than N={min(bkr_n, xlr_n) if xlr_dataset else bkr_n}")
+        bad_option("--truth-k", f"K={truth_k} is larger than N={min(bkr_n, xlr_n) if xlr_dataset else bkr_n}")
     for ds_spec in (bkr_dataset, xlr_dataset):
         if ds_spec:
             dataset_option_names(ds_spec)  # an unknown dataset is refused now
-    _check_image_models([image_model], "--image-model")
-    _check_text_models(specs, "--models")
-    _check_outputs((out, "--out"), files=[(figure, "--figure")] if figure else [])
+    check_image_models([image_model], "--image-model")
+    check_text_models(specs, "--models")
+    check_outputs((out, "--out"), files=[(figure, "--figure")] if figure else [])
     out, lab, t0 = Path(out), dict(zip(specs, names)), time.perf_counter()
     results = evaluate_case_study(wanted, specs, out, bkr_dataset=bkr_dataset, xlr_dataset=xlr_dataset, bkr_n=bkr_n, xlr_n=xlr_n,
-                                  seeds=seed_list, k=k, image_model=image_model, progress=not quiet, log=_warn)
+                                  seeds=seed_list, k=k, image_model=image_model, progress=not quiet, log=warn)
     ds_names = {"bkr": Path(bkr_dataset).stem, "xlr": Path(xlr_dataset).stem if xlr_dataset else ""}
     pairs = directed_pairs(wanted)
     summary = case_study_summary(results, specs, lab, pairs, k, truth_k, n_boot, ds_names)

@@ -31,7 +31,7 @@ from ..core import DataError
 from ..core.text import is_blank
 from .corpus import Dataset
 from .registry import DatasetExample, DatasetInfo, list_datasets, load_dataset
-from .registry import _info as _spec_info
+from .registry import loader_for as _spec_info
 
 BAD_OPTION = "contract_no_such_option"  # an option no loader takes
 BAD_LANGUAGE = "xx-contract"  # a language no dataset has

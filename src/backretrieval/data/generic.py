@@ -35,7 +35,9 @@ import numpy as np
 from ..core import DataError
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
-from .registry import GENERIC_SUFFIXES, DatasetExample, DatasetInfo, register
+from .registry import DatasetExample, DatasetInfo, register
+
+GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 NAME = "generic"
 REQUIRED = ("id", "lang", "text")
@@ -396,6 +398,11 @@ INFO = register(
         has_concepts=False,
         source="a user file",
         license="the user's",
+        claims=lambda spec: {"path": spec} if isinstance(spec, str) and (
+            spec.lower().endswith(GENERIC_SUFFIXES) or Path(spec).exists()) else None,
+        fallback=True,
+        claims_text=f"a path to a {'/'.join(GENERIC_SUFFIXES)} file",
+        describe=lambda spec: f"a data file ({Path(spec).name})",
         example=lambda folder: DatasetExample(str(write_example(folder)), ("en", "de")),
     )
 )

@@ -207,6 +207,8 @@ INFO = register(
         has_concepts=False,
         source="the user's Hugging Face dataset",
         license="the user's",
+        claims=lambda spec: {"path": spec} if is_hf_dataset(spec) else (
+            {"path": spec[3:]} if isinstance(spec, str) and spec.startswith("hf:") else None),
         example=_example,
     )
 )

@@ -46,11 +46,20 @@ class DatasetInfo:
     # example(folder) -> DatasetExample: a small real load for the contract checks
     example: Callable[[Path], DatasetExample] | None = None
 
+    # Specs besides its name that the loader reads: ``claims(spec)`` gives the loader's extra
+    # arguments (e.g. ``{"path": ...}``) for a spec it reads, None for one it does not.
+    claims: Callable[[Any], dict[str, Any] | None] | None = None
+    # A fallback loader claims only what no other loader claims, is not offered as a name in the
+    # unknown-dataset message (``claims_text`` describes its specs there instead), and errors name
+    # its spec with ``describe(spec)``.
+    fallback: bool = False
+    claims_text: str = ""
+    describe: Callable[[Any], str] | None = None
+
 
 _REGISTRY: dict[str, DatasetInfo] = {}
 # Every public module of this package is imported once; a loader registers itself when imported
 # (a new dataset is one file), a helper module (corpus, sampling, splits, ...) registers nothing.
-GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 def register(info: DatasetInfo) -> DatasetInfo:
@@ -75,27 +84,25 @@ def list_datasets() -> list[DatasetInfo]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def _info(spec: Any) -> tuple[DatasetInfo, dict[str, Any]]:
+def loader_for(spec: Any) -> tuple[DatasetInfo, dict[str, Any]]:
     """The loader of ``spec`` (a registered name, ``hf:FOLDER``, a file path, or a Hugging Face
     dataset object) and the arguments it gets besides ``langs`` and the options."""
     _load_modules()
-    if not isinstance(spec, (str, Path)):
-        from .hf_datasets import is_hf_dataset
-
-        if is_hf_dataset(spec):
-            return _REGISTRY["hf"], {"path": spec}
-        raise DataError(f"a dataset is a name, a file path, hf:FOLDER or a Hugging Face dataset, not {type(spec).__name__}")
-    spec = str(spec)
-    if spec.startswith("hf:"):
-        return _REGISTRY["hf"], {"path": spec[3:]}
-    if spec in _REGISTRY:
+    if isinstance(spec, Path):
+        spec = str(spec)
+    if isinstance(spec, str) and spec in _REGISTRY:
         return _REGISTRY[spec], {}
-    if spec.lower().endswith(GENERIC_SUFFIXES) or Path(spec).exists():
-        return _REGISTRY["generic"], {"path": spec}
-    raise DataError(
-        f"unknown dataset {spec!r}; known: {', '.join(sorted(k for k in _REGISTRY if k != 'generic'))}, "
-        f"or a path to a {'/'.join(GENERIC_SUFFIXES)} file"
-    )
+    for fallback in (False, True):
+        for info in _REGISTRY.values():
+            if info.claims is not None and info.fallback is fallback:
+                args = info.claims(spec)
+                if args is not None:
+                    return info, args
+    if not isinstance(spec, str):
+        raise DataError(f"a dataset is a name, a file path, hf:FOLDER or a Hugging Face dataset, not {type(spec).__name__}")
+    known = ", ".join(sorted(k for k, info in _REGISTRY.items() if not info.fallback))
+    claimed = "".join(f", or {info.claims_text}" for k, info in sorted(_REGISTRY.items()) if info.fallback)
+    raise DataError(f"unknown dataset {spec!r}; known: {known}{claimed}")
 
 
 def dataset_option_names(spec: str) -> dict[str, inspect.Parameter]:
@@ -110,14 +117,14 @@ def dataset_option_names(spec: str) -> dict[str, inspect.Parameter]:
     Raises:
         DataError: ``spec`` is neither a registered dataset nor a data file.
     """
-    info, _ = _info(spec)
+    info, _ = loader_for(spec)
     params = inspect.signature(info.loader).parameters
     return {k: p for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def _what(spec: Any, info: DatasetInfo) -> str:
-    if info.name == "generic":
-        return f"a data file ({Path(spec).name})"
+    if info.describe is not None:
+        return info.describe(spec)
     return f"dataset {spec!r}" if isinstance(spec, str) else f"the {info.name} dataset"
 
 
@@ -130,7 +137,7 @@ def check_dataset_options(spec: str, options: Mapping[str, Any]) -> None:
     known = dataset_option_names(spec)
     for key in options:
         if key not in known:
-            info, _ = _info(spec)
+            info, _ = loader_for(spec)
             raise DataError(
                 f"unknown option {key!r} for {_what(spec, info)}; its options: {', '.join(known) or '(none)'}"
             )
@@ -187,6 +194,6 @@ def load_dataset(spec: Any, langs: Sequence[str] | None = None, **options: Any) 
     Raises:
         DataError: an unknown dataset or option, or bad data (the loader's own errors).
     """
-    info, args = _info(spec)
+    info, args = loader_for(spec)
     check_dataset_options(spec, options)
     return info.loader(langs=langs, **args, **options)

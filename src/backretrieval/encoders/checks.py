@@ -37,7 +37,8 @@ import numpy as np
 
 from ..core import EncoderError
 from ..data.checks import ContractError
-from .base import EXAMPLE_TEXTS, EncoderInfo, Example, build_encoder, list_image_encoders, list_text_encoders
+from .base import EXAMPLE_TEXTS, EncoderInfo, Example
+from .registry import build_encoder, list_image_encoders, list_text_encoders
 
 BAD_OPTION = "contract_no_such_option"  # an option no model takes
 NORM_TOL = 1e-5  # |1 - ||row||| allowed of a unit-norm float32 row
@@ -331,7 +332,7 @@ def check_image_encoder(spec: str | EncoderInfo, folder: str | Path | None = Non
 
 def _check_precomputed_images(enc: Any, folder: Path, name: str) -> None:
     """The feature-file route: encode_images refuses clearly; feature rows pass through."""
-    from .precomputed_image import load_feature_rows, weaken_features
+    from .image.precomputed_image import load_feature_rows, weaken_features
 
     try:
         enc.encode_images(write_example_images(folder / "images", 1))

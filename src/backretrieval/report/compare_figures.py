@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..analysis.compare import Comparison
 from ..core import atomic_write
-from .figures import DPI, _plt, _short
+from .figures import DPI, pyplot, short_label
 
 
 def _save(fig, stem: Path) -> tuple[Path, Path]:
@@ -31,7 +31,7 @@ def _save(fig, stem: Path) -> tuple[Path, Path]:
     figure gives the same file)."""
     import matplotlib
 
-    plt = _plt()
+    plt = pyplot()
     out = []
     with matplotlib.rc_context({"svg.hashsalt": "backretrieval", "svg.fonttype": "path"}):
         for fmt in ("png", "svg"):
@@ -57,7 +57,7 @@ def _chance_label(chance: float | None) -> str:
 
 def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
     """Pairs (rows) x models (columns, best on average first): estimate and ± CI half-width."""
-    plt = _plt()
+    plt = pyplot()
     d = c.per_pair
     models = model_order(c)
     pairs = list(dict.fromkeys(d["pair"]))
@@ -74,7 +74,7 @@ def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, P
             light = (x - lo) < 0.6 * (hi - lo)
             ax.text(j, i, f"{x:.3f}\n±{half.iat[i, j]:.3f}", ha="center", va="center", fontsize=7.5,
                     color="white" if light else "black")
-    ax.set_xticks(range(len(models)), [_short(m) for m in models], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(range(len(models)), [short_label(m) for m in models], rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(pairs)), pairs, fontsize=8)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric)
     if chance is not None:
@@ -90,7 +90,7 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
     gaps to the next model that are significant after Holm."""
     from matplotlib.transforms import blended_transform_factory
 
-    plt = _plt()
+    plt = pyplot()
     pairs = list(dict.fromkeys(c.per_pair["pair"]))
     ncol = 2 if len(pairs) == 4 else min(3, len(pairs))
     nrow = -(-len(pairs) // ncol)
@@ -104,7 +104,7 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
         y = np.arange(len(g))[::-1]
         err = np.vstack([g["estimate"] - g["ci_low"], g["ci_high"] - g["estimate"]])
         ax.errorbar(g["estimate"], y, xerr=err, fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3, ms=5)
-        ax.set_yticks(y, [_short(m, 20) for m in g["model"]], fontsize=8)
+        ax.set_yticks(y, [short_label(m, 20) for m in g["model"]], fontsize=8)
         ax.set_ylim(-0.6, len(g) - 0.4)
         ax.set_xlim(xmin - pad, xmax + pad)
         if chance is not None:
@@ -131,7 +131,7 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
 def spread(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
     """The average over pairs with its spread across pairs: a box per model (best at the top),
     one point per pair, the mean as a diamond."""
-    plt = _plt()
+    plt = pyplot()
     models = model_order(c)[::-1]  # boxplot draws bottom-up: best at the top
     data = [c.per_pair.loc[c.per_pair["model"] == m, "estimate"].to_numpy(float) for m in models]
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(models) + 1.8))
@@ -143,7 +143,7 @@ def spread(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
     if chance is not None:
         ax.axvline(chance, color="red", linestyle="--", linewidth=1, label=_chance_label(chance))
         ax.legend(fontsize=8, loc="lower right")
-    ax.set_yticks(range(1, len(models) + 1), [_short(m, 28) for m in models], fontsize=8)
+    ax.set_yticks(range(1, len(models) + 1), [short_label(m, 28) for m in models], fontsize=8)
     ax.set_xlabel(f"{c.metric} (one point per language pair; ◇ = mean over pairs)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{c.metric} across {c.per_pair['pair'].nunique()} language pairs", fontsize=10)
@@ -152,7 +152,7 @@ def spread(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
 
 def wins_chart(c: Comparison, w: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
     """Left: significant pairwise wins, ties and losses after Holm per model; right: mean rank."""
-    plt = _plt()
+    plt = pyplot()
     models = model_order(c)[::-1]
     w = w.set_index("model").reindex(models)
     ranks = c.across_pairs.set_index("model").reindex(models)["mean_rank"]
@@ -167,7 +167,7 @@ def wins_chart(c: Comparison, w: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
             if v > 0:
                 a1.text(l + v / 2, yi, f"{int(v)}", ha="center", va="center", fontsize=8)
         left += vals
-    a1.set_yticks(y, [_short(m, 28) for m in models], fontsize=8)
+    a1.set_yticks(y, [short_label(m, 28) for m in models], fontsize=8)
     a1.set_xlabel("language pair x opponent comparisons")
     a1.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     a2.barh(y, ranks.to_numpy(float), color="tab:blue", edgecolor="black", linewidth=0.4)

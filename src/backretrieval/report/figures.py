@@ -25,7 +25,8 @@ from ..core import atomic_write
 DPI = 130
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +36,7 @@ def _plt():
 
 
 def _save(fig, path: str | Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     path = Path(path)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
@@ -59,7 +60,8 @@ def _corr_text(x: np.ndarray, y: np.ndarray) -> str:
     return f"Pearson r = {stats.pearsonr(x, y).statistic:.3f}\nSpearman ρ = {stats.spearmanr(x, y).statistic:.3f}"
 
 
-def _short(model: str, width: int = 22) -> str:
+def short_label(model: str, width: int = 22) -> str:
+    """``model`` cut to ``width`` characters (an ellipsis marks the cut), for axis labels."""
     return model if len(model) <= width else model[: width - 1] + "…"
 
 
@@ -67,7 +69,7 @@ def scatter_xlr_bkr(
     records: Sequence[dict[str, Any]], pair: str, seed: int, path: str | Path, *, truth: str = "xlr@10", bkr: str = "bkr@10"
 ) -> Path:
     """XLR (x) vs BkR (left) and vs CORR (right), one point per model, for one pair and seed."""
-    plt = _plt()
+    plt = pyplot()
     df = _frame(records)
     d = df[(df["pair"] == pair) & (df["seed"] == seed)].sort_values(truth)
     if d.empty:
@@ -77,7 +79,7 @@ def scatter_xlr_bkr(
         x, y = d[truth].to_numpy(float), d[col].to_numpy(float)
         ax.scatter(x, y, s=36, color="tab:blue" if col == bkr else "tab:orange", edgecolor="black", linewidth=0.5, zorder=3)
         for xi, yi, m in zip(x, y, d["model"]):
-            ax.annotate(_short(m), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7, alpha=0.85)
+            ax.annotate(short_label(m), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7, alpha=0.85)
         ax.text(0.03, 0.97, _corr_text(x, y), transform=ax.transAxes, va="top", fontsize=9,
                 bbox=dict(boxstyle="round", facecolor="white", alpha=0.85))
         ax.set_xlabel(f"ground truth XLR ({truth})")
@@ -90,7 +92,7 @@ def scatter_xlr_bkr(
 def boxplot_by_model(records: Sequence[dict[str, Any]], metric: str, path: str | Path, *, annotate: int = 1) -> Path:
     """One box per model over language pairs (each point: a pair's mean over seeds); the
     ``annotate`` lowest and highest pairs of each model are labelled. Models sorted by mean."""
-    plt = _plt()
+    plt = pyplot()
     df = _frame(records)
     means = df.groupby(["model", "pair"], sort=False)[metric].mean().reset_index()
     order = means.groupby("model")[metric].mean().sort_values().index.tolist()
@@ -105,7 +107,7 @@ def boxplot_by_model(records: Sequence[dict[str, Any]], metric: str, path: str |
         if len(sub) > 2 * annotate:
             for (_, r), yy in list(zip(sub.iterrows(), y))[:annotate] + list(zip(sub.iterrows(), y))[-annotate:]:
                 ax.annotate(r["pair"], (r[metric], yy), textcoords="offset points", xytext=(3, 4), fontsize=7, color="dimgray")
-    ax.set_yticks(range(1, len(order) + 1), [_short(m, 28) for m in order], fontsize=8)
+    ax.set_yticks(range(1, len(order) + 1), [short_label(m, 28) for m in order], fontsize=8)
     ax.set_xlabel(f"{metric} (one point per language pair, mean over seeds; ◇ = mean)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{metric} per model across {means['pair'].nunique()} language pairs")
@@ -114,7 +116,7 @@ def boxplot_by_model(records: Sequence[dict[str, Any]], metric: str, path: str |
 
 def heatmap(records: Sequence[dict[str, Any]], metric: str, path: str | Path) -> Path:
     """Pair (rows) x model (columns, best on average first) of a metric's mean over seeds."""
-    plt = _plt()
+    plt = pyplot()
     df = _frame(records)
     table = df.pivot_table(index="pair", columns="model", values=metric, aggfunc="mean", sort=False)
     table = table[table.mean().sort_values(ascending=False).index]
@@ -124,7 +126,7 @@ def heatmap(records: Sequence[dict[str, Any]], metric: str, path: str | Path) ->
     for (i, j), v in np.ndenumerate(table.to_numpy(float)):
         if np.isfinite(v):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 * vmax else "black")
-    ax.set_xticks(range(table.shape[1]), [_short(c) for c in table.columns], rotation=40, ha="right", fontsize=8)
+    ax.set_xticks(range(table.shape[1]), [short_label(c) for c in table.columns], rotation=40, ha="right", fontsize=8)
     ax.set_yticks(range(table.shape[0]), table.index, fontsize=8)
     fig.colorbar(im, ax=ax, shrink=0.8, label=metric)
     ax.set_title(f"{metric}: language pair x model (mean over seeds)")
@@ -133,7 +135,7 @@ def heatmap(records: Sequence[dict[str, Any]], metric: str, path: str | Path) ->
 
 def degradation_plot(degradation: pd.DataFrame, path: str | Path) -> Path:
     """Grouped bars: mean Pearson / Spearman with XLR of BkR and of CORR per image model (± sd)."""
-    plt = _plt()
+    plt = pyplot()
     d = degradation.reset_index(drop=True)
     cols = [("pearson_bkr", "BkR Pearson"), ("spearman_bkr", "BkR Spearman"), ("pearson_corr", "CORR Pearson"), ("spearman_corr", "CORR Spearman")]
     colors = ["tab:blue", "lightsteelblue", "tab:orange", "navajowhite"]
@@ -143,7 +145,7 @@ def degradation_plot(degradation: pd.DataFrame, path: str | Path) -> Path:
     for k, ((col, label), c) in enumerate(zip(cols, colors)):
         err = d.get(f"{col}_sd")
         ax.bar(x + (k - 1.5) * w, d[col], w, yerr=None if err is None else err, label=label, color=c, edgecolor="black", linewidth=0.4, capsize=2)
-    ax.set_xticks(x, [_short(str(g), 40) for g in d["image_model"]], rotation=15, ha="right", fontsize=8)
+    ax.set_xticks(x, [short_label(str(g), 40) for g in d["image_model"]], rotation=15, ha="right", fontsize=8)
     ax.set_ylabel("correlation with XLR@10 across models")
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylim(min(-0.1, float(np.nanmin(d[[c for c, _ in cols]].to_numpy())) - 0.05), 1.05)
@@ -155,7 +157,7 @@ def degradation_plot(degradation: pd.DataFrame, path: str | Path) -> Path:
 
 def calibration_plot(calibration: Any, path: str | Path) -> Path:
     """Leave-one-pair-out predictions of XLR from BkR with their intervals, against the truth."""
-    plt = _plt()
+    plt = pyplot()
     rows = calibration.rows
     fig, ax = plt.subplots(figsize=(6.2, 5.6))
     pairs = list(dict.fromkeys(rows["pair"]))

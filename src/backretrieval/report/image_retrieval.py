@@ -92,7 +92,7 @@ def write_image_retrieval(
     Returns:
         ``(markdown, results.json payload)``.
     """
-    from ..encoders.m3l import M3LTextEncoder
+    from ..encoders.trained.m3l import M3LTextEncoder
 
     md = image_retrieval_markdown(run)
     outp = Path(out)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..core import BackretrievalError, DataError, content_hash
 from ..data import Corpus, load_dataset
-from ..encoders.base import get_text_encoder
+from ..encoders.registry import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
 from ..search import l2_normalize, topk
 from . import files, store

@@ -4,7 +4,7 @@ Each method is a package with an estimator on :class:`.base.Estimator` (scikit-l
 ``BaseEstimator``: ``__init__`` stores hyper-parameters, checked once before any fitting;
 ``fit(data, ...)`` learns and returns ``self``; ``transform(...)`` embeds; learned attributes end
 in ``_``; ``save(path)`` writes the one model-directory format of
-:mod:`backretrieval.encoders._modeldir` and the classmethod ``load(path)`` reads it back; one
+:mod:`backretrieval.encoders.trained.modeldir` and the classmethod ``load(path)`` reads it back; one
 ``HyperParameterError`` and one ``NotFittedError``) in ``estimator.py`` and its training loop,
 which takes one frozen settings object, beside it: ``cr5`` (:class:`Cr5`, ``solver.py``),
 ``triplet`` (:class:`Triplet`, ``loop.py``), ``m3l`` (:class:`M3L`, ``loop.py``). The

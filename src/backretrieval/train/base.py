@@ -7,7 +7,7 @@ Every trainable method (:class:`~backretrieval.train.cr5.Cr5`,
 * ``fit(data, ...) -> self`` learns; ``transform(...)`` embeds (its inputs are the method's:
   texts and a language for Cr5, base vectors of titles and bodies for Triplet, base text
   embeddings for M3L); ``save(path, *, info=None) -> Path`` writes the model directory of
-  :mod:`backretrieval.encoders._modeldir` (``info``: JSON-ready entries added to the directory's
+  :mod:`backretrieval.encoders.trained.modeldir` (``info``: JSON-ready entries added to the directory's
   info); ``load(path)`` (a classmethod) returns a fitted estimator whose ``transform`` gives
   the vectors of the estimator that was saved;
 * ``__init__`` only stores its keyword arguments under the same names (no checks, no

@@ -1,8 +1,8 @@
 """The samples of the grid and the embeddings of the rows they use.
 
-:func:`_draw` draws a (pair, seed)'s matching sample (XLR) and non-matching sample (BkR);
-:func:`_check_needs` and :func:`_same_sample_note` check and describe them right after
-sampling; :class:`_Features` embeds every needed row once per language through the cache and
+:func:`draw_samples` draws a (pair, seed)'s matching sample (XLR) and non-matching sample (BkR);
+:func:`check_needs` and :func:`same_sample_note` check and describe them right after
+sampling; :class:`Features` embeds every needed row once per language through the cache and
 keeps the rows' digests the records' keys are made of."""
 from __future__ import annotations
 
@@ -16,19 +16,41 @@ from ...core import BackretrievalError, DataError, UnsupportedLanguageError
 from ...core.env import StaleVersionsWarning
 from ...data import Dataset, matching, non_matching
 from ...data.corpus import fingerprint
-from ...encoders._text import TruncationWarning
-from ...encoders.base import encoder_versions, get_image_encoder
+from ...encoders.text_batching import TruncationWarning
+from ...encoders.base import encoder_versions
+from ...encoders.registry import get_image_encoder
 from ...encoders.cache import CachedImageEncoder
-from ...encoders.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
+from ...encoders.image.precomputed_image import load_feature_rows, uses_precomputed_features, weaken_features
 from .config import EvalConfig
 
 @dataclasses.dataclass
-class _Samples:
+class Samples:
+    """The rows one seed draws for one language pair.
+
+    Attributes:
+        xlr: (source rows, target rows) of the matching sample, None without cross-lingual links.
+        bkr: (source rows, target rows) of the non-matching sample, None without images.
+    """
+
     xlr: tuple[np.ndarray, np.ndarray] | None
     bkr: tuple[np.ndarray, np.ndarray] | None
 
 
-def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
+def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
+    """The samples of one pair and seed: matching rows for XLR, non-matching rows for BkR.
+
+    Args:
+        ds: the dataset.
+        src, tgt: the two languages.
+        n: the sample size.
+        seed: the sampling seed.
+
+    Returns:
+        The samples; a part is None when the pair lacks what it needs (links, images).
+
+    Raises:
+        DataError: the pair has neither cross-lingual links nor images.
+    """
     s, t = ds[src], ds[tgt]
     has_links = s.has_concepts and t.has_concepts
     has_images = s.has_images and t.has_images
@@ -36,7 +58,7 @@ def _draw(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> _Samples:
         raise DataError(
             f"{ds.name} {src}-{tgt}: nothing to evaluate: no cross-lingual links (for XLR) and no images (for BkR)"
         )
-    return _Samples(
+    return Samples(
         matching(s, t, n, seed) if has_links else None,
         non_matching(s, t, n, seed) if has_images else None,
     )
@@ -72,8 +94,18 @@ def check_image_model(spec: str, corpora: Iterable[Any], dataset: str | None = N
             )
 
 
-class _Features:
-    """Embeddings of the needed rows of each language, computed once through the cache."""
+class Features:
+    """Embeddings of the needed rows of each language, computed once through the cache.
+
+    Args:
+        ds: the dataset.
+        needed: language -> the dataset rows any sample uses.
+        image_models: the image models whose features are computed up front.
+        progress: show progress bars.
+        log: where notes go.
+        dataset_label: how errors name the dataset.
+        reuse_stale: reuse cached image features whose library versions differ (with a warning).
+    """
 
     def __init__(
         self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool,
@@ -131,7 +163,15 @@ class _Features:
         columns of the corpus as ``extra={name: [...]}``. ``name`` is what the records call the
         model (the user's name in ``EvalConfig.models``, not the encoder's spec): errors and
         :attr:`unsupported` use it. A language the model declines (``UnsupportedLanguageError``)
-        is left out of the result and noted in ``unsupported[name]``."""
+        is left out of the result and noted in ``unsupported[name]``.
+
+        Args:
+            model: a text encoder.
+            name: the model's name in the records.
+
+        Returns:
+            language -> embeddings of the needed rows, in the order of ``needed``.
+        """
         corpora = self.corpora
         if hasattr(model, "fit") and callable(model.fit):
             model.fit({lang: c.texts for lang, c in corpora.items()})
@@ -158,12 +198,25 @@ class _Features:
         return out
 
     def fit_fingerprint(self) -> str:
-        """Fingerprint of what a model with a ``fit`` hook is fitted on: every needed row."""
+        """Fingerprint of what a model with a ``fit`` hook is fitted on: every needed row.
+
+        Returns:
+            The fingerprint.
+        """
         return fingerprint(d for lang in self.corpora for d in (lang.encode(), *self.row_digests[lang]))
 
     def sample_fingerprint(self, lang: str, parts: Sequence[np.ndarray | None], images: bool) -> str:
         """Fingerprint of the rows of ``lang`` a sample uses (its XLR part, then its BkR part): of
-        their content, or (``images=True``) of their images."""
+        their content, or (``images=True``) of their images.
+
+        Args:
+            lang: the language.
+            parts: the sample's rows of ``lang`` (XLR part, BkR part; None for a missing part).
+            images: fingerprint the images instead of the content.
+
+        Returns:
+            The fingerprint.
+        """
         table = self.image_digests[lang] if images else self.row_digests[lang]
         out: list[bytes] = []
         for tag, part in zip((b"xlr", b"bkr"), parts):
@@ -173,6 +226,15 @@ class _Features:
         return fingerprint(out)
 
     def rows(self, lang: str, idx: np.ndarray) -> np.ndarray:
+        """Positions in the embeddings of ``lang`` of the dataset rows ``idx``.
+
+        Args:
+            lang: the language.
+            idx: dataset rows (all among the needed rows).
+
+        Returns:
+            int64 positions, one per row.
+        """
         p = self.pos[lang]
         return np.fromiter((p[int(i)] for i in idx), dtype=np.int64, count=len(idx))
 
@@ -184,8 +246,19 @@ NEEDS = {
 }
 
 
-def _check_needs(dataset: str, samples: dict[tuple[str, str, int], _Samples], needs: Sequence[str], purpose: str) -> None:
-    """Right after sampling, before any encoding: every pair has what ``purpose`` needs."""
+def check_needs(dataset: str, samples: dict[tuple[str, str, int], Samples], needs: Sequence[str], purpose: str) -> None:
+    """Right after sampling, before any encoding: every pair has what ``purpose`` needs.
+
+    Args:
+        dataset: the dataset's name, for the message.
+        samples: (src, tgt, seed) -> its samples.
+        needs: what is needed: ``"xlr"`` (cross-lingual links), ``"bkr"`` (images).
+        purpose: what needs it, for the message.
+
+    Raises:
+        BackretrievalError: an unknown requirement.
+        DataError: a pair lacks what is needed.
+    """
     unknown = set(needs) - set(NEEDS)
     if unknown:
         raise BackretrievalError(f"unknown requirement(s) {', '.join(sorted(unknown))}: use {', '.join(NEEDS)}")
@@ -195,8 +268,16 @@ def _check_needs(dataset: str, samples: dict[tuple[str, str, int], _Samples], ne
                 raise DataError(f"{purpose} needs {NEEDS[need]}, but dataset {dataset} ({s}-{t}) has none")
 
 
-def _same_sample_note(samples: dict[tuple[str, str, int], _Samples], cfg: EvalConfig) -> str | None:
-    """One sentence when every seed draws the same sample of a pair (N is all there is)."""
+def same_sample_note(samples: dict[tuple[str, str, int], Samples], cfg: EvalConfig) -> str | None:
+    """One sentence when every seed draws the same sample of a pair (N is all there is).
+
+    Args:
+        samples: (src, tgt, seed) -> its samples.
+        cfg: the configuration (its pairs and seeds).
+
+    Returns:
+        The sentence, or None when the seeds draw different samples (or there is one seed).
+    """
     if len(cfg.seeds) < 2:
         return None
 

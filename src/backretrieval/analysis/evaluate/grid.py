@@ -56,8 +56,8 @@ from ...encoders.cache import CachedTextEncoder
 from ..models import grid_models, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
-from .features import _check_needs, _draw, _Features, _same_sample_note, _Samples
-from .records import NOT_RECORDED, RecordSlot, RecordStore, _fingerprint_inputs, _with_identity, run_info, write_results
+from .features import check_needs, draw_samples, Features, same_sample_note, Samples
+from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .tasks import SampleTask, check_approx
 
 Sample = tuple[str, str, int]  # (src, tgt, seed)
@@ -116,20 +116,20 @@ def evaluate(
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:
         ds[lang]  # unknown language -> clear error before any work
-    samples = {(s, t, seed): _draw(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
-    _check_needs(cfg.dataset, samples, needs, purpose)
+    samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
+    check_needs(cfg.dataset, samples, needs, purpose)
     has_bkr = any(sm.bkr is not None for sm in samples.values())
     notes: list[str] = []
     if not has_bkr:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
-    same = _same_sample_note(samples, cfg)
+    same = same_sample_note(samples, cfg)
     if same:
         log(same)
         notes.append(same)
     image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
-    feats = _Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset,
+    feats = Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset,
                       cfg.reuse_stale)
-    inputs = _fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
+    inputs = fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
 
     # resume what earlier runs finished; say which inputs changed for the rest
     store = RecordStore(out_dir, inputs, log)
@@ -215,7 +215,7 @@ def evaluate(
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
         results[g] = EvalResult(
             cfg,
-            [_with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
+            [with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
             run=info,
             text_only=not has_bkr,
@@ -250,7 +250,7 @@ def _say_stale(stale: dict[str, int], n_reused: int, out_dir: str | Path | None,
             log(f"{change} since the records in {out_dir} were computed: recomputing {records}")
 
 
-def _needed_rows(samples: dict[Sample, _Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:
+def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:
     """Per language, the sorted rows some sample uses (the only ones encoded)."""
     needed: dict[str, set[int]] = {lang: set() for lang in langs}
     for (s, t, _), sm in samples.items():
@@ -262,8 +262,8 @@ def _needed_rows(samples: dict[Sample, _Samples], langs: Sequence[str]) -> dict[
 
 
 def _sample_tasks(
-    cfg: EvalConfig, samples: dict[Sample, _Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
-    feats: _Features, image_models: Sequence[str | None],
+    cfg: EvalConfig, samples: dict[Sample, Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
+    feats: Features, image_models: Sequence[str | None],
 ) -> Iterator[SampleTask]:
     """One task per sample with work left: the rows of its models' embeddings and of its images."""
     for (s, t, seed), todo_names in todo.items():

@@ -34,7 +34,7 @@ from ...data.corpus import fingerprint
 from ...encoders.base import encoder_versions
 from ..models import describe_models
 from .config import EvalConfig
-from .features import _Features, _Samples
+from .features import Features, Samples
 from .tasks import approx_versions
 
 RecordSlot = tuple[str, str | None, str, str, int]  # (model, image model, src, tgt, seed)
@@ -88,10 +88,23 @@ class _Inputs:
         return content_hash(json.dumps([self.cfg_key, *slot]), 16)
 
 
-def _fingerprint_inputs(
-    cfg: EvalConfig, samples: dict[tuple[str, str, int], _Samples], feats: _Features, encoders: dict[str, Any],
+def fingerprint_inputs(
+    cfg: EvalConfig, samples: dict[tuple[str, str, int], Samples], feats: Features, encoders: dict[str, Any],
     image_models: Sequence[str | None],
 ) -> _Inputs:
+    """The inputs that decide the records' keys: the configuration, each model's version (and the
+    fingerprint of what it is fitted on), each image model's version, and each sample's rows.
+
+    Args:
+        cfg: the configuration.
+        samples: (src, tgt, seed) -> its samples.
+        feats: the embeddings of the needed rows.
+        encoders: model name -> its text encoder.
+        image_models: the image models of the grid (None: none).
+
+    Returns:
+        The inputs.
+    """
     fit_fp = None
     models = {}
     model_versions = {spec: encoder_versions(enc) for spec, enc in encoders.items()}
@@ -341,7 +354,7 @@ def config_json(cfg: EvalConfig) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
-def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
+def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
     """What produced a set of results: the configuration, fingerprints of every input (the rows the
     run used per language, their images, each model and image model) and the software environment.
 
@@ -378,9 +391,17 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "_Features", inputs: _Inputs, 
     }
 
 
-def _with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
+def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
     """A record as the results give it: ``model_identity`` after ``model`` (records stored before
-    the field existed get it from their key, which includes it), no empty ``image_model``."""
+    the field existed get it from their key, which includes it), no empty ``image_model``.
+
+    Args:
+        rec: a stored record.
+        identity: the model's identity.
+
+    Returns:
+        The record with ``model_identity`` second.
+    """
     out = {"model": rec["model"], "model_identity": identity}
     out.update((f, v) for f, v in rec.items() if f not in out and not (f == "image_model" and v is None))
     return out

@@ -33,7 +33,7 @@ Solver (Sec. 3.2 and 5), never densifying X (CSR blocks, one per language):
 CG uses a Jacobi (diagonal) preconditioner, the relative residual tolerance and iteration cap
 of Sec. 4.1 (``cg_tol=0.01``, ``cg_maxiter=500``), and eigsh ``tol=0.1``, ``maxiter=250``.
 
-Preprocessing (Sec. 4.1, :mod:`backretrieval.encoders._bow`): lower-cased TF-IDF bag of words,
+Preprocessing (Sec. 4.1, :mod:`backretrieval.encoders.trained.bow`): lower-cased TF-IDF bag of words,
 IDF from the training documents only, vocabulary = the ``max_vocab`` most frequent tokens
 after dropping those in fewer than ``min_df`` (3) documents, rows L2-normalised; Japanese and
 Chinese as character bigrams. Training documents are filtered by their number of distinct
@@ -62,12 +62,12 @@ import numpy as np
 
 from ...core import DataError
 from ...data import Corpus, Dataset
-from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
-from ...encoders.cr5 import Cr5Model
+from ...encoders.trained.bow import TfidfBow, fit_tfidf, n_unique_tokens
+from ...encoders.trained.cr5 import Cr5Model
 from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, fit_context
 from .settings import DEFAULTS, SolverSettings
 from .solver import solve
-from .splits import _corpora
+from .splits import corpora_of
 
 
 class Cr5(Estimator):
@@ -82,7 +82,7 @@ class Cr5(Estimator):
     language), ``components_`` (per language, ``Phi_l``: rank x |V_l| float32, orthonormal rows
     across languages), ``singular_values_`` (of W), ``eigenvalues_`` (top of M, Eq. 12),
     ``n_documents_`` (per language), ``n_concepts_``, ``stats_``, ``preprocess_seconds_``,
-    ``fit_seconds_`` and ``model_`` (the :class:`~backretrieval.encoders.cr5.Cr5Model` that
+    ``fit_seconds_`` and ``model_`` (the :class:`~backretrieval.encoders.trained.cr5.Cr5Model` that
     ``transform`` and ``save`` use). :meth:`load` restores all of them from a saved directory.
 
     Hyper-parameters (checked before ``fit`` does anything; a bad one raises
@@ -189,7 +189,7 @@ class Cr5(Estimator):
         Raises:
             DataError: a corpus without concepts, or ``corpus`` not corpora per language.
         """
-        corpora = _corpora(corpus)
+        corpora = corpora_of(corpus)
         rows: dict[str, np.ndarray] = {}
         for lang, c in corpora.items():
             if c.concepts is None:
@@ -226,7 +226,7 @@ class Cr5(Estimator):
                 training document left, or ``rank`` not below the number of training concepts.
         """
         t0 = time.perf_counter()
-        corpora = _corpora(corpus)
+        corpora = corpora_of(corpus)
         if len(corpora) < 2:
             raise DataError(f"Cr5.fit: needs at least two languages, got {sorted(corpora)}")
         langs = sorted(corpora)
@@ -333,7 +333,7 @@ class Cr5(Estimator):
         return self._fitted().word_vectors(lang)
 
     def save(self, path: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
-        """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``).
+        """Write the model directory (``encoders/trained/cr5.py`` format; usable as ``cr5:PATH``).
 
         Args:
             path: the model directory (created; ``model.json`` is written last, so a directory
@@ -361,7 +361,7 @@ class Cr5(Estimator):
 
         Args:
             path: a directory written by :meth:`save` (or :meth:`Cr5Model.save
-                <backretrieval.encoders.cr5.Cr5Model.save>`).
+                <backretrieval.encoders.trained.cr5.Cr5Model.save>`).
 
         Returns:
             A fitted estimator: ``transform`` and ``word_vectors`` work; the training statistics

@@ -19,10 +19,10 @@ import numpy as np
 
 from ...core import DataError, atomic_write_text
 from ...data import Corpus, Dataset
-from ...encoders.cr5 import Cr5Model
+from ...encoders.trained.cr5 import Cr5Model
 from ...metrics import rank_summary, retrieval_ranks
 from .estimator import Cr5
-from .splits import Split, _corpora, _pair_key, candidate_rows, make_split, training_corpora, write_heldout
+from .splits import Split, corpora_of, pair_key, candidate_rows, make_split, training_corpora, write_heldout
 
 METRIC = "xlr"  # record keys xlr@K, xlr_mrr, xlr_median_rank
 SIMS = ("cosine", "csls")
@@ -102,7 +102,7 @@ def evaluate_retrieval(
     """
     if phase not in ("test", "val"):
         raise DataError(f"phase must be 'test' or 'val', got {phase!r}")
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
     pairs = list(split.pairs if pairs is None else pairs)
     queries = split.test if phase == "test" else split.val
     pool_rows: dict[str, np.ndarray] = {}
@@ -115,7 +115,7 @@ def evaluate_retrieval(
                 pool_vecs[lang] = embed([c.texts[i] for i in pool_rows[lang]], lang)
     out = []
     for a, b in pairs:
-        key = _pair_key(a, b) if _pair_key(a, b) in queries else _pair_key(b, a)
+        key = pair_key(a, b) if pair_key(a, b) in queries else pair_key(b, a)
         if key not in queries:
             raise DataError(f"pair {a}-{b} has no {phase} queries in the split (pairs: {', '.join(queries)})")
         concepts = queries[key]
@@ -222,7 +222,7 @@ def word_retrieval(
     skipped (counted in ``n_skipped``).
 
     Args:
-        model: a fitted :class:`Cr5` or a loaded :class:`~backretrieval.encoders.cr5.Cr5Model`.
+        model: a fitted :class:`Cr5` or a loaded :class:`~backretrieval.encoders.trained.cr5.Cr5Model`.
         dictionary: (source word, target word) pairs; one source word may have several
             translations.
         src, tgt: the languages of the dictionary's two sides.
@@ -347,7 +347,7 @@ def train_evaluate(
         DataError: several lambdas without held-out concepts, a regime without its pair or
             pivot, or what the split and the fit reject.
     """
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
     langs = list(languages) if languages else sorted(corpora)
     if regime == "pairwise" and pair is None and len(langs) == 2:
         pair = (langs[0], langs[1])
@@ -408,15 +408,15 @@ def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: s
 
     Returns:
         (source token, target token) pairs: every combination of a concept's single-token
-        texts in the two languages, tokens as :func:`~backretrieval.encoders._bow.tokenize`
+        texts in the two languages, tokens as :func:`~backretrieval.encoders.trained.bow.tokenize`
         gives them (lower-cased).
 
     Raises:
         KeyError: ``src`` or ``tgt`` is not a language of ``ds``.
     """
-    from ...encoders._bow import tokenize
+    from ...encoders.trained.bow import tokenize
 
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
 
     def single(c: Corpus) -> dict[str, set[str]]:
         col = c.extra.get(field) if field else None

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 # loaded when the limit is set, and these imports load scipy's own BLAS/LAPACK (eigsh, and
 # eigh_tridiagonal of the Lanczos step). Loaded lazily inside the limit, a process's first fit
 # would run scipy's BLAS multi-threaded and its bits would depend on the thread count (Phi differs
-# in the last float32 bits with 1 and 2 BLAS threads); tests/test_cr5.py checks that nothing is
+# in the last float32 bits with 1 and 2 BLAS threads); tests/train/test_cr5.py checks that nothing is
 # loaded later.
 import scipy.sparse.linalg  # noqa: F401
 

@@ -16,8 +16,18 @@ from ...core import DataError, atomic_write_text
 from ...data import Corpus, Dataset
 
 
-def _corpora(corpus: Dataset | Mapping[str, Corpus]) -> dict[str, Corpus]:
-    """The corpora per language of a Dataset or of a mapping language -> Corpus (checked)."""
+def corpora_of(corpus: Dataset | Mapping[str, Corpus]) -> dict[str, Corpus]:
+    """The corpora per language of a Dataset or of a mapping language -> Corpus (checked).
+
+    Args:
+        corpus: a Dataset or a mapping language -> Corpus.
+
+    Returns:
+        language -> Corpus.
+
+    Raises:
+        DataError: neither a Dataset nor a mapping of Corpus values.
+    """
     if isinstance(corpus, Dataset):
         return dict(corpus.corpora)
     if isinstance(corpus, Mapping):
@@ -28,7 +38,15 @@ def _corpora(corpus: Dataset | Mapping[str, Corpus]) -> dict[str, Corpus]:
     raise DataError(f"Cr5.fit: expected a Dataset or a mapping language -> Corpus, got {type(corpus).__name__}")
 
 
-def _pair_key(a: str, b: str) -> str:
+def pair_key(a: str, b: str) -> str:
+    """The key of a language pair in the split's tables.
+
+    Args:
+        a, b: the two languages.
+
+    Returns:
+        ``"a-b"``.
+    """
     return f"{a}-{b}"
 
 
@@ -160,7 +178,7 @@ def make_split(
         DataError: a language that is not loaded, a pair of one language, a pair whose share
             of shared concepts gives no test query, or too few fresh shared concepts left.
     """
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
     langs = sorted(corpora)
     rng = np.random.default_rng(seed)
     test: dict[str, list[str]] = {}
@@ -188,7 +206,7 @@ def make_split(
         n_val = min(val_size, int(max_val_frac * len(inter)))
         if n_test < 1:
             raise DataError(f"make_split: {a} and {b} share {len(inter)} concepts: too few to hold out test queries")
-        key = _pair_key(a, b)
+        key = pair_key(a, b)
         for name, n, store in (("test", n_test, test), ("val", n_val, val)):
             reuse = [c for c in inter if role.get(c) == name]
             if len(reuse) >= n:
@@ -257,7 +275,7 @@ def training_corpora(
         DataError: an unknown regime, a language that is not loaded, a missing or degenerate
             ``pair`` / ``pivot``, or a language left with no training document (all named).
     """
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
     held = split.heldout
     if regime not in REGIMES:
         raise DataError(f"unknown training regime {regime!r}; use one of {', '.join(REGIMES)}")
@@ -315,7 +333,7 @@ def candidate_rows(ds: Dataset | Mapping[str, Corpus], split: Split, lang: str, 
         int64 row indices into ``lang``'s corpus, ascending; documents without a concept are
         never in the pool.
     """
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
     c = corpora[lang]
     other = split.val if phase == "test" else split.test
     excluded = set().union(*other.values()) if other else set()
@@ -345,7 +363,7 @@ def write_heldout(ds: Dataset | Mapping[str, Corpus], split: Split, path: str | 
     Returns:
         The number of rows written.
     """
-    corpora = _corpora(ds)
+    corpora = corpora_of(ds)
     lines = []
     for lang in split.languages:
         c = corpora[lang]

@@ -15,9 +15,9 @@ import numpy as np
 from ...core import BackretrievalError, DataError, content_hash
 from ...data import Corpus, Dataset
 from ...data.splits import hash_split
-from ...encoders.base import get_image_encoder
+from ...encoders.registry import get_image_encoder
 from ...encoders.cache import CachedImageEncoder
-from ...encoders.precomputed_image import load_feature_rows
+from ...encoders.image.precomputed_image import load_feature_rows
 
 SPLITS = ("train", "val", "test")
 SPLIT_CODE = {name: i for i, name in enumerate(SPLITS)}

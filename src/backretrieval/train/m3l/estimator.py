@@ -52,12 +52,12 @@ training metric; ``sim="cosine"`` is available) with the blocked kernels of
 :mod:`backretrieval.search`: pessimistic ranks, so ties never help.
 
 Saved model directory (no pickled code; the one format of
-:mod:`backretrieval.encoders._modeldir`, kind ``m3l``): ``weights.npz`` (``W0, b0, W1, b1, W2,
+:mod:`backretrieval.encoders.trained.modeldir`, kind ``m3l``): ``weights.npz`` (``W0, b0, W1, b1, W2,
 b2`` float32), ``split.json`` (the image keys of each split) and ``model.json``
 (``hyper_parameters``: the estimator's parameters, typed -- PATR's ``eta`` and ``eta_quantile``
 included; info: base text model and image model versions, dimensions, the used eta, split
 sizes, training history; written last, it marks a complete model). The inference half is
-:mod:`backretrieval.encoders.m3l` (text models ``m3l:DIR`` / ``patr:DIR``).
+:mod:`backretrieval.encoders.trained.m3l` (text models ``m3l:DIR`` / ``patr:DIR``).
 """
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ import numpy as np
 
 from ...core import BackretrievalError, DataError
 from ...data import Dataset
-from ...encoders.base import get_text_encoder
+from ...encoders.registry import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
-from ...encoders.m3l import forward as numpy_forward, load_model, save_model
+from ...encoders.trained.m3l import forward as numpy_forward, load_model, save_model
 from ..base import (
     NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
 )

@@ -11,8 +11,8 @@ import numpy as np
 
 from ...core import BackretrievalError, DataError
 from ...data import Dataset
-from ...encoders._modeldir import ModelDir
-from ...encoders.m3l import load_model
+from ...encoders.trained.modeldir import ModelDir
+from ...encoders.trained.m3l import load_model
 from ...metrics import rank_summary
 from ...metrics import retrieval_ranks as _ranks  # the one retrieval-ranks function
 from .data import ImageTextData, collect_images
@@ -134,7 +134,7 @@ def evaluate_retrieval(
             fit the data.
         DataError: no gallery images left in ``split``.
     """
-    from ...encoders.m3l import M3LTextEncoder
+    from ...encoders.trained.m3l import M3LTextEncoder
 
     if split not in ("test", "val", "all"):
         raise BackretrievalError(f"split must be test, val or all, got {split!r}")

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...core import DataError, content_hash
-from ...encoders.triplet import titles_and_bodies
+from ...encoders.trained.triplet import titles_and_bodies
 
 
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)
@@ -114,7 +114,7 @@ def embed_title_body(
     """Base-encoder vectors of every title and body (through the embedding cache), in data order.
 
     The same empty-title / empty-body rule as at inference (the other field is used)."""
-    from ...encoders.base import get_text_encoder
+    from ...encoders.registry import get_text_encoder
     from ...encoders.cache import CachedTextEncoder
 
     assert_no_links(data)

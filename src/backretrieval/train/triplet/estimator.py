@@ -8,7 +8,7 @@ from *monolingual* title/body pairs on top of a frozen multilingual encoder.
 Model. A frozen base encoder (e.g. ``use-m``) embeds an item's title and body separately; a
 siamese tower -- dense layers with ReLU (default 300 -> 300, as in the paper), the same
 weights for titles and bodies -- maps them to ``x_rt`` and ``x_rb``. The representation of an
-item is ``concat(x_rt, x_rb)`` (each half L2-normalised, see :mod:`backretrieval.encoders.triplet`).
+item is ``concat(x_rt, x_rb)`` (each half L2-normalised, see :mod:`backretrieval.encoders.trained.triplet`).
 
 Losses, with ``d`` the cosine distance ``1 - cos``; a batch's loss is the mean over its items:
 
@@ -60,8 +60,8 @@ import numpy as np
 
 from ...core import DataError, content_hash
 from ...data import Dataset
-from ...encoders._text import default_threads
-from ...encoders.triplet import METHODS, TOWERS, head_forward, load_model, represent, save_model
+from ...encoders.text_batching import default_threads
+from ...encoders.trained.triplet import METHODS, TOWERS, head_forward, load_model, represent, save_model
 from ..base import (
     NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
 )

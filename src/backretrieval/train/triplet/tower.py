@@ -1,19 +1,19 @@
 """The siamese tower in torch (``"mlp"``: the paper's; ``"residual"``: ``x + f(x)``) and its
-weights as the numpy arrays that the saved model and :func:`~backretrieval.encoders.triplet.head_forward` use."""
+weights as the numpy arrays that the saved model and :func:`~backretrieval.encoders.trained.triplet.head_forward` use."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import numpy as np
 
-from ...encoders.triplet import Params
+from ...encoders.trained.triplet import Params
 
 
 def build_tower(d_in: int, layers: Sequence[int], final_relu: bool, kind: str = "mlp"):
     """The siamese tower (torch). ``"mlp"``: dense ReLU layers of the given widths (the paper's).
     ``"residual"``: ``x + f(x)``, ``f`` = the dense ReLU layers of the given widths followed by a
     linear layer back to ``d_in`` whose weights and bias start at zero -- the identity at
-    initialisation (see :mod:`backretrieval.encoders.triplet`)."""
+    initialisation (see :mod:`backretrieval.encoders.trained.triplet`)."""
     import torch.nn as nn
 
     mods: list[Any] = []

@@ -1,0 +1,1 @@
+"""Text models: each module registers the text encoders it provides."""

@@ -1,0 +1,136 @@
+"""A model given as a Python object: anything with a sentence-transformers-style
+``encode(list[str], ...) -> array`` (a ``SentenceTransformer``, an MTEB-style encoder, a user's
+class) or a plain function ``f(list[str]) -> array``, named by the user.
+
+Caching is only as safe as the model's identity. A torch module (a ``SentenceTransformer`` is
+one) is identified by a hash of its weights and buffers and the device they are on (the object
+runs where the user put it; ``--device`` and ``$BACKRETRIEVAL_DEVICE`` do not move it), so its
+vectors are cached on disk like any packaged model's and a changed model never reuses them. Any
+other object is cached on disk only when the user gives a ``version`` string (they promise that
+the same version embeds the same way); without one its vectors live only for the run.
+
+In the evaluation grid (:mod:`backretrieval.analysis.models`) the same identity keys the stored
+records: a run-only model's records are recomputed in every run and never stored for resuming.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ...core import EncoderError, UnsupportedLanguageError
+from ..text_batching import supports_language
+from ..base import check_embeddings
+
+
+def _torch_fingerprint(model: Any) -> str | None:
+    """BLAKE2b of a torch module's class and of its parameters and buffers (names, dtypes, shapes,
+    bytes), followed by the devices they are on (``@cpu``, ``@cuda``: GPU kernels round
+    differently); None for anything that is not a torch module."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(model, torch.nn.Module):
+        return None
+    h = hashlib.blake2b(digest_size=12)
+    h.update(f"{type(model).__module__}.{type(model).__qualname__}".encode())
+    for name, t in model.state_dict().items():
+        arr = t.detach().cpu().contiguous()
+        h.update(f"{name}|{arr.dtype}|{tuple(arr.shape)}".encode())
+        h.update(arr.reshape(-1).view(torch.uint8).numpy().tobytes())
+    devices = sorted({t.device.type for t in model.state_dict().values()}) or ["cpu"]
+    return f"{h.hexdigest()}@{'+'.join(devices)}"
+
+
+def _call(model: Any) -> Callable[[list[str]], Any]:
+    """The encoding function: ``model.encode`` with numpy output and no progress bar where the
+    signature takes those options, or the callable itself."""
+    if hasattr(model, "encode") and callable(model.encode):
+        fn = model.encode
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        kw: dict[str, Any] = {}
+        for key, value in (("convert_to_numpy", True), ("show_progress_bar", False)):
+            if key in params:
+                kw[key] = value
+        return lambda texts: fn(texts, **kw)
+    if callable(model):
+        return model
+    raise EncoderError(f"a model object needs an encode(list[str]) method or must be callable; got {type(model).__name__}")
+
+
+class PythonTextModel:
+    """A user's Python model as a text encoder of the grid.
+
+    Args:
+        name: the name records and tables use.
+        model: an object with ``encode(list[str], ...)`` or a callable ``f(list[str])``.
+        version: a stable identity for on-disk caching (see the module doc); a torch module gets
+            one from its weights when this is None.
+        languages: the languages it embeds (None: any); asked for another, :meth:`encode` raises
+            ``UnsupportedLanguageError`` and the grid skips the pairs with that language, saying so.
+        batch_size: texts per call.
+    """
+
+    wants_extra = ()
+
+    def __init__(self, name: str, model: Any, *, version: str | None = None, languages: Sequence[str] | None = None,
+                 batch_size: int = 256):
+        if not isinstance(name, str) or not name.strip():
+            raise EncoderError(f"a model object needs a non-empty name, got {name!r}")
+        if batch_size < 1:
+            raise EncoderError(f"{name}: batch_size must be positive, got {batch_size}")
+        self.name = name
+        self.model = model
+        self._encode = _call(model)
+        self.languages = tuple(languages) if languages else None
+        self.batch_size = int(batch_size)
+        identity = version if version is not None else _torch_fingerprint(model)
+        self.cacheable = identity is not None
+        kind = f"{type(model).__module__}.{type(model).__qualname__}"
+        self.version = f"python:{kind}:{identity}" if identity is not None else f"python:{kind}:run-only"
+        self.dim: int | None = None
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """The model object's own ``versions`` mapping (libraries or settings that compute its
+        vectors, keys of the cache and records) when it has one; empty otherwise."""
+        from ..base import encoder_versions
+
+        return encoder_versions(self.model)
+
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
+        """float32 (n, dim) embeddings of ``texts`` (in ``lang``), in order, checked row by row.
+
+        Raises:
+            UnsupportedLanguageError: ``lang`` is not one of ``languages``.
+            EncoderError: the user's model failed or returned a bad array (naming the model).
+        """
+        if self.languages is not None and not supports_language(self.languages, lang):
+            raise UnsupportedLanguageError(f"model {self.name!r} embeds only {', '.join(self.languages)}, not {lang!r}")
+        texts = list(texts)
+        out = []
+        for s in range(0, len(texts), self.batch_size):
+            chunk = texts[s : s + self.batch_size]
+            try:
+                vecs = self._encode(chunk)
+            except Exception as e:  # the user's code: say whose it is
+                raise EncoderError(f"model {self.name!r} failed to encode {len(chunk)} {lang} texts: {type(e).__name__}: {e}") from e
+            if hasattr(vecs, "detach"):  # a torch tensor
+                vecs = vecs.detach().cpu().numpy()
+            arr = np.asarray(vecs, dtype=np.float32)
+            if arr.ndim != 2 or arr.shape[0] != len(chunk):
+                raise EncoderError(
+                    f"model {self.name!r} returned shape {arr.shape} for {len(chunk)} texts; expected ({len(chunk)}, dim)"
+                )
+            if self.dim is None:
+                self.dim = int(arr.shape[1])
+            elif arr.shape[1] != self.dim:
+                raise EncoderError(f"model {self.name!r} returned {arr.shape[1]} dimensions, earlier {self.dim}")
+            out.append(arr)
+        if not out:
+            return np.empty((0, self.dim or 0), dtype=np.float32)
+        return check_embeddings(np.concatenate(out), len(texts), f"{self.name} ({lang})", ids)

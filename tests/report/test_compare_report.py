@@ -1,0 +1,329 @@
+"""`compare --report`: the gap statistics against naive references, the report built from a real
+small grid (emoji-cldr, tfidf-char / use-m / random, colour histograms as g) checked against
+compare.json, and the page in real headless Chromium (Playwright, as tests/study/test_study_browser.py):
+it loads from file://, every figure decodes, no console error, nothing is fetched but data: URIs."""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from backretrieval.analysis import EvalConfig
+from backretrieval.analysis.compare import compare, counterpart, pairwise, wins
+from backretrieval.analysis.evaluate import EvalResult
+from backretrieval.analysis.stats import bootstrap_ci, hits, holm, paired_bootstrap_diff, paired_permutation_test
+from backretrieval.cli import main
+from backretrieval.report.compare_report import chance_level, verdicts, write_compare_report
+
+# ------------------------------------------------------------------------------------ statistics
+
+
+def naive_paired_bootstrap(a, b, n_boot, level, seed):
+    """Replicate by replicate: per seed one set of query indices, used for both models."""
+    a, b = np.atleast_2d(a), np.atleast_2d(b)
+    s, n = a.shape
+    rng = np.random.default_rng(seed)
+    idx = [rng.integers(0, n, size=(n_boot, n)) for _ in range(s)]  # the draw order of bootstrap_ci
+    reps = []
+    for r in range(n_boot):
+        total = 0.0
+        for row in range(s):
+            i = idx[row][r]
+            total += sum(a[row, j] for j in i) / n - sum(b[row, j] for j in i) / n
+        reps.append(total / s)
+    q = (1 - level) / 2
+    return float(np.mean(a) - np.mean(b)), *np.quantile(reps, [q, 1 - q])
+
+
+@pytest.mark.parametrize("shape", [(60,), (3, 40)])
+def test_paired_bootstrap_diff_matches_naive_reference(shape):
+    rng = np.random.default_rng(5)
+    a = (rng.random(shape) < 0.6).astype(float)
+    b = (rng.random(shape) < 0.4).astype(float)
+    got = paired_bootstrap_diff(a, b, n_boot=150, level=0.9, seed=7, chunk=150)
+    est, lo, hi = naive_paired_bootstrap(a, b, 150, 0.9, 7)
+    assert got.estimate == pytest.approx(est)
+    assert got.low == pytest.approx(lo) and got.high == pytest.approx(hi)
+    with pytest.raises(ValueError, match="align"):
+        paired_bootstrap_diff(a, b[..., :-1])
+
+
+def test_paired_bootstrap_diff_is_paired_and_covers():
+    """Two models that agree on most queries: the paired interval of their gap is much narrower
+    than either model's own interval; with a known true gap the interval covers it at about the
+    nominal rate."""
+    rng = np.random.default_rng(3)
+    b = (rng.random(400) < 0.5).astype(float)
+    a = b.copy()
+    a[rng.choice(400, 30, replace=False)] = 1.0  # a = b, plus up to 30 more hits
+    d = paired_bootstrap_diff(a, b, n_boot=300, level=0.9)
+    own = bootstrap_ci(a, n_boot=300, level=0.9)
+    assert d.estimate == pytest.approx(a.mean() - b.mean())
+    assert d.high - d.low < 0.5 * (own.high - own.low)
+    assert d.low > 0  # the gap is real, though the two intervals overlap
+    assert own.low < bootstrap_ci(b, n_boot=300, level=0.9).high
+    cov = 0
+    for t in range(200):  # a ~ Bernoulli(0.55), b ~ Bernoulli(0.45), independent: true gap 0.1
+        a = (rng.random(300) < 0.55).astype(float)
+        b = (rng.random(300) < 0.45).astype(float)
+        d = paired_bootstrap_diff(a, b, n_boot=300, level=0.9, seed=t)
+        cov += d.low <= 0.1 <= d.high
+    assert 0.82 <= cov / 200 <= 0.97
+
+
+def synthetic_result(n=200, seeds=(0, 1)) -> EvalResult:
+    """A grid as evaluate() returns it, with per-query ranks drawn so that: 'good' clearly beats
+    'mid', 'mid' and 'mid-twin' are the same model up to a few queries, 'random' ranks at random."""
+    rng = np.random.default_rng(11)
+    pairs = [("en", "de"), ("de", "ja")]
+    models = ["random", "mid", "good", "mid-twin"]
+    cfg = EvalConfig(dataset="synthetic", pairs=pairs, models=models, n=n, seeds=list(seeds))
+    records, ranks = [], {}
+    for (src, tgt), s in itertools.product(pairs, seeds):
+        mid = rng.integers(1, 40, n)
+        twin = mid.copy()
+        twin[:3] = rng.integers(1, 40, 3)
+        draw = {"random": rng.integers(1, n + 1, n), "mid": mid, "good": rng.integers(1, 12, n), "mid-twin": twin}
+        for m in models:
+            records.append({"model": m, "src_lang": src, "tgt_lang": tgt, "seed": s})
+            ranks[(m, src, tgt, s)] = {"bkr": draw[m].astype(float), "xlr": draw[m].astype(float)}
+    return EvalResult(config=cfg, records=records, ranks=ranks)
+
+
+def test_pairwise_against_naive_reference_and_wins():
+    res = synthetic_result()
+    pw = pairwise(res, "bkr@10", n_boot=200, n_perm=400)
+    assert len(pw) == 2 * 6  # every two of 4 models on each of 2 pairs
+    for pair, g in pw.groupby("pair", sort=False):
+        src, tgt = pair.split("->")
+        out = {m: np.stack([hits(res.ranks[(m, src, tgt, s)]["bkr"], 10) for s in (0, 1)]) for m in res.config.models}
+        ps = []
+        for _, r in g.iterrows():
+            a, b = out[r["model_a"]], out[r["model_b"]]
+            assert a.mean() >= b.mean()
+            assert r["diff"] == pytest.approx(a.mean() - b.mean())
+            ci = paired_bootstrap_diff(a, b, n_boot=200)
+            assert (r["diff_low"], r["diff_high"]) == pytest.approx((ci.low, ci.high))
+            assert r["p"] == pytest.approx(paired_permutation_test(a, b, n_perm=400).p_value)
+            ps.append(r["p"])
+        assert g["p_adj"].tolist() == pytest.approx(holm(ps))
+    w = wins(pw).set_index("model")
+    for m in res.config.models:  # naive count over the rows
+        assert w.loc[m, "wins"] == sum(r.significant and r.model_a == m for r in pw.itertuples())
+        assert w.loc[m, "losses"] == sum(r.significant and r.model_b == m for r in pw.itertuples())
+        assert w.loc[m, "wins"] + w.loc[m, "losses"] + w.loc[m, "ties"] == 2 * 3
+    assert w.loc["good", "wins"] == 6 and w.loc["random", "losses"] == 6
+
+
+def test_verdicts_say_who_beats_whom_and_what_is_a_tie():
+    res = synthetic_result()
+    c = compare(res, "bkr@10", n_boot=200, n_perm=400)
+    pw = pairwise(res, "bkr@10", n_boot=200, n_perm=400)
+    v = verdicts(c, pw, 200, 2, chance_level("bkr@10", 200))
+    gaps = [x for x in v if "better" in x]
+    assert len(gaps) == 2 * 3
+    for x in gaps:  # the significance of compare.json's adjacent gaps, the paired interval of pairwise()
+        row = c.per_pair[(c.per_pair["pair"] == x["pair"]) & (c.per_pair["model"] == x["better"])].iloc[0]
+        assert x["significant"] == row["significant"] and x["p_adj"] == pytest.approx(row["p_adj"])
+        if x["significant"]:
+            assert x["text"].startswith(f"{x['better']} beats {x['worse']} by {x['diff']:.3f} [{x['low']:.3f}, {x['high']:.3f}], significant after Holm")
+        else:
+            assert x["text"].startswith(f"{x['better']} and {x['worse']} indistinguishable at this N (200 queries x 2 seeds): raise N or seeds")
+    twins = [x for x in gaps if {x["better"], x["worse"]} == {"mid", "mid-twin"}]
+    assert len(twins) == 2 and not any(x["significant"] for x in twins)
+    assert all(x["significant"] for x in gaps if x["better"] == "good")
+    assert any(x.get("at_chance") == "random" for x in v)
+
+
+def test_chance_level_and_counterpart():
+    assert chance_level("bkr@10", 200) == 0.05
+    assert chance_level("xlr_mrr", 3) == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+    assert chance_level("corr", 10) == 0.0
+    assert counterpart("bkr@5") == "xlr@5" and counterpart("xlr_mrr") == "bkr_mrr"
+    assert counterpart("xlr_t2s@10") is None and counterpart("corr") is None
+
+
+def test_python_form_writes_the_report_for_synthetic_grid(tmp_path):
+    res = synthetic_result()
+    cs = [compare(res, "bkr@10", n_boot=100, n_perm=200), compare(res, "xlr@10", n_boot=100, n_perm=200)]
+    path = write_compare_report(cs, res, tmp_path, n_boot=100, n_perm=200)
+    text = path.read_text(encoding="utf-8")
+    assert "write_compare_report(&lt;comparisons by bkr@10, xlr@10&gt;, result, out_dir, n_boot=100" in text  # provenance
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert [m["metric"] for m in doc["metrics"]] == ["bkr@10", "xlr@10"]
+    for m in doc["metrics"]:
+        for files in m["figures"].values():
+            assert [Path(f).suffix for f in files] == [".png", ".svg"]
+            assert all((tmp_path / f).stat().st_size > 1000 for f in files)
+
+
+# ------------------------------------------------------------------------------ real small grid
+
+MODELS = ["tfidf-char", "use-m", "random"]
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory, shared_data):
+    out = tmp_path_factory.mktemp("compare-report")
+    args = ["compare", "--dataset", "emoji-cldr", "--pairs", "en-de,de-ja", "--models", ",".join(MODELS),
+            "--image-model", "color-hist", "--n", "120", "--seeds", "0,1", "--n-boot", "200",
+            "--out", str(out), "--quiet", "--report"]
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out / 'report.html'}" in res.output
+    return out, args
+
+
+def test_report_content_matches_compare_json(real_report):
+    out, args = real_report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    cmp = json.loads((out / "compare.json").read_text())
+    rep = json.loads((out / "report.json").read_text())
+    assert [m["metric"] for m in rep["metrics"]] == ["bkr@10", "xlr@10"]  # emoji-cldr has ground truth
+    assert sorted(a["pair"] for a in rep["agreement"]["per_pair"]) == ["de->ja", "en->de"]
+    assert "bkr@10 against the ground truth xlr@10" in html
+    assert "backretrieval compare --dataset emoji-cldr --pairs en-de,de-ja" in html
+    assert rep["command"] == "backretrieval " + " ".join(args)
+    # every number of compare.json's ranking is in the page, and the verdicts follow its significance
+    per_pair = pd.DataFrame(cmp["per_pair"])
+    for _, r in per_pair.iterrows():
+        assert f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]" in html
+        assert f"{r['estimate']:.4f}" in html
+    bkr = rep["metrics"][0]
+    gaps = [v for v in bkr["verdicts"] if "better" in v]
+    assert len(gaps) == 2 * (len(MODELS) - 1)
+    for v in gaps:
+        row = per_pair[(per_pair["pair"] == v["pair"]) & (per_pair["model"] == v["better"])].iloc[0]
+        nxt = per_pair[(per_pair["pair"] == v["pair"]) & (per_pair["rank"] == row["rank"] + 1)].iloc[0]
+        assert v["worse"] == nxt["model"] and v["significant"] == row["significant"]
+        assert v["diff"] == pytest.approx(row["estimate"] - nxt["estimate"])
+        assert v["text"].replace("&", "&amp;") in html
+    # use-m is the best model on both pairs and significantly so, in words
+    for pair in ("en->de", "de->ja"):
+        assert any(v["pair"] == pair and v["text"].startswith("use-m beats ") and "significant after Holm" in v["text"]
+                   for v in gaps)
+    assert "chance 0.0833" in html  # K/N = 10/120
+    # versions: from the run's environment
+    run = json.loads((out / "run.json").read_text())
+    assert f"<td class=\"l\">numpy</td><td>{run['environment']['packages']['numpy']}</td>" in html
+    # self-contained: every image inline, nothing external referenced
+    srcs = re.findall(r'<img[^>]* src="([^"]+)"', html)
+    assert len(srcs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert not re.search(r"(src|href)=\"(https?:)?//", html) and "<script" not in html and "<link" not in html
+    for f in (out / "figures").glob("*.svg"):
+        assert f.with_suffix(".png").is_file()
+        assert "<svg" in f.read_text(encoding="utf-8")[:2000]
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+def test_report_in_headless_chromium(real_report):
+    """Fails (never skips) when Chromium or Playwright is missing, like tests/study/test_study_browser.py."""
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (scripts/setup.sh does: apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright (Python) is not installed: pip install -e '.[study,test]' (scripts/setup.sh does)")
+    out, _ = real_report
+    url = (out / "report.html").resolve().as_uri()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            console, errors, requests = [], [], []
+            page.on("console", lambda m: console.append((m.type, m.text)))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(url, wait_until="load")
+            widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+            title = page.title()
+            verdict_items = page.locator("ul.verdicts li").count()
+        finally:
+            browser.close()
+    assert len(widths) == 8 and all(w > 0 for w in widths), widths
+    assert not errors and not [c for c in console if c[0] in ("error", "warning")], (errors, console)
+    assert [u for u in requests if u != url and not u.startswith("data:")] == []
+    assert title.startswith("Backretrieval comparison: bkr@10 and xlr@10 on emoji-cldr")
+    assert verdict_items >= 2 * 2 * (len(MODELS) - 1)
+
+
+def test_agreement_with_ground_truth_names_reversed_pairs():
+    from backretrieval.report.compare_report import agreement
+
+    res = synthetic_result()
+    for (m, src, tgt, s), r in res.ranks.items():  # the truth: 'random' is the best model, 'good' the worst
+        if m in ("good", "random"):
+            other = "random" if m == "good" else "good"
+            r["xlr"] = res.ranks[(other, src, tgt, s)]["bkr"].copy()
+    cs = {k: compare(res, k, n_boot=100, n_perm=400) for k in ("bkr@10", "xlr@10")}
+    pws = {k: pairwise(res, k, n_boot=100, n_perm=400) for k in cs}
+    agree = agreement(cs["bkr@10"], pws["bkr@10"], cs["xlr@10"], pws["xlr@10"])
+    assert len(agree) == 2
+    for a in agree:
+        assert ["good", "random"] in a["reversed"]
+        assert "bkr@10 puts good above random, xlr@10 puts random above good" in a["text"]
+        assert a["spearman"] < 0.5
+    same = agreement(cs["bkr@10"], pws["bkr@10"], cs["bkr@10"], pws["bkr@10"])
+    assert all(a["reversed"] == [] and a["spearman"] == pytest.approx(1.0) for a in same)
+
+
+def test_text_only_and_single_model_reports(tmp_path):
+    """Records without BkR ranks get the XLR report alone; one model gets no verdict and no win."""
+    from backretrieval.report.compare_report import comparisons_for
+
+    res = synthetic_result()
+    for r in res.ranks.values():
+        del r["bkr"]
+    res.text_only = True
+    cs = comparisons_for(res, "xlr@10", n_boot=100)
+    assert [c.metric for c in cs] == ["xlr@10"]
+    write_compare_report(cs, res, tmp_path / "text", n_boot=100, n_perm=200)
+    doc = json.loads((tmp_path / "text" / "report.json").read_text())
+    assert "agreement" not in doc and [m["metric"] for m in doc["metrics"]] == ["xlr@10"]
+
+    one = EvalResult(config=res.config, records=[r for r in res.records if r["model"] == "good"],
+                     ranks={k: v for k, v in res.ranks.items() if k[0] == "good"})
+    write_compare_report(compare(one, "xlr@10", n_boot=100), one, tmp_path / "one", n_boot=100, n_perm=200)
+    doc = json.loads((tmp_path / "one" / "report.json").read_text())
+    m = doc["metrics"][0]
+    assert m["pairwise"] == [] and m["wins"] == [{"model": "good", "wins": 0, "losses": 0, "ties": 0}]
+    assert not [v for v in m["verdicts"] if "better" in v]
+
+
+def test_pairwise_corr_from_bootstrap_replicates():
+    """CORR gaps: the estimate difference of the seed means, the percentile interval of the paired
+    replicates' difference, and the Wald p-value compare() gives the adjacent gap."""
+    rng = np.random.default_rng(4)
+    res = synthetic_result(seeds=(0, 1))
+    level = {"good": 0.3, "mid": 0.15, "mid-twin": 0.149, "random": 0.0}
+    for r in res.records:
+        r["corr"] = level[r["model"]] + 0.01 * rng.standard_normal()
+    common = {(src, tgt, s): rng.standard_normal(80) * 0.02 for (_, src, tgt, s) in res.ranks}
+    for (m, src, tgt, s), rk in res.ranks.items():
+        rk["corr_boot"] = level[m] + common[(src, tgt, s)] + 0.005 * rng.standard_normal(80)
+    pw = pairwise(res, "corr", level=0.9)
+    c = compare(res, "corr", level=0.9)
+    for _, r in pw.iterrows():
+        src, tgt = r["pair"].split("->")
+        est = {m: np.mean([x["corr"] for x in res.records if (x["model"], x["src_lang"], x["tgt_lang"]) == (m, src, tgt)])
+               for m in (r["model_a"], r["model_b"])}
+        reps = {m: np.mean([res.ranks[(m, src, tgt, s)]["corr_boot"] for s in (0, 1)], axis=0) for m in est}
+        d = reps[r["model_a"]] - reps[r["model_b"]]
+        assert r["diff"] == pytest.approx(est[r["model_a"]] - est[r["model_b"]])
+        assert (r["diff_low"], r["diff_high"]) == pytest.approx(tuple(np.quantile(d, [0.05, 0.95])))
+        row = c.per_pair[(c.per_pair["pair"] == r["pair"]) & (c.per_pair["model"] == r["model_a"])].iloc[0]
+        nxt = c.per_pair[(c.per_pair["pair"] == r["pair"]) & (c.per_pair["rank"] == row["rank"] + 1)]
+        if len(nxt) and nxt.iloc[0]["model"] == r["model_b"]:
+            assert r["p"] == pytest.approx(row["p_vs_next"])
+    good = pw[(pw["model_a"] == "good") & (pw["model_b"] == "mid")]
+    assert good["significant"].all()
