@@ -18,7 +18,7 @@ from ...core import atomic_save_npz, atomic_write_text, content_hash
 from ...core.env import environment
 from ...data import Dataset
 from ...data.corpus import fingerprint
-from ..models import describe_models
+from ..models import describe_image_model, describe_models
 from .config import EvalConfig
 from .features import _Features, _Samples
 
@@ -219,7 +219,8 @@ class RecordStore:
 
 def config_json(cfg: EvalConfig) -> dict[str, Any]:
     """``cfg`` as JSON data; Python-object models appear as ``"python:<module.Class>"`` (their
-    fingerprints are in ``run.json``'s ``inputs.models``).
+    fingerprints are in ``run.json``'s ``inputs.models``), an image model object as
+    ``{name: "python:<module.Class>"}`` (its fingerprint in ``inputs.image_models``).
 
     Args:
         cfg: the configuration.
@@ -230,6 +231,8 @@ def config_json(cfg: EvalConfig) -> dict[str, Any]:
     """
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     d["models"] = describe_models(cfg.models)
+    d["image_model"] = describe_image_model(cfg.image_model)
+    d["extra_image_models"] = [describe_image_model(g) for g in cfg.extra_image_models]
     return json.loads(json.dumps(d, default=str))
 
 
