@@ -101,7 +101,9 @@ def emoji(shared_data):
 
 def test_efficientnet_by_name_and_as_a_torch_module_give_the_same_records(tmp_path, emoji):
     """The packaged weights by name (ONNX Runtime) and the same network as the user's torch module
-    (eager torch, features within ~1e-5): the same records, the module keyed by its weights."""
+    (eager torch): the same records, the module keyed by its weights. The two runtimes' features
+    agree within ~1e-5, not to the bit, so every rank and rank metric is equal and CORR (a
+    correlation of the image similarities) equal to 1e-6."""
     module = lite0_module()
     module.train()  # left in training mode by the user: encoded in eval mode, the mode restored
     out = tmp_path / "out"
@@ -111,7 +113,9 @@ def test_efficientnet_by_name_and_as_a_torch_module_give_the_same_records(tmp_pa
     by_name, by_object = res.records, res.others["Lite0Features"].records
     assert len(by_name) == len(by_object) == 2
     assert {r["image_model"] for r in by_object} == {"Lite0Features"}
-    assert strip(by_name, "image_model") == strip(by_object, "image_model")
+    assert strip(by_name, "image_model", "corr") == strip(by_object, "image_model", "corr")
+    for a, b in zip(by_name, by_object):
+        assert b["corr"] == pytest.approx(a["corr"], abs=1e-6)
     for key, ranks in res.ranks.items():
         for kind, arr in ranks.items():
             np.testing.assert_array_equal(arr, res.others["Lite0Features"].ranks[key][kind])
