@@ -232,7 +232,7 @@ def test_bad_outputs_are_named_with_the_image(emoji):
 
 def test_compare_meta_and_the_study_take_image_objects(tmp_path, emoji):
     g = PythonImageModel("hist", Counting(), version="1")
-    models = {"tfidf-char": "tfidf-char", "random": "random", "chars": PythonTextModel("chars", chars, version="1")}
+    models = {"tfidf-char": "tfidf-char", "random": "random", "chars": PythonTextModel("chars", chars, version="64-bins")}
     c = compare(cfg_for(g, models=models, seeds=[0, 1]), "bkr@10", out_dir=tmp_path / "cmp", n_boot=200, n_perm=200)
     assert set(c.per_pair["model"]) == set(models)
     assert c.run["inputs"]["image_models"] == {"hist": f"python:{__name__}.Counting:1"}

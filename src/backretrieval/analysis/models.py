@@ -261,5 +261,12 @@ def grid_image_models(main: Any, extra: Any = ()) -> dict[str, str | PythonImage
 
 
 def image_run_only(model: str | PythonImageModel) -> bool:
-    """True for an image model object without a stable identity (records and features live only for the run)."""
+    """Whether image model ``model`` is run-only: its records and features live only for the run.
+
+    Args:
+        model: a value of :func:`grid_image_models`: a spec string or a ``PythonImageModel``.
+
+    Returns:
+        True for a ``PythonImageModel`` without a stable identity (no torch weights, no version).
+    """
     return not isinstance(model, str) and not model.cacheable
