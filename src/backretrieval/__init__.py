@@ -11,8 +11,8 @@ loads no numerical library::
 
 Evaluation: :func:`evaluate`, :func:`compare`, :func:`meta`, :class:`EvalConfig`,
 :class:`EvalResult`, :func:`compare_report`. Inputs: :func:`load_dataset`, :func:`text_model`,
-:func:`image_model`, :class:`PythonTextModel`. Metrics on arrays: :func:`xlr`, :func:`bkr`,
-:func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`.
+:func:`image_model`, :class:`PythonTextModel`, :class:`PythonImageModel`. Metrics on arrays:
+:func:`xlr`, :func:`bkr`, :func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`.
 The layers behind them (``core``, ``data``, ``encoders``, ``search``, ``metrics``, ``train``,
 ``analysis``, ``report``, ``study``, ``cli``) are documented public subpackages; ARCHITECTURE.md
 maps them.
@@ -36,6 +36,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "text_model": ("backretrieval.encoders", "get_text_encoder"),
     "image_model": ("backretrieval.encoders", "get_image_encoder"),
     "PythonTextModel": ("backretrieval.analysis", "PythonTextModel"),
+    "PythonImageModel": ("backretrieval.analysis", "PythonImageModel"),
     "xlr": ("backretrieval.metrics", "xlr"),
     "bkr": ("backretrieval.metrics", "bkr"),
     "corr": ("backretrieval.metrics", "corr"),
@@ -63,7 +64,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
-    from .analysis import EvalConfig, EvalResult, PythonTextModel, compare, evaluate
+    from .analysis import EvalConfig, EvalResult, PythonImageModel, PythonTextModel, compare, evaluate
     from .analysis.meta import run_meta as meta
     from .data import load_dataset
     from .encoders import get_image_encoder as image_model

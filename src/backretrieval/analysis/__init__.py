@@ -3,8 +3,11 @@ and what is built on its records: model comparison with confidence intervals and
 (:mod:`.compare`, :mod:`.stats`), the meta-evaluation of BkR and CORR against XLR (:mod:`.meta`),
 image retrieval (:mod:`.image_retrieval`), the case study (:mod:`.case_study`) and the local,
 process and Ray executors (:mod:`.executors`, :mod:`.ray_executor`)."""
+from ..encoders.image.python_model import PythonImageModel
 from ..encoders.text.python_model import PythonTextModel
 from .compare import compare
 from .evaluate import EvalConfig, EvalResult, evaluate, parse_pairs, summarize
 
-__all__ = ["EvalConfig", "EvalResult", "PythonTextModel", "compare", "evaluate", "parse_pairs", "summarize"]
+__all__ = [
+    "EvalConfig", "EvalResult", "PythonImageModel", "PythonTextModel", "compare", "evaluate", "parse_pairs", "summarize",
+]

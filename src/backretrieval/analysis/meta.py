@@ -269,7 +269,7 @@ class MetaResult:
         return self.main.run
 
 
-def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
+def run_meta(cfg, out_dir=None, *, image_models: Sequence[Any] = (), progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
     """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) together with each
     extra image model (sharing everything that does not depend on g), then the meta-evaluation.
 
@@ -278,7 +278,8 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: b
     Args:
         cfg: the grid (:class:`~.evaluate.EvalConfig`); needs a dataset with ground truth and images.
         out_dir: output folder of the grid (records, resumable); None writes nothing.
-        image_models: extra (weaker) image models g, added to ``cfg.extra_image_models``.
+        image_models: extra (weaker) image models g, added to ``cfg.extra_image_models``: spec
+            strings or Python objects (see :mod:`.models`).
         progress: show progress bars.
         log: called with each progress message.
         executor: how the grid's tasks run (see :func:`~.executors.get_executor`; None: local).
@@ -297,13 +298,13 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[str] = (), progress: b
     cfg = dataclasses.replace(cfg, extra_image_models=[*cfg.extra_image_models, *image_models])
     res = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=("xlr", "bkr"),
                    purpose="the meta-evaluation")
-    results = {cfg.image_model: res, **res.others}
+    results = {cfg.image_model_name: res, **res.others}
     return _meta(cfg, results, [cfg.dataset])
 
 
 def _meta(cfg, results: dict[str, Any], datasets: list[str]) -> MetaResult:
     """The meta-evaluation of finished grids (``results[image_model]``, the main one first)."""
-    res = results[cfg.image_model]
+    res = results[cfg.image_model_name]
     records = [r for sub in results.values() for r in sub.records]
     bkr_key = f"bkr@{cfg.k}"
     missing = [r for r in records if r.get(TRUTH) is None or r.get(bkr_key) is None]
@@ -314,7 +315,7 @@ def _meta(cfg, results: dict[str, Any], datasets: list[str]) -> MetaResult:
             f"{TRUTH if r.get(TRUTH) is None else bkr_key}"
         )
     per_seed = per_seed_correlations(records, candidates={"bkr": bkr_key, "corr": "corr"})
-    main = per_seed[per_seed["image_model"] == cfg.image_model]
+    main = per_seed[per_seed["image_model"] == cfg.image_model_name]
     calibration = None
     if pair_labels(pd.DataFrame(res.records)).nunique() >= 3:
         calibration = calibrate_leave_one_pair_out(res.records, x=bkr_key)
@@ -349,7 +350,7 @@ def dataset_pairs(spec: str, options: dict[str, Any], pairs: Sequence[tuple[str,
 
 
 def run_meta_datasets(
-    cfg, datasets: Sequence[tuple[str, dict[str, Any]]], out_dir=None, *, image_models: Sequence[str] = (),
+    cfg, datasets: Sequence[tuple[str, dict[str, Any]]], out_dir=None, *, image_models: Sequence[Any] = (),
     progress: bool = True, log=lambda m: None, executor=None,
 ) -> MetaResult:
     """One meta-evaluation over pairs that live in several datasets (e.g. ``en-de.jsonl`` and
@@ -362,7 +363,7 @@ def run_meta_datasets(
         cfg: the grid (its ``dataset`` and ``dataset_options`` are replaced per dataset).
         datasets: ``(dataset, loader options)`` for each dataset.
         out_dir: the output folder (None: nothing written).
-        image_models: extra (weaker) image models.
+        image_models: extra (weaker) image models (spec strings or Python objects).
         progress, log, executor: as for :func:`~.evaluate.evaluate`.
 
     Returns:
@@ -417,7 +418,7 @@ def run_meta_datasets(
         res = evaluate(sub, None if out_dir is None else Path(out_dir) / "datasets" / names[spec], progress=progress,
                        log=log_once, executor=executor, needs=("xlr", "bkr"), purpose="the meta-evaluation")
         runs.append(res.run)
-        for g, r in {cfg.image_model: res, **res.others}.items():
+        for g, r in {cfg.image_model_name: res, **res.others}.items():
             for rec in r.records:
                 pair = (rec["src_lang"], rec["tgt_lang"])
                 label = f"{pair[0]}->{pair[1]}" + (f" [{names[spec]}]" if len(where[pair]) > 1 else "")

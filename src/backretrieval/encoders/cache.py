@@ -5,7 +5,8 @@ Layout: ``<root>/<kind>/<model>/<version>/<lang>/shard-<digest>.npz``; a shard h
 Vectors are looked up by content, so a text shared by two datasets is encoded once. Missing
 items are encoded in chunks and each chunk is written as its own shard atomically, so an
 interrupted run keeps every finished chunk and resumes from there; a second identical run
-encodes nothing. Encoders with ``cacheable = False`` (fitted or seeded per run) pass through.
+encodes nothing. Encoders with ``cacheable = False`` (fitted or seeded per run, or Python objects
+without a stable identity) pass through.
 
 Progress. Missing texts are sent to the model in steps of the model's ``batch_size`` (or its
 ``progress_step``; 64 texts / 32 images when it has neither), longest-last (texts sorted by length,
@@ -273,9 +274,12 @@ class CachedImageEncoder(_Cached):
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
         """The wrapped model's features of the image files ``paths``, keyed by their content: cached ones
-        read, missing ones encoded and stored."""
+        read, missing ones encoded and stored (a model with ``cacheable = False`` passes through)."""
         enc = self.encoder
         paths = [str(p) for p in paths]
+        if not getattr(enc, "cacheable", True):  # a run-only model: its features are never stored
+            self.n_encoded += len(paths)
+            return check_embeddings(enc.encode_images(paths, **kw), len(paths), enc.name)
         keys = []
         for p in paths:
             try:

@@ -235,7 +235,7 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
     pct = int(round(c0.level * 100))
     models = F.model_order(c0)
     pairs = list(dict.fromkeys(c0.per_pair["pair"]))
-    what = "text only" if result.text_only else f"image model g = {cfg.image_model}"
+    what = "text only" if result.text_only else f"image model g = {cfg.image_model_name}"
     chance_txt = "" if chance0 is None else f" Chance level of {c0.metric}: {chance0:.4g} (red line on the figures)."
     h = [f"<h1>Which model? {_e(' and '.join(names))} on {_e(cfg.dataset)}</h1>",
          f"<p>{len(models)} models, {len(pairs)} language pairs, N = {cfg.n} queries per pair and seed, "

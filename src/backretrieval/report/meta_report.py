@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..analysis.evaluate import pair_labels, slug, summarize, write_results
 from ..analysis.meta import TRUTH, MetaResult
-from ..analysis.models import model_names
+from ..analysis.models import image_model_name, model_names
 from ..core import atomic_write_text, json_ready
 from .table import format_meta_table, format_summary
 
@@ -25,7 +25,7 @@ def _df_md(df: pd.DataFrame, digits: int = 3) -> str:
 def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = True) -> str:
     """Write the meta-evaluation outputs into ``out``; return the Markdown summary."""
     out.mkdir(parents=True, exist_ok=True)
-    main_g = cfg.image_model
+    main_g = image_model_name(cfg.image_model)
     bkr_key = f"bkr@{cfg.k}"
     columns = (TRUTH, bkr_key, "corr", f"hubness_skew@{cfg.k}")
     datasets = res.datasets or [cfg.dataset]

@@ -210,10 +210,12 @@ def agreement(tables: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def bkr_comparison(
-    meta: dict[str, Any], *, n: int, seeds: int, image_model: str, k: int = 10, progress: bool = True
+    meta: dict[str, Any], *, n: int, seeds: int, image_model: Any, k: int = 10, progress: bool = True
 ) -> dict[str, Any]:
     """The models' BkR@k (and XLR@k where the dataset links languages) on the study's pair,
-    from :func:`backretrieval.analysis.evaluate` with ``n`` items per side and ``seeds`` seeds."""
+    from :func:`backretrieval.analysis.evaluate` with ``n`` items per side and ``seeds`` seeds.
+    ``image_model`` is a spec string or a Python object (:mod:`backretrieval.analysis.models`);
+    the result names it as the records do."""
     from ..analysis import EvalConfig, evaluate
 
     cfg = EvalConfig(
@@ -228,7 +230,7 @@ def bkr_comparison(
     )
     res = evaluate(cfg, None, progress=progress)
     df = pd.DataFrame(res.records)
-    out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": image_model, "models": {}}
+    out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": cfg.image_model_name, "models": {}}
     for spec in meta["models"]:
         rows = df[df.model == spec]
         entry = {}
@@ -248,7 +250,7 @@ def analyze(
     bkr: bool = True,
     bkr_n: int = 1000,
     bkr_seeds: int = 3,
-    image_model: str = "efficientnet-lite0",
+    image_model: Any = "efficientnet-lite0",
     n_boot: int = 2000,
     seed: int = 0,
     progress: bool = True,

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...core import BackretrievalError, content_hash
+from ..models import image_model_name
 
 @dataclasses.dataclass
 class EvalConfig:
@@ -21,8 +22,11 @@ class EvalConfig:
         pairs: (source, target) language codes (:func:`parse_pairs` reads ``"en-de,de-en"``).
         models: model spec strings, or a dict from the name records carry to a spec string or a
             Python object (see :mod:`backretrieval.analysis.models`).
-        image_model: the image model whose features BkR and CORR use (``g`` in the paper);
-            ``"precomputed"`` for a dataset's feature file.
+        image_model: the image model whose features BkR and CORR use (``g`` in the paper): a
+            spec string (``"precomputed"`` for a dataset's feature file), or a Python object: a
+            ``PythonImageModel``, a torch module, an object with ``encode(images)`` or a function
+            ``f(images)``, given a list of RGB ``PIL.Image.Image`` (see
+            :mod:`backretrieval.analysis.models` and :mod:`backretrieval.encoders.image.python_model`).
         n: the sample size N per pair and seed: N aligned pairs for XLR, N source and N target
             items with disjoint concepts for BkR. Must be >= 1 and no more than the data holds
             (:func:`evaluate` raises a ``DataError`` naming the pair otherwise).
@@ -31,8 +35,8 @@ class EvalConfig:
         sim: ``"cosine"`` or ``"csls"``.
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         dataset_options: keyword arguments for the dataset loader.
-        extra_image_models: more image models (e.g. weaker ``g``); their records are in
-            ``EvalResult.others``.
+        extra_image_models: more image models (e.g. weaker ``g``), spec strings or objects as for
+            ``image_model``; their records are in ``EvalResult.others``.
         corr_boot: bootstrap resamples of CORR per record (over source queries); 0: none.
         approx: None (exact search), ``"hnsw"`` or ``"ivf"``: XLR@K and BkR@K from
             self-calibrating FAISS top-K lists (:func:`~backretrieval.analysis.evaluate.tasks.check_approx`).
@@ -48,14 +52,14 @@ class EvalConfig:
     dataset: str
     pairs: list[tuple[str, str]]
     models: list[str] | dict[str, Any]  # spec strings, or name -> spec string or Python object (see .models)
-    image_model: str = "efficientnet-lite0"
+    image_model: Any = "efficientnet-lite0"  # a spec string or a Python object (see .models)
     n: int = 1500
     seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
     k: int = 10
     sim: str = "cosine"
     csls_k: int = 10
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    extra_image_models: list[str] = dataclasses.field(default_factory=list)  # e.g. weaker g's
+    extra_image_models: list[Any] = dataclasses.field(default_factory=list)  # e.g. weaker g's
     corr_boot: int = 0  # bootstrap resamples of CORR per record (over source queries); 0 = none
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from self-calibrated FAISS top-K lists
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
@@ -64,8 +68,15 @@ class EvalConfig:
 
     @property
     def image_models(self) -> list[str]:
-        """The main image model first, then the extra ones (duplicates dropped)."""
-        return list(dict.fromkeys([self.image_model, *self.extra_image_models]))
+        """The names the records give the image models (``image_model``): the main one first,
+        then the extra ones (duplicates dropped). A spec string is its own name; an object is
+        named as :func:`~backretrieval.analysis.models.image_model_name` says."""
+        return list(dict.fromkeys(image_model_name(g) for g in [self.image_model, *self.extra_image_models]))
+
+    @property
+    def image_model_name(self) -> str:
+        """The name the records give the main image model (the spec string, or the object's name)."""
+        return image_model_name(self.image_model)
 
     def key(self) -> str:
         """Identifies the configuration for resuming (everything but the grid's extent: models,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -64,19 +64,22 @@ def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
     )
 
 
-def check_image_model(spec: str, corpora: Iterable[Any], dataset: str | None = None) -> None:
+def check_image_model(spec: Any, corpora: Iterable[Any], dataset: str | None = None) -> None:
     """Whether image model ``spec`` can give the image features of ``corpora``: a model that
-    encodes image files needs image files, ``precomputed`` (and its variants) a feature file.
+    encodes image files (every Python object does) needs image files, ``precomputed`` (and its
+    variants) a feature file.
 
     Args:
-        spec: the image model, e.g. ``"efficientnet-lite0"``, ``"precomputed@noise=4"``.
+        spec: the image model, e.g. ``"efficientnet-lite0"``, ``"precomputed@noise=4"``, or a
+            ``PythonImageModel`` (named by its ``name``).
         corpora: the corpora (one per language) whose images are needed.
         dataset: how the error names the dataset (default: the corpora's dataset name).
 
     Raises:
         DataError: naming the model, the dataset and the language that do not fit together.
     """
-    precomputed = uses_precomputed_features(spec)
+    precomputed = isinstance(spec, str) and uses_precomputed_features(spec)
+    spec = spec if isinstance(spec, str) else spec.name
     for c in corpora:
         if not c.has_images:
             continue
@@ -108,31 +111,34 @@ class Features:
     """
 
     def __init__(
-        self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str], progress: bool,
+        self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str] | Mapping[str, Any], progress: bool,
         log: Callable[[str], None] = lambda msg: None, dataset_label: str | None = None, reuse_stale: bool = False,
     ):
         self.ds, self.needed, self.progress, self.log = ds, needed, progress, log
         self.reuse_stale = reuse_stale
         self.pos = {lang: {int(r): i for i, r in enumerate(rows)} for lang, rows in needed.items()}
         self.corpora = {lang: ds[lang].subset(rows) for lang, rows in needed.items()}
-        for g in image_models:  # every image model fits the data before anything is encoded
+        # name -> spec string or PythonImageModel (a list of specs names each by itself)
+        models = dict(image_models) if isinstance(image_models, Mapping) else {g: g for g in image_models}
+        for g in models.values():  # every image model fits the data before anything is encoded
             check_image_model(g, self.corpora.values(), dataset_label)
         self.unsupported: dict[str, dict[str, str]] = {}  # model -> language -> why it cannot embed it
         # per needed row: digests of its content and of its image (for the records' keys)
         self.row_digests = {lang: c.row_digests() for lang, c in self.corpora.items()}
         self.image_digests = {lang: c.image_digests() for lang, c in self.corpora.items()}
-        self.image_versions: dict[str, str] = {}  # image model -> its version (cache namespace)
-        self.image_lib_versions: dict[str, dict[str, str]] = {}  # image model -> its versions (libraries)
-        self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g) for g in image_models}
+        self.image_versions: dict[str, str] = {}  # image model name -> its version (cache namespace)
+        self.image_lib_versions: dict[str, dict[str, str]] = {}  # image model name -> its versions (libraries)
+        self.images: dict[str, dict[str, np.ndarray]] = {g: self._encode_images(g, m) for g, m in models.items()}
 
-    def _encode_images(self, spec: str) -> dict[str, np.ndarray]:
-        """The image features of model ``spec`` for every language with images: encoded from the
-        image files through the cache, or (``precomputed[@noise=S]``) read from the dataset's
-        feature file and weakened as the spec says."""
-        enc = get_image_encoder(spec)
-        self.image_versions[spec] = str(enc.version)
-        self.image_lib_versions[spec] = encoder_versions(enc)
-        precomputed = uses_precomputed_features(spec)
+    def _encode_images(self, name: str, model: Any) -> dict[str, np.ndarray]:
+        """The image features of image model ``model`` (a spec string or a ``PythonImageModel``,
+        called ``name`` by the records) for every language with images: encoded from the image
+        files through the cache (a Python object here, in this process), or
+        (``precomputed[@noise=S]``) read from the dataset's feature file and weakened as the spec says."""
+        enc = get_image_encoder(model) if isinstance(model, str) else model
+        self.image_versions[name] = str(enc.version)
+        self.image_lib_versions[name] = encoder_versions(enc)
+        precomputed = isinstance(model, str) and uses_precomputed_features(model)
         if not precomputed:
             enc = CachedImageEncoder(enc, progress=self.progress, reuse_stale=self.reuse_stale)
         out = {}

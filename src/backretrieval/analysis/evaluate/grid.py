@@ -24,8 +24,10 @@ reused with a warning when ``EvalConfig.reuse_stale`` asks for it.
 
 Models are spec strings or Python objects under the user's name (``models={"ours": obj,
 "use-m": "use-m"}``, see :mod:`backretrieval.analysis.models`); every record carries ``model`` (the name) and
-``model_identity`` (the model fingerprint its key holds). A run-only object (no torch weights,
-no version) is never resumed from ``OUT/.partial`` nor stored there; the run says so once.
+``model_identity`` (the model fingerprint its key holds). The image model may be a Python object
+too (``image_model=obj``; records call it by its name, its identity keys them). A record whose
+text model or image model is a run-only object (no torch weights, no version) is never resumed
+from ``OUT/.partial`` nor stored there; the run says so once per kind.
 
 ``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
 ``OUT/run.json``: the configuration, the input fingerprints and the software environment
@@ -53,7 +55,7 @@ from ...core import BackretrievalError
 from ...core.io import check_writable_dir
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
-from ..models import grid_models, run_only_note
+from ..models import grid_image_models, grid_models, image_run_only, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
 from .features import check_needs, draw_samples, Features, same_sample_note, Samples
@@ -109,6 +111,7 @@ def evaluate(
     # build and check every model before loading anything
     models = grid_models(cfg.models)
     names = list(models)
+    g_models = grid_image_models(cfg.image_model, cfg.extra_image_models)
     run_only = [name for name, m in models.items() if m.run_only]
     if run_only:
         log(run_only_note(run_only))
@@ -126,14 +129,20 @@ def evaluate(
     if same:
         log(same)
         notes.append(same)
-    image_models: list[str | None] = list(cfg.image_models) if has_bkr else [None]
-    feats = Features(ds, _needed_rows(samples, langs), [g for g in image_models if g], progress, log, cfg.dataset,
-                      cfg.reuse_stale)
+    image_models: list[str | None] = list(g_models) if has_bkr else [None]
+    run_only_g = [g for g in image_models if g is not None and image_run_only(g_models[g])]
+    if run_only_g:
+        log(run_only_note(run_only_g, image=True))
+    feats = Features(ds, _needed_rows(samples, langs), {g: g_models[g] for g in image_models if g}, progress, log,
+                     cfg.dataset, cfg.reuse_stale)
     inputs = fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
 
     # resume what earlier runs finished; say which inputs changed for the rest
     store = RecordStore(out_dir, inputs, log)
-    stored = [name for name in names if name not in run_only]
+
+    def stored(name: str, g: str | None) -> bool:  # neither model of the record is run-only
+        return name not in run_only and g not in run_only_g
+
     found: dict[RecordSlot, tuple[dict, dict]] = {}
     todo: dict[Sample, list[str]] = {}
     changed: dict[str, int] = {}
@@ -144,7 +153,7 @@ def evaluate(
             done = 0
             for g in image_models:
                 slot = (name, g, s, t, seed)
-                if name not in stored:
+                if not stored(name, g):
                     continue
                 got = store.load(slot)
                 if got is not None:  # finished in an earlier run
@@ -169,8 +178,8 @@ def evaluate(
     _say_stale(stale, len(reused), out_dir, log)
     for label, count in changed.items():
         log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
-    store.write_manifest([(name, g, s, t, seed) for name in stored for s, t, seed in samples for g in image_models],
-                         keep=reused)
+    store.write_manifest([(name, g, s, t, seed) for name in names for s, t, seed in samples for g in image_models
+                          if stored(name, g)], keep=reused)
 
     # encode every model that has work left (through the cache), then run one task per sample
     ex = get_executor(executor)
@@ -202,7 +211,7 @@ def evaluate(
             }
             if g is None:  # no images: no image fields
                 del rec["image_model"]
-            if name in stored:
+            if stored(name, g):
                 store.save(slot, rec, ranks)
             found[slot] = (rec, ranks)
             bar.update(1)

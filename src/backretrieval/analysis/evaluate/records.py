@@ -32,7 +32,7 @@ from ...core.env import environment
 from ...data import Dataset
 from ...data.corpus import fingerprint
 from ...encoders.base import encoder_versions
-from ..models import describe_models
+from ..models import describe_image_model, describe_models
 from .config import EvalConfig
 from .features import Features, Samples
 from .tasks import approx_versions
@@ -340,7 +340,8 @@ class RecordStore:
 
 def config_json(cfg: EvalConfig) -> dict[str, Any]:
     """``cfg`` as JSON data; Python-object models appear as ``"python:<module.Class>"`` (their
-    fingerprints are in ``run.json``'s ``inputs.models``).
+    fingerprints are in ``run.json``'s ``inputs.models``), an image model object as
+    ``{name: "python:<module.Class>"}`` (its fingerprint in ``inputs.image_models``).
 
     Args:
         cfg: the configuration.
@@ -351,6 +352,8 @@ def config_json(cfg: EvalConfig) -> dict[str, Any]:
     """
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     d["models"] = describe_models(cfg.models)
+    d["image_model"] = describe_image_model(cfg.image_model)
+    d["extra_image_models"] = [describe_image_model(g) for g in cfg.extra_image_models]
     return json.loads(json.dumps(d, default=str))
 
 

@@ -26,7 +26,7 @@ from ..text_batching import supports_language
 from ..base import check_embeddings
 
 
-def _torch_fingerprint(model: Any) -> str | None:
+def torch_fingerprint(model: Any) -> str | None:
     """BLAKE2b of a torch module's class and of its parameters and buffers (names, dtypes, shapes,
     bytes), followed by the devices they are on (``@cpu``, ``@cuda``: GPU kernels round
     differently); None for anything that is not a torch module."""
@@ -88,7 +88,7 @@ class PythonTextModel:
         self._encode = _call(model)
         self.languages = tuple(languages) if languages else None
         self.batch_size = int(batch_size)
-        identity = version if version is not None else _torch_fingerprint(model)
+        identity = version if version is not None else torch_fingerprint(model)
         self.cacheable = identity is not None
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         self.version = f"python:{kind}:{identity}" if identity is not None else f"python:{kind}:run-only"
