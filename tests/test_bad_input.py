@@ -477,3 +477,60 @@ def test_usage_errors_are_one_line_too(tmp_path):
     assert_refused(cli(["evaluate", "--bogus"]), "No such option '--bogus'", "evaluate --help")
     res = cli(["train"])  # a group alone still shows its help
     assert "Commands:" in res.output
+
+
+# ------------------------------------------------------------------------------ the grid's size
+@pytest.mark.parametrize(
+    "seeds, message",
+    [
+        ("1000000000", "Invalid value for '--seeds': '1000000000': at most 1,000 seeds in one grid "
+                       "(for one given seed write e.g. '1000000000,')"),
+        ("100000000000000000000", "Invalid value for '--seeds': '100000000000000000000': at most 1,000 seeds in one grid"),
+        ("20261126", "Invalid value for '--seeds': '20261126': at most 1,000 seeds in one grid"),
+        ("100000000000000000000,", "Invalid value for '--seeds': seed 100000000000000000000 is too large; "
+                                   "seeds are integers from 0 to 4294967295 (2**32 - 1)"),
+        (",".join(map(str, range(1001))), "Invalid value for '--seeds': 1,001 seeds given; at most 1,000 in one grid"),
+        ("9" * 400, "Invalid value for '--seeds':"),
+    ],
+    ids=["count-1e9", "count-1e20", "count-date", "seed-1e20", "list-1001", "400-digits"],
+)
+def test_seed_count_and_values_are_bounded(tmp_path, feature_data, empty_cache, seeds, message):
+    out = tmp_path / "out"
+    assert_refused(cli(grid("evaluate", feature_data, out, "--seeds", seeds)), message)
+    assert not out.exists() and nothing_encoded(empty_cache)
+
+
+def test_an_absurd_grid_is_refused_with_its_size(tmp_path, feature_data, empty_cache):
+    models = ",".join(["random", "tfidf-char", *(f"random@noise={i}" for i in range(1, 200))])
+    out = tmp_path / "out"
+    res = cli(grid("evaluate", feature_data, out, "--models", models, "--pairs", "en-de,de-en,en-ja", "--seeds", "200"))
+    assert_refused(res, "the grid has 201 models x 3 pairs x 200 seeds x 1 image model = 120,600 records; "
+                        "one run computes at most 100,000: split it into several runs")
+    assert not out.exists() and nothing_encoded(empty_cache)
+    res = cli(grid("meta", feature_data, out, "--models", models, "--pairs", "en-de,de-en", "--seeds", "200",
+                   "--weak-image-models", "color-hist"))
+    assert_refused(res, "the grid has 201 models x 2 pairs x 200 seeds x 2 image models = 160,800 records")
+
+
+def test_eval_config_checks_seeds_and_size_for_python_users():
+    from backretrieval.analysis import EvalConfig
+    from backretrieval.core import BackretrievalError
+
+    def cfg(**kw):
+        return EvalConfig(**{"dataset": "emoji-cldr", "pairs": [("en", "de")], "models": ["random"], **kw})
+
+    assert cfg(seeds=range(3)).seeds == [0, 1, 2] and cfg(seeds=[np.int64(4)]).seeds == [4]
+    for seeds, message in [
+        (range(10**20), "more than 1,000 seeds; one grid takes at most 1,000"),
+        ([10**20], "seed 100000000000000000000 is too large; seeds are integers from 0 to 4294967295"),
+        ([-1], "seed -1 is negative"),
+        ([1, 1], "seed 1 is given twice"),
+        ([1.5], "seed 1.5 is not an integer"),
+        ([True], "seed True is not an integer"),
+        ([], "no seed given"),
+    ]:
+        with pytest.raises(BackretrievalError) as e:
+            cfg(seeds=seeds)
+        assert str(e.value).startswith(message), (seeds, str(e.value))
+    with pytest.raises(BackretrievalError, match=r"= 200,000 records; one run computes at most 100,000"):
+        cfg(models=[f"random@noise={i}" for i in range(200)], seeds=range(1000))

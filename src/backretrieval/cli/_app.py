@@ -106,29 +106,33 @@ def _parse_list(spec: str | None, option: str, what: str = "value") -> list[str]
 
 
 def _parse_seeds(spec: str, option: str = "--seeds") -> list[int]:
-    """``"5"`` -> seeds 0..4; ``"0,3,7"`` -> those seeds (non-negative, each once)."""
+    """``"5"`` -> seeds 0..4; ``"0,3,7"`` -> those seeds (each once, from 0 to ``MAX_SEED``; at
+    most ``MAX_SEEDS`` of them, checked before any list is made)."""
+    from ..analysis.evaluate.config import MAX_SEED, MAX_SEEDS, check_seeds
+
     text = spec.strip()
     if "," not in text:
-        if not re.fullmatch(r"[+-]?\d+", text):
+        if not re.fullmatch(r"[+-]?\d{1,40}", text):
             _bad(option, f"{spec!r}: give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
         count = int(text)
         if count < 1:
             _bad(option, f"{spec!r}: the number of seeds must be at least 1 (for one given seed write e.g. '{abs(count)},')")
+        if count > MAX_SEEDS:
+            _bad(option, f"{spec!r}: at most {MAX_SEEDS:,} seeds in one grid (for one given seed write e.g. '{count},')"
+                 if count <= MAX_SEED else f"{spec!r}: at most {MAX_SEEDS:,} seeds in one grid")
         return list(range(count))
     items = [s.strip() for s in text.split(",") if s.strip()]
     if not items:
         _bad(option, f"{spec!r} names no seed; give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
-    seeds: list[int] = []
+    if len(items) > MAX_SEEDS:
+        _bad(option, f"{len(items):,} seeds given; at most {MAX_SEEDS:,} in one grid")
     for item in items:
-        if not re.fullmatch(r"[+-]?\d+", item):
-            _bad(option, f"{item!r} is not an integer seed")
-        seed = int(item)
-        if seed < 0:
-            _bad(option, f"seed {seed} is negative; seeds are integers >= 0")
-        if seed in seeds:
-            _bad(option, f"seed {seed} is given twice")
-        seeds.append(seed)
-    return seeds
+        if not re.fullmatch(r"[+-]?\d{1,40}", item):
+            _bad(option, f"{item!r} is not an integer seed" if len(item) <= 40 else f"{item[:20]!r}...: not a seed from 0 to {MAX_SEED}")
+    try:
+        return check_seeds([int(item) for item in items])
+    except BackretrievalError as e:
+        _bad(option, str(e))
 
 
 def _parse_numbers(spec: str, option: str, *, count: int | None = None, integer: bool = False,
@@ -390,6 +394,9 @@ def _check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] 
     _check_executor(executor)
     _check_image_models([cfg.image_model], "--image-model")
     _check_image_models(extra_image_models, "--weak-image-models")
+    from ..analysis.evaluate import check_grid_size
+
+    check_grid_size(len(cfg.models), len(cfg.pairs), len(cfg.seeds), len(dict.fromkeys([*cfg.image_models, *extra_image_models])))
     _check_outputs((out, "--out"))
 
 

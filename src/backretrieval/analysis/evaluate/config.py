@@ -12,6 +12,70 @@ import pandas as pd
 
 from ...core import BackretrievalError, content_hash
 
+MAX_SEEDS = 1000  # seeds in one grid: each is one sample per pair and one record per model
+MAX_SEED = 2**32 - 1  # the largest seed value (numpy's legacy seed range)
+MAX_RECORDS = 100_000  # models x pairs x seeds x image models in one run
+
+
+def check_seeds(seeds: Sequence[Any]) -> list[int]:
+    """The seeds of a grid, checked.
+
+    Args:
+        seeds: integers (Python or numpy; not bools).
+
+    Returns:
+        The seeds as a list of Python ints, in the order given.
+
+    Raises:
+        BackretrievalError: no seed, more than :data:`MAX_SEEDS`, a seed that is not an integer,
+            is negative or above :data:`MAX_SEED`, or is given twice (each named).
+    """
+    out: list[int] = []
+    seen: set[int] = set()
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise BackretrievalError(f"seed {seed!r} is not an integer")
+        seed = int(seed)
+        if seed < 0:
+            raise BackretrievalError(f"seed {seed} is negative; seeds are integers >= 0")
+        if seed > MAX_SEED:
+            raise BackretrievalError(f"seed {seed} is too large; seeds are integers from 0 to {MAX_SEED} (2**32 - 1)")
+        if seed in seen:
+            raise BackretrievalError(f"seed {seed} is given twice")
+        seen.add(seed)
+        out.append(seed)
+        if len(out) > MAX_SEEDS:
+            raise BackretrievalError(f"more than {MAX_SEEDS:,} seeds; one grid takes at most {MAX_SEEDS:,}")
+    if not out:
+        raise BackretrievalError("no seed given")
+    return out
+
+
+def check_grid_size(n_models: int, n_pairs: int, n_seeds: int, n_image_models: int = 1) -> None:
+    """A grid of at most :data:`MAX_RECORDS` records (one per model, pair, seed and image model).
+
+    Args:
+        n_models: text models.
+        n_pairs: language pairs.
+        n_seeds: seeds.
+        n_image_models: image models (the main one and the extra ones).
+
+    Raises:
+        BackretrievalError: the grid is larger, with its size.
+    """
+    size = n_models * n_pairs * n_seeds * n_image_models
+
+    def count(n: int, what: str) -> str:
+        return f"{n:,} {what}{'s' * (n != 1)}"
+
+    if size > MAX_RECORDS:
+        raise BackretrievalError(
+            f"the grid has {count(n_models, 'model')} x {count(n_pairs, 'pair')} x {count(n_seeds, 'seed')} x "
+            f"{count(n_image_models, 'image model')} = {size:,} records; one run computes at most {MAX_RECORDS:,}: "
+            "split it into several runs"
+        )
+
+
 @dataclasses.dataclass
 class EvalConfig:
     """One evaluation grid: every model on every language pair and seed of one dataset.
@@ -26,7 +90,8 @@ class EvalConfig:
         n: the sample size N per pair and seed: N aligned pairs for XLR, N source and N target
             items with disjoint concepts for BkR. Must be >= 1 and no more than the data holds
             (:func:`evaluate` raises a ``DataError`` naming the pair otherwise).
-        seeds: one sample (and one record per model) per seed.
+        seeds: one sample (and one record per model) per seed: distinct integers from 0 to
+            :data:`MAX_SEED`, at most :data:`MAX_SEEDS` of them.
         k: the K of BkR@K (``bkr_chance`` = K / N) and of hubness; must be <= ``n``.
         sim: ``"cosine"`` or ``"csls"``.
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
@@ -38,6 +103,10 @@ class EvalConfig:
             self-calibrating FAISS top-K lists (:func:`~backretrieval.analysis.evaluate.tasks.check_approx`).
         approx_target: with ``approx``, the top-1 agreement (and top-K recall) with exact search
             the calibration must reach, in (0, 1].
+
+    Raises:
+        BackretrievalError: when the configuration is made: bad seeds (:func:`check_seeds`) or a
+            grid of more than :data:`MAX_RECORDS` records (:func:`check_grid_size`).
     """
 
     dataset: str
@@ -54,6 +123,10 @@ class EvalConfig:
     corr_boot: int = 0  # bootstrap resamples of CORR per record (over source queries); 0 = none
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from self-calibrated FAISS top-K lists
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
+
+    def __post_init__(self) -> None:
+        self.seeds = check_seeds(self.seeds)
+        check_grid_size(len(self.models), len(self.pairs), len(self.seeds), len(self.image_models))
 
     @property
     def image_models(self) -> list[str]:
