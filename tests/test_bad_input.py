@@ -223,7 +223,7 @@ def test_dataset_option_values_get_the_loaders_types(tmp_path, feature_data):
     [
         (("--level", "1.5"), ("Invalid value for '--level': 1.5 is not in the range 0<x<1.",)),
         (("--level", "nan"), ("Invalid value for '--level': 'nan' is not a finite number",)),
-        (("--n-boot", "0"), ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
+        (("--n-boot", "0"), ("Invalid value for '--n-boot': 0 is not in the range 2<=x<=100000.",)),
         (("--alpha", "0"), ("Invalid value for '--alpha': 0.0 is not in the range 0<x<1.",)),
         (("--metric", "foo@3"), ("Invalid value for '--metric': unknown metric 'foo@3'",)),
         (("--metric", "bkr@0"), ("Invalid value for '--metric': bkr@0: K must be at least 1",)),
@@ -435,7 +435,7 @@ def test_training_options_are_refused_before_the_data_is_read(tmp_path, feature_
     [
         (["--seeds", "-1,0"], ("Invalid value for '--seeds': seed -1 is negative",)),
         (["--langs", "en"], ("Invalid value for '--langs': 'en': give at least two languages",)),
-        (["--n-boot", "0"], ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
+        (["--n-boot", "0"], ("Invalid value for '--n-boot': 0 is not in the range 2<=x<=100000.",)),
         (["--k", "20", "--bkr-n", "10"], ("Invalid value for '--k': K=20 is larger than N=10 (--bkr-n)",)),
         (["--labels", "a,a"], ("Invalid value for '--labels': one non-empty label per model", "the base's label used once")),
         (["--bkr-dataset", "emoji"], ("unknown dataset 'emoji'",)),
@@ -534,3 +534,50 @@ def test_eval_config_checks_seeds_and_size_for_python_users():
         assert str(e.value).startswith(message), (seeds, str(e.value))
     with pytest.raises(BackretrievalError, match=r"= 200,000 records; one run computes at most 100,000"):
         cfg(models=[f"random@noise={i}" for i in range(200)], seeds=range(1000))
+
+
+# ---------------------------------------------------------------------------------- study and compare ranges
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["analyze", "S.db", "--n-boot", "0"], "Invalid value for '--n-boot': 0 is not in the range 2<=x<=100000."),
+        (["analyze", "S.db", "--n-boot", "-5"], "Invalid value for '--n-boot': -5 is not in the range 2<=x<=100000."),
+        (["analyze", "S.db", "--bkr-seeds", "0"], "Invalid value for '--bkr-seeds': 0 is not in the range 1<=x<=1000."),
+        (["analyze", "S.db", "--bkr-n", "0"], "Invalid value for '--bkr-n': 0 is not in the range x>=1."),
+        (["analyze", "S.db", "--image-model", "nope"], "Invalid value for '--image-model': unknown image model 'nope'"),
+        (["create", "--seed", "-1"], "Invalid value for '--seed': -1 is not in the range x>=0."),
+        (["create", "--raters", "-1"], "Invalid value for '--raters': -1 is not in the range x>=0."),
+        (["create", "--queries", "0"], "Invalid value for '--queries': 0 is not in the range x>=1."),
+        (["create", "--pool-size", "0"], "Invalid value for '--pool-size': 0 is not in the range x>=1."),
+        (["serve", "S.db", "--port", "-1"], "Invalid value for '--port': -1 is not in the range 0<=x<=65535."),
+        (["serve", "S.db", "--port", "70000"], "Invalid value for '--port': 70000 is not in the range 0<=x<=65535."),
+        (["add-rater", "S.db", "--port", "70000"], "Invalid value for '--port': 70000 is not in the range 0<=x<=65535."),
+    ],
+    ids=["analyze-n-boot-0", "analyze-n-boot-neg", "analyze-bkr-seeds", "analyze-bkr-n", "analyze-image-model",
+         "create-seed", "create-raters", "create-queries", "create-pool-size", "serve-port-neg", "serve-port-big",
+         "add-rater-port"],
+)
+def test_study_options_are_ranged(tmp_path, args, message):
+    args = [str(tmp_path / a) if a == "S.db" else a for a in args]
+    if args[0] == "create":
+        args += ["--dataset", "emoji-cldr", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char",
+                 "--out", str(tmp_path / "S.db")]
+    assert_refused(cli(["study", *args]), message)
+    assert not (tmp_path / "S.db").exists()
+
+
+def test_study_analyze_checks_its_parameters_in_python(tmp_path):
+    from backretrieval.core import BackretrievalError, EncoderError
+    from backretrieval.study.analyze import analyze
+
+    with pytest.raises(BackretrievalError, match=r"n_boot must be an integer >= 2, got 0"):
+        analyze(tmp_path / "S.db", n_boot=0)
+    with pytest.raises(EncoderError, match=r"unknown image model 'nope'"):
+        analyze(tmp_path / "S.db", image_model="nope")
+
+
+def test_compare_n_boot_is_bounded_before_the_evaluation(tmp_path, feature_data, empty_cache):
+    out = tmp_path / "cmp"
+    assert_refused(cli(grid("compare", feature_data, out, "--n-boot", "1000000000")),
+                   "Invalid value for '--n-boot': 1000000000 is not in the range 2<=x<=100000.")
+    assert not out.exists() and nothing_encoded(empty_cache)

@@ -89,6 +89,9 @@ POSITIVE_NUMBER = _Number(min=0, min_open=True)
 NON_NEGATIVE_NUMBER = _Number(min=0)
 OPEN_UNIT = _Number(0, 1, min_open=True, max_open=True)  # a probability or share strictly between 0 and 1
 UNIT_FROM_0 = _Number(0, 1, max_open=True)  # [0, 1)
+MAX_N_BOOT = 100_000  # bootstrap resamples: the intervals' Monte-Carlo error is long negligible there
+N_BOOT = click.IntRange(2, MAX_N_BOOT)
+PORT = click.IntRange(0, 65535)  # 0: any free port
 
 
 def _bad(option: str, message: str) -> NoReturn:

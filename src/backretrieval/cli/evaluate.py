@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from ._app import OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, device_option, grid_options, main
+from ._app import N_BOOT, OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, device_option, grid_options, main
 
 
 def _summary_metrics(k: int, approx_k: int | None = None) -> tuple[str, ...]:
@@ -129,7 +129,7 @@ def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
 @click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
-@click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
+@click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
               "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
 def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n_boot, report, **grid) -> None:
