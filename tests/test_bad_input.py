@@ -581,3 +581,25 @@ def test_compare_n_boot_is_bounded_before_the_evaluation(tmp_path, feature_data,
     assert_refused(cli(grid("compare", feature_data, out, "--n-boot", "1000000000")),
                    "Invalid value for '--n-boot': 1000000000 is not in the range 2<=x<=100000.")
     assert not out.exists() and nothing_encoded(empty_cache)
+
+
+# ----------------------------------------------------------------------------------- model files
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_cr5_model_with_non_finite_weights_is_refused(tmp_path, bad):
+    """A NaN in Phi made every text the bias-only vector (as the Triplet reader already refuses)."""
+    from backretrieval.core import EncoderError
+    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.cr5 import Cr5Model
+
+    vocab = {"en": ["cat", "dog", "red"], "de": ["katze", "hund", "rot"]}
+    rng = np.random.default_rng(0)
+    phi = {lang: rng.standard_normal((2, 3)).astype(np.float32) for lang in vocab}
+    model_dir = Cr5Model(vocab, {lang: np.ones(3) for lang in vocab}, phi).save(tmp_path / "cr5")
+    assert np.isfinite(get_text_encoder(f"cr5:{model_dir}").encode(["red cat"], "en")).all()
+    with np.load(model_dir / "weights.npz") as z:
+        arrays = dict(z)
+    arrays["phi__de"][1, 2] = bad
+    np.savez(model_dir / "weights.npz", **arrays)
+    with pytest.raises(EncoderError) as e:
+        get_text_encoder(f"cr5:{model_dir}").encode(["rot"], "de")
+    assert str(e.value) == f"cr5: {model_dir}: cr5 model: Phi of 'de' holds NaN or inf (1 of 6 values)"
