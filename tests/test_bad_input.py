@@ -603,3 +603,28 @@ def test_cr5_model_with_non_finite_weights_is_refused(tmp_path, bad):
     with pytest.raises(EncoderError) as e:
         get_text_encoder(f"cr5:{model_dir}").encode(["rot"], "de")
     assert str(e.value) == f"cr5: {model_dir}: cr5 model: Phi of 'de' holds NaN or inf (1 of 6 values)"
+
+
+def test_out_never_overwrites_an_input(tmp_path, feature_data, empty_cache):
+    """`--dataset D/results.csv --out D` used to replace the user's data with the results."""
+    d = tmp_path / "D"
+    d.mkdir()
+    data = d / "results.jsonl"
+    shutil.copy(feature_data, data)
+    before = data.read_bytes()
+    for cmd in ("evaluate", "compare"):
+        assert_refused(cli(grid(cmd, feature_data, d, "--dataset", str(data))),
+                       f"--out {d} would overwrite the input {data} (--dataset): write the results to another folder")
+    feats = d / "figures" / "feats.npy"  # an input below a folder the run owns
+    feats.parent.mkdir()
+    shutil.copy(feature_data.parent / "feats.npy", feats)
+    assert_refused(cli(grid("evaluate", feature_data, d, "--dataset-option", f"image_features={feats}")),
+                   f"would overwrite the input {feats} (--dataset-option image_features)")
+    assert_refused(cli(grid("meta", feature_data, d, "--models", "random,tfidf-char,random@noise=1",
+                            "--dataset", str(feature_data), "--dataset", str(data))), f"the input {data} (--dataset)")
+    assert data.read_bytes() == before and nothing_encoded(empty_cache)
+    # data beside the results, under a name the run does not write, is fine
+    shutil.copy(feature_data, d / "items.jsonl")
+    res = cli(grid("evaluate", feature_data, d, "--dataset", str(d / "items.jsonl")))
+    assert res.exit_code == 0, res.output
+    assert (d / "results.jsonl").read_bytes() != before

@@ -392,8 +392,31 @@ def _config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, datas
     )
 
 
-def _check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = ()) -> None:
-    """Before a grid runs: the executor, the image models, and the output and cache folders."""
+# what the grid commands write in --out: files, and folders whose whole content they own
+GRID_OUTPUT_FILES = ("results.jsonl", "results.csv", "summary.md", "run.json", "compare.md", "compare.json",
+                     "report.html", "report.json", "meta.md", "meta.json")
+GRID_OUTPUT_DIRS = (".partial", "figures", "image-models", "datasets")
+
+
+def _check_not_inputs(out: str | Path, inputs: Sequence[tuple[Any, str]], files: Sequence[str] = GRID_OUTPUT_FILES,
+                      dirs: Sequence[str] = GRID_OUTPUT_DIRS) -> None:
+    """No input file (``(value, option)``; values that are not existing files are skipped) is
+    one of the files the command writes in ``out`` (``files``, or anything below ``dirs``)."""
+    from ..core.errors import OutputError
+
+    o = Path(out).expanduser().resolve()
+    for value, option in inputs:
+        if not isinstance(value, (str, os.PathLike)) or not str(value) or not Path(value).expanduser().is_file():
+            continue
+        p = Path(value).expanduser().resolve()
+        if (p.parent == o and p.name in files) or any(p.is_relative_to(o / d) for d in dirs):
+            raise OutputError(f"--out {out} would overwrite the input {value} ({option}): write the results to another folder")
+
+
+def _check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = (),
+                datasets: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
+    """Before a grid runs: the executor, the image models, the output and cache folders, and
+    that no output file is one of the inputs (the dataset files and the paths among their options)."""
     _check_executor(executor)
     _check_image_models([cfg.image_model], "--image-model")
     _check_image_models(extra_image_models, "--weak-image-models")
@@ -401,6 +424,11 @@ def _check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] 
 
     check_grid_size(len(cfg.models), len(cfg.pairs), len(cfg.seeds), len(dict.fromkeys([*cfg.image_models, *extra_image_models])))
     _check_outputs((out, "--out"))
+    inputs: list[tuple[Any, str]] = []
+    for name, options in [(cfg.dataset, cfg.dataset_options), *datasets]:
+        inputs.append((name, "--dataset"))
+        inputs += [(v, f"--dataset-option {k}") for k, v in options.items()]
+    _check_not_inputs(out, inputs)
 
 
 def _warn(msg: str) -> None:

@@ -201,7 +201,7 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
     if len(cfg.models) < 3:
         _bad("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
-    _check_grid(cfg, out, executor, extra)
+    _check_grid(cfg, out, executor, extra, datasets)
     res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
     md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
