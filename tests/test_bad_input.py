@@ -628,3 +628,71 @@ def test_out_never_overwrites_an_input(tmp_path, feature_data, empty_cache):
     res = cli(grid("evaluate", feature_data, d, "--dataset", str(d / "items.jsonl")))
     assert res.exit_code == 0, res.output
     assert (d / "results.jsonl").read_bytes() != before
+
+
+# ------------------------------------------------------------------------------------ image files
+def _png_claiming(path: Path, width: int, height: int) -> Path:
+    """A PNG of a few hundred bytes whose header claims ``width`` x ``height`` pixels (its data
+    is a valid 1 x 1 image's: a decoder that trusted the header would allocate the full size)."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (1, 1), (200, 10, 10)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    ihdr = 8  # after the signature: length (4), b"IHDR" (4), then width, height
+    data[ihdr + 8 : ihdr + 16] = struct.pack(">II", width, height)
+    crc = zlib.crc32(bytes(data[ihdr + 4 : ihdr + 8 + 13]))
+    data[ihdr + 8 + 13 : ihdr + 8 + 17] = struct.pack(">I", crc)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_huge_images_are_refused_from_their_header(tmp_path):
+    """A 13,300 x 13,300 PNG cost color-hist 7.8 GB; every image model reads through load_rgb."""
+    from backretrieval.encoders._images import MAX_PIXELS, preprocess_batch
+    from backretrieval.encoders.base import get_image_encoder
+
+    bomb = _png_claiming(tmp_path / "bomb.png", 13_300, 13_300)
+    assert bomb.stat().st_size < 1000
+    message = (f"image {bomb} is 13,300 x 13,300 = 176,890,000 pixels; image models read at most 25,000,000 "
+               "(e.g. 5,000 x 5,000): downscale it")
+    with pytest.raises(DataError) as e:
+        get_image_encoder("color-hist").encode_images([bomb])
+    assert str(e.value) == message
+    with pytest.raises(DataError, match="image models read at most 25,000,000"):
+        preprocess_batch([bomb], 224, (0.5,) * 3, (0.5,) * 3)  # the CNN models' loader
+    with pytest.raises(DataError, match=r"has more than 25,000,000 pixels"):  # beyond Pillow's own bomb limit
+        get_image_encoder("color-hist").encode_images([_png_claiming(tmp_path / "b2.png", 20_000, 20_000)])
+    assert MAX_PIXELS == 25_000_000
+    with pytest.raises(DataError, match="is 5,001 x 5,000 = 25,005,000 pixels"):
+        get_image_encoder("color-hist").encode_images([_png_claiming(tmp_path / "b3.png", 5_001, 5_000)])
+
+
+def test_16_bit_and_float_grey_images_are_rescaled(tmp_path):
+    """A 16-bit grey PNG became almost white and a [0, 1] float TIFF black; both now give the
+    8-bit image of the same picture."""
+    from PIL import Image
+
+    from backretrieval.encoders._images import load_rgb
+    from backretrieval.encoders.color_hist import color_histogram
+
+    ramp8 = np.tile(np.arange(256, dtype=np.uint8), (8, 1))
+    Image.fromarray(ramp8, "L").save(tmp_path / "g8.png")
+    Image.fromarray(ramp8.astype(np.uint16) * 257).save(tmp_path / "g16.png")
+    Image.fromarray(ramp8.astype(np.float32) / 255).save(tmp_path / "f.tiff")
+    assert Image.open(tmp_path / "g16.png").mode.startswith("I") and Image.open(tmp_path / "f.tiff").mode == "F"
+    ref = np.asarray(load_rgb(tmp_path / "g8.png"))
+    for name in ("g16.png", "f.tiff"):
+        assert np.array_equal(np.asarray(load_rgb(tmp_path / name)), ref), name
+        assert np.allclose(color_histogram(tmp_path / name), color_histogram(tmp_path / "g8.png"))
+    Image.fromarray(ramp8.astype(np.float32)).save(tmp_path / "f255.tiff")
+    with pytest.raises(DataError) as e:
+        load_rgb(tmp_path / "f255.tiff")
+    assert str(e.value) == f"image {tmp_path / 'f255.tiff'}: floating-point pixel values must be in [0, 1], got 0 to 255"
+    Image.fromarray(np.full((4, 4), -5, dtype=np.int32), "I").save(tmp_path / "neg.tiff")
+    with pytest.raises(DataError, match=r"integer pixel values must be in 0\.\.65535 \(16 bits\), got -5 to -5"):
+        load_rgb(tmp_path / "neg.tiff")
