@@ -8,6 +8,7 @@ asserting that nothing was encoded into it, and by asserting that no result file
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -696,3 +697,74 @@ def test_16_bit_and_float_grey_images_are_rescaled(tmp_path):
     Image.fromarray(np.full((4, 4), -5, dtype=np.int32), "I").save(tmp_path / "neg.tiff")
     with pytest.raises(DataError, match=r"integer pixel values must be in 0\.\.65535 \(16 bits\), got -5 to -5"):
         load_rgb(tmp_path / "neg.tiff")
+
+
+# ------------------------------------------------------------------------------------ faults
+def test_sigterm_of_the_caller_ends_the_process_workers(tmp_path):
+    """`kill` (SIGTERM) of a run with `--executor processes:N` left its workers alive, holding
+    the caller's stdout and stderr, so a wrapper reading the output hung; now they end with it."""
+    import signal
+    import time
+
+    (tmp_path / "slowtask.py").write_text(
+        "import os, time\nfrom pathlib import Path\n\n"
+        "def task(marker):\n    Path(marker).write_text(str(os.getpid()))\n    time.sleep(120)\n    return marker\n"
+    )
+    code = (
+        "import sys\nfrom slowtask import task\nfrom backretrieval.analysis.executors import ProcessExecutor\n"
+        f"markers = [{str(tmp_path / 'w0')!r}, {str(tmp_path / 'w1')!r}]\n"
+        "for m in ProcessExecutor(2).imap(task, markers):\n    print(m, flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240  # the workers start (spawn, imports) and begin their tasks
+        while not all((tmp_path / m).exists() and (tmp_path / m).read_text() for m in ("w0", "w1")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.2)
+        workers = [int((tmp_path / m).read_text()) for m in ("w0", "w1")]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)  # EOF: nothing holds the pipes any more
+        assert proc.returncode == -signal.SIGTERM and out == b""
+        for pid in workers:  # and the workers are gone (or zombies waiting for init to reap them)
+            stat = Path(f"/proc/{pid}/stat")
+            deadline = time.monotonic() + 30
+            while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                assert time.monotonic() < deadline, f"worker {pid} outlived its parent"
+                time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for m in ("w0", "w1"):  # never leave a worker of this test behind
+            if (tmp_path / m).exists() and (tmp_path / m).read_text():
+                pid = int((tmp_path / m).read_text())
+                with contextlib.suppress(OSError):
+                    if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGKILL)
+
+
+def test_more_process_workers_than_cores_is_warned_and_capped_at_the_tasks(tmp_path, feature_data):
+    from backretrieval.analysis.executors import usable_cores
+
+    res = CliRunner().invoke(main, grid("evaluate", feature_data, tmp_path / "out", "--executor", "processes:4096"))
+    assert res.exit_code == 0, res.output
+    assert (f"--executor processes:4096: 4096 workers for {usable_cores()} usable CPU cores; they share the cores and "
+            "each takes its own memory (no more workers start than the grid has tasks)") in res.output
+
+
+
+def test_the_process_pool_is_no_larger_than_the_tasks(monkeypatch):
+    import backretrieval.analysis.executors as executors
+
+    sizes = []
+
+    class Recording(executors.ProcessPoolExecutor):  # the real pool, its size noted
+        def __init__(self, max_workers, *args, **kwargs):
+            sizes.append(max_workers)
+            super().__init__(max_workers, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "ProcessPoolExecutor", Recording)
+    assert sorted(executors.ProcessExecutor(64).imap(abs, [-1, -2, 3])) == [1, 2, 3]
+    assert sizes == [3]
+    assert list(executors.ProcessExecutor(64).imap(abs, [])) == [] and sizes == [3]

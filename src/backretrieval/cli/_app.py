@@ -218,10 +218,15 @@ def _check_executor(spec: str) -> None:
 
     from ..analysis.executors import get_executor
 
+    from ..analysis.executors import ProcessExecutor, usable_cores
+
     try:
-        get_executor(spec)
+        ex = get_executor(spec)
     except BackretrievalError as e:
         _bad("--executor", str(e))
+    if isinstance(ex, ProcessExecutor) and ex.workers > usable_cores():
+        _warn(f"--executor {spec}: {ex.workers} workers for {usable_cores()} usable CPU cores; they share the cores and "
+              "each takes its own memory (no more workers start than the grid has tasks)")
     if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
         _bad("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
 
