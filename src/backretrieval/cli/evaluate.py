@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
+from ..core.io import folder_lock
 from ._app import N_BOOT, OPEN_UNIT, _bad, _check_grid, _config, _datasets, _warn, device_option, grid_options, main
 
 
@@ -106,12 +107,17 @@ def evaluate(out, quiet, executor, approx, approx_target, **grid) -> None:
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
     OUT/summary.md, and prints the summary table.
     """
+    cfg = _approx_config(_config(**grid), approx, approx_target)
+    _check_grid(cfg, out, executor)
+    with folder_lock(out):
+        _evaluate(cfg, out, quiet, executor)
+
+
+def _evaluate(cfg, out, quiet, executor) -> None:
     from ..analysis import evaluate as run, summarize
     from ..core import atomic_write_text
     from ..report import format_summary
 
-    cfg = _approx_config(_config(**grid), approx, approx_target)
-    _check_grid(cfg, out, executor)
     result = run(cfg, out, progress=not quiet, log=_warn, executor=executor)
     ak = _approx_k(cfg)
     mrr = "bkr_mrr" if ak is None else f"bkr_mrr@{ak}"
@@ -140,14 +146,6 @@ def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
     --report also OUT/report.html, a page to share (see docs/your-data.md).
     """
-    import json
-
-    from ..analysis import evaluate as run
-    from ..analysis.compare import compare as rank
-    from ..core import atomic_write_text
-    from ..report import format_comparison
-    from ..report.table import approx_note
-
     cfg = _approx_config(_config(**grid), approx, approx_target)
     metric = (metric or f"bkr@{cfg.k}").strip()
     _check_metric(metric, cfg.n, _approx_k(cfg))
@@ -157,6 +155,19 @@ def compare(out, quiet, executor, approx, approx_target, metric, level, alpha, n
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     _check_grid(cfg, out, executor)
+    with folder_lock(out):
+        _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report)
+
+
+def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report) -> None:
+    import json
+
+    from ..analysis import evaluate as run
+    from ..analysis.compare import compare as rank
+    from ..core import atomic_write_text
+    from ..report import format_comparison
+    from ..report.table import approx_note
+
     needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
     result = run(cfg, out, progress=not quiet, log=_warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
     c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
@@ -202,8 +213,9 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
         _bad("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
     _check_grid(cfg, out, executor, extra, datasets)
-    res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
-    md = write_meta_outputs(res, cfg, Path(out), figures=report)
+    with folder_lock(out):
+        res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=_warn, executor=executor)
+        md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
 
 

@@ -12,11 +12,13 @@ work starts, so a run never computes for an hour and then fails to save.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import math
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -128,6 +130,108 @@ def check_writable_file(path: str | os.PathLike, what: str) -> Path:
         raise OutputError(f"{what} {path} is a folder, not a file")
     check_writable_dir(path.parent, f"the folder of {what}")
     return path
+
+
+LOCK_FILE = ".backretrieval.lock"  # in an output folder while a run writes it
+_held: dict[Path, list] = {}  # folder -> [descriptor, depth]: the locks this process holds
+_held_guard = threading.Lock()
+
+
+def _lock_holders(lock: Path) -> str:
+    """`` (process 123)``: who holds the ``flock`` on ``lock``, as far as ``/proc/locks`` tells (Linux)."""
+    try:
+        ino = lock.stat().st_ino
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return ""
+    pids = [f[4] for f in (ln.split() for ln in text.splitlines())
+            if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino)]
+    return f" (process {', '.join(dict.fromkeys(pids))})" if pids else ""
+
+
+@contextlib.contextmanager
+def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
+    """Hold the output folder ``path`` for one run: an exclusive ``flock`` on ``path/.backretrieval.lock``.
+
+    Two runs that write one folder at once would leave files of both (records of one, a summary
+    of the other); the second is refused at once instead. The folder is created if needed; when
+    the block ends and the folder holds nothing but the lock file, both are removed again (a run
+    refused on its data leaves nothing behind). Re-entrant within a process (``evaluate``
+    inside a command that already holds the folder). Where ``flock`` does not exist or is not
+    supported by the file system the folder is used without a lock.
+
+    Args:
+        path: the output folder.
+        what: how the error names it, e.g. ``"--out"``.
+
+    Yields:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputError: another process holds the folder (its process id where the system says).
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        fcntl = None  # type: ignore[assignment]
+    path = Path(path).expanduser()
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    key = path.resolve()
+    lock = key / LOCK_FILE
+    with _held_guard:
+        if key in _held:
+            _held[key][1] += 1
+            fd = None
+        else:
+            fd = -1
+    if fd is None:  # this process holds it already
+        try:
+            yield path
+        finally:
+            with _held_guard:
+                _held[key][1] -= 1
+        return
+    fd = None
+    if fcntl is not None:
+        for _ in range(10):  # the lock file may be removed by a run ending just now: take the current one
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+            except OSError:
+                fd = None
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                fd = None
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutputError(
+                        f"{what} {path} is being written by another run{_lock_holders(lock)}: wait for it to finish "
+                        "or choose another folder"
+                    ) from None
+                break  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
+            try:
+                if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+            fd = None
+    with _held_guard:
+        _held[key] = [fd, 1]
+    try:
+        yield path
+    finally:
+        with _held_guard:
+            del _held[key]
+        if created:
+            with contextlib.suppress(OSError):
+                if [p.name for p in key.iterdir()] == [LOCK_FILE]:
+                    lock.unlink()
+                    key.rmdir()
+        if fd is not None:
+            os.close(fd)
 
 
 @contextlib.contextmanager
