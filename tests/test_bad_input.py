@@ -768,3 +768,78 @@ def test_the_process_pool_is_no_larger_than_the_tasks(monkeypatch):
     assert sorted(executors.ProcessExecutor(64).imap(abs, [-1, -2, 3])) == [1, 2, 3]
     assert sizes == [3]
     assert list(executors.ProcessExecutor(64).imap(abs, [])) == [] and sizes == [3]
+
+
+def test_a_second_run_into_the_same_out_is_refused_while_the_first_writes(tmp_path, feature_data):
+    """Two runs with different settings writing one --out at once left files of both."""
+    from backretrieval.core.io import LOCK_FILE, folder_lock
+
+    out = tmp_path / "out"
+    code = ("import sys, time\nfrom backretrieval.core.io import folder_lock\n"
+            f"with folder_lock({str(out)!r}):\n    print('holding', flush=True)\n    sys.stdin.read()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert holder.stdout.readline().strip() == b"holding"
+        for cmd in ("evaluate", "compare", "meta"):
+            extra = ("--models", "random,tfidf-char,random@noise=1") if cmd == "meta" else ()
+            line = assert_refused(cli(grid(cmd, feature_data, out, "--k", "3", *extra)),
+                                  f"--out {out} is being written by another run")
+            assert line.endswith(": wait for it to finish or choose another folder"), line
+            if Path("/proc/locks").exists():
+                assert f"(process {holder.pid})" in line, line
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written beside it
+    finally:
+        holder.communicate(b"", timeout=60)
+    # the folder is free again; a refused run into a new folder leaves nothing behind
+    res = cli(grid("evaluate", feature_data, out, "--k", "3"))
+    assert res.exit_code == 0, res.output
+    with folder_lock(out):  # re-entrant in one process: evaluate() inside a command that holds the folder
+        from backretrieval.analysis import EvalConfig, evaluate
+
+        cfg = EvalConfig(dataset=str(feature_data), pairs=[("en", "xx")], models=["random"], image_model="precomputed",
+                         n=5, k=1, dataset_options={"image_features": str(feature_data.parent / "feats.npy")})
+        with pytest.raises(DataError):
+            evaluate(cfg, tmp_path / "new", progress=False)
+    assert not (tmp_path / "new").exists()
+
+
+def test_results_jsonl_is_strict_json_with_null_for_undefined_metrics(tmp_path):
+    from backretrieval.analysis.evaluate import write_results
+
+    def strict(line: str):
+        return json.loads(line, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+
+    records = [{"model": "a", "corr": float("nan"), "hubness_skew@10": np.float32("nan"), "bkr@10": 0.25},
+               {"model": "b", "corr": float("inf"), "hubness_skew@10": 1.5, "bkr@10": np.float64(0.5)}]
+    write_results(records, tmp_path, {"note": float("nan"), "n": np.int64(3)})
+    rows = [strict(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert rows == [{"model": "a", "corr": None, "hubness_skew@10": None, "bkr@10": 0.25},
+                    {"model": "b", "corr": None, "hubness_skew@10": 1.5, "bkr@10": 0.5}]
+    assert strict((tmp_path / "run.json").read_text()) == {"note": None, "n": 3}
+    assert (tmp_path / "results.csv").read_text().splitlines()[1] == "a,,,0.25"
+    assert records[0]["corr"] != records[0]["corr"]  # the caller's records are left as they are
+
+
+def test_access_log_redacts_tokens_in_odd_paths():
+    import secrets
+
+    from backretrieval.study.server import redact
+
+    tok, other = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    lines = {
+        f'"GET /r/{tok}/state HTTP/1.1" 200': '"GET /r/[rater1]/state HTTP/1.1" 200',
+        f'"GET /r%2F{tok}/state HTTP/1.1" 404': '"GET /r%2F[rater1]/state HTTP/1.1" 404',
+        f'"GET /r//{tok} HTTP/1.1" 404': '"GET /r//[rater1] HTTP/1.1" 404',
+        f'"GET /R/{tok} HTTP/1.1" 404': '"GET /R/[rater1] HTTP/1.1" 404',
+        f'"GET /x/{tok}/y HTTP/1.1" 404': '"GET /x/[rater1]/y HTTP/1.1" 404',
+    }
+    for line, want in lines.items():
+        assert redact(line, (tok, "rater1")) == want
+    # an unknown token: four characters, on any route and anywhere in the line
+    for line in (f'"GET /r%2f{other}/state HTTP/1.1"', f'"GET /R//{other}"', f'"GET /static/{other}.js"',
+                 f'"GET /%72/{other}"', f'"GET /{other[:25]}"'):
+        got = redact(line)
+        assert other[:5] not in got.replace(f"[{other[:4]}...]", ""), got
+    assert redact('"GET /static/study.js HTTP/1.1" 200') == '"GET /static/study.js HTTP/1.1" 200'
+    assert redact('"GET /r/abc/img/0123456789abcdef HTTP/1.1"') == '"GET /r/[abc...]/img/0123456789abcdef HTTP/1.1"'
