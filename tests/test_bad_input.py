@@ -843,3 +843,31 @@ def test_access_log_redacts_tokens_in_odd_paths():
         assert other[:5] not in got.replace(f"[{other[:4]}...]", ""), got
     assert redact('"GET /static/study.js HTTP/1.1" 200') == '"GET /static/study.js HTTP/1.1" 200'
     assert redact('"GET /r/abc/img/0123456789abcdef HTTP/1.1"') == '"GET /r/[abc...]/img/0123456789abcdef HTTP/1.1"'
+
+
+def test_a_file_too_large_or_a_full_disk_names_the_file(tmp_path, feature_data, empty_cache):
+    """ENOSPC / EFBIG raised by a write name no file; the error line used to be the bare
+    'File too large'. Here the file-size limit (RLIMIT_FSIZE) makes every write above 1,000
+    bytes fail as a full disk would."""
+    assert cli(grid("evaluate", feature_data, tmp_path / "warm")).exit_code == 0  # the cache is filled
+    out = tmp_path / "out"
+    code = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+            "from backretrieval.cli import main\nsys.argv = ['backretrieval', *sys.argv[1:]]\nmain()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code, *grid("evaluate", feature_data, out)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert line.startswith(f"error: {out}{os.sep}") and line.endswith(": File too large") and "\n" not in line, line
+    assert not [p for p in out.rglob("*") if p.is_file() and ".tmp-" in p.name]  # nothing half-written
+
+
+def test_atomic_write_names_the_file_of_an_anonymous_os_error(tmp_path):
+    import errno
+
+    target = tmp_path / "r.txt"
+    with pytest.raises(OSError) as e:
+        with atomic_write(target, "w"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert e.value.filename == str(target) and e.value.errno == errno.ENOSPC and not target.exists()
+    assert list(tmp_path.iterdir()) == []

@@ -245,7 +245,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = F
             the umask, as ``open()`` would.
 
     Raises:
-        OSError: the file cannot be written; nothing is left at ``path`` from this call.
+        OSError: the file cannot be written; nothing is left at ``path`` from this call. An
+            error of the system that names no file (a full disk, ``File too large``) is raised
+            with ``filename=path``, so its message names the file being written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,9 +260,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = F
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise
 
 
