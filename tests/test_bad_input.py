@@ -871,3 +871,49 @@ def test_atomic_write_names_the_file_of_an_anonymous_os_error(tmp_path):
             raise OSError(errno.ENOSPC, "No space left on device")
     assert e.value.filename == str(target) and e.value.errno == errno.ENOSPC and not target.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------- nesting, cycles
+def test_deeply_nested_json_is_a_named_error_not_a_recursion_error(tmp_path):
+    from backretrieval.core import EncoderError
+    from backretrieval.encoders.base import get_text_encoder
+
+    deep = "[" * 100_000 + "]" * 100_000
+    jsonl = tmp_path / "deep.jsonl"
+    jsonl.write_text('{"id": "a", "lang": "en", "text": "a cat"}\n' + deep + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        generic.load(jsonl)
+    assert str(e.value) == f"{jsonl}: line 2: invalid JSON: nested too deeply (arrays or objects inside each other)"
+    arr = tmp_path / "deep.json"
+    arr.write_text("[" + deep + "]", encoding="utf-8")
+    with pytest.raises(DataError, match=r"deep\.json: invalid JSON: nested too deeply"):
+        generic.load(arr)
+    res = cli(["evaluate", "--dataset", jsonl, "--pairs", "en-de", "--models", "random", "--n", "1", "--k", "1",
+               "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    assert_refused(res, f"{jsonl}: line 2: invalid JSON: nested too deeply")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text('{"format": "backretrieval.model", "x": ' + deep + "}", encoding="utf-8")
+    with pytest.raises(EncoderError) as e:
+        get_text_encoder(f"cr5:{model}")
+    assert f"cannot read {model / 'model.json'}: JSON nested too deeply (arrays or objects inside each other)" in str(e.value)
+
+
+def test_a_triplet_model_whose_base_names_itself_is_refused(tmp_path):
+    from backretrieval.core import EncoderError
+    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.triplet import save_model
+
+    params = [(np.eye(4, dtype=np.float32), np.zeros(4, np.float32))]
+    a, b = tmp_path / "a", tmp_path / "b"
+    save_model(a, params, hyper_parameters={"method": "triplet", "base": f"triplet:{a}"})
+    with pytest.raises(EncoderError) as e:
+        get_text_encoder(f"triplet:{a}")
+    assert str(e.value) == (f"triplet:{a}: the model is its own base (triplet:{a} -> triplet:{a}); "
+                            "its base must be another text model")
+    save_model(a, params, hyper_parameters={"method": "triplet", "base": f"tripletxl:{b}"})  # a cycle of two
+    save_model(b, params, hyper_parameters={"method": "tripletxl", "base": f"triplet:{a}"})
+    with pytest.raises(EncoderError, match=rf"the model is its own base \(triplet:{a} -> tripletxl:{b} -> triplet:{a}\)"):
+        get_text_encoder(f"triplet:{a}")
+    save_model(a, params, hyper_parameters={"method": "triplet", "base": "random"})  # a base that is no model: fine
+    assert get_text_encoder(f"triplet:{a}").base_spec == "random"
