@@ -917,3 +917,44 @@ def test_a_triplet_model_whose_base_names_itself_is_refused(tmp_path):
         get_text_encoder(f"triplet:{a}")
     save_model(a, params, hyper_parameters={"method": "triplet", "base": "random"})  # a base that is no model: fine
     assert get_text_encoder(f"triplet:{a}").base_spec == "random"
+
+
+# --------------------------------------------------------------------------------- the cache
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda k, v: (k.reshape(1, -1), v), "keys must be a 1-D array of strings, got <U32 of shape (1, 3)"),
+        (lambda k, v: (np.arange(3), v), "keys must be a 1-D array of strings, got int64 of shape (3,)"),
+        (lambda k, v: (k, v[:2]), "vecs must be a float matrix with one row per key (3), got float32 of shape (2,"),
+        (lambda k, v: (k, np.full_like(v, np.nan)), "vecs hold NaN or inf"),
+        (lambda k, v: (k, v[:, :3]), "vectors of width 3, the other shards' are"),
+    ],
+    ids=["keys-2d", "keys-int", "vecs-rows", "vecs-nan", "vecs-width"],
+)
+def test_a_damaged_cache_shard_is_ignored_by_file_and_re_encoded(tmp_path, damage, why):
+    """A crafted shard with 2-D keys was a traceback (unhashable list); a shard of NaN vectors
+    was blamed on the data's items ('NaN in the embedding of id ...')."""
+    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.cache import CacheWarning, CachedTextEncoder
+    from backretrieval.encoders.cr5 import Cr5Model
+
+    vocab = ["cat", "dog", "red", "tea", "green", "text", "more"]
+    rng = np.random.default_rng(0)
+    model = Cr5Model({"en": vocab}, {"en": np.ones(len(vocab))}, {"en": rng.standard_normal((6, len(vocab)))}).save(tmp_path / "cr5")
+    spec = f"cr5:{model}"
+    texts = ["a red cat", "a dog", "green tea"]
+    enc = CachedTextEncoder(get_text_encoder(spec), root=tmp_path / "cache")
+    want = enc.encode(texts, "en")
+    enc.encode(["another text", "and one more"], "en")  # a second, healthy shard
+    shards = sorted((tmp_path / "cache").rglob("shard-*.npz"))
+    assert len(shards) == 2
+    shard = next(p for p in shards if len(np.load(p)["keys"]) == 3)
+    with np.load(shard) as z:
+        keys, vecs = damage(z["keys"], z["vecs"])
+    np.savez(shard, keys=keys, vecs=vecs)
+    again = CachedTextEncoder(get_text_encoder(spec), root=tmp_path / "cache")
+    with pytest.warns(CacheWarning) as w:
+        got = again.encode(texts, "en")
+    assert np.array_equal(got, want) and again.n_encoded == 3  # encoded again, same vectors
+    msg = str(w[0].message)
+    assert msg.startswith(f"cache shard {shard} ignored ({why}") and msg.endswith("; its items are encoded again"), msg
