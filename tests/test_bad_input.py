@@ -958,3 +958,24 @@ def test_a_damaged_cache_shard_is_ignored_by_file_and_re_encoded(tmp_path, damag
     assert np.array_equal(got, want) and again.n_encoded == 3  # encoded again, same vectors
     msg = str(w[0].message)
     assert msg.startswith(f"cache shard {shard} ignored ({why}") and msg.endswith("; its items are encoded again"), msg
+
+
+# --------------------------------------------------------------------------------- the emoji tarballs
+@pytest.mark.parametrize("cut", [0.5, 0.0001], ids=["half", "header-only"])
+def test_a_truncated_emoji_tarball_is_a_clear_error(tmp_path, shared_data, empty_cache, cut):
+    """It used to end in click's bare `Aborted!` (an EOFError from gzip)."""
+    src = tmp_path / "npm"
+    src.mkdir()
+    for f in (shared_data / "npm").glob("*.tgz"):
+        if f.name.startswith("emoji-datasource"):
+            data = f.read_bytes()
+            (src / f.name).write_bytes(data[: max(20, int(len(data) * cut))])
+            bad = src / f.name
+        else:
+            (src / f.name).symlink_to(f)
+    res = cli(["evaluate", "--dataset", "emoji-cldr", "--dataset-option", f"source_dir={src}", "--pairs", "en-de",
+               "--models", "random", "--n", "10", "--k", "1", "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    line = assert_refused(res, f"error: emoji-cldr: {bad} is damaged or truncated (",
+                          "): delete it and run again to fetch it anew")
+    assert "Aborted" not in res.output, line
+    assert not [p for p in (empty_cache / "emoji-cldr").iterdir()] if (empty_cache / "emoji-cldr").exists() else True
