@@ -979,3 +979,17 @@ def test_a_truncated_emoji_tarball_is_a_clear_error(tmp_path, shared_data, empty
                           "): delete it and run again to fetch it anew")
     assert "Aborted" not in res.output, line
     assert not [p for p in (empty_cache / "emoji-cldr").iterdir()] if (empty_cache / "emoji-cldr").exists() else True
+
+
+def test_newlines_in_paths_do_not_break_the_one_line_errors(tmp_path):
+    folder = tmp_path / "two\nlines\tand\x1b[31mred"
+    folder.mkdir()
+    path = folder / "latin1.jsonl"
+    path.write_bytes(b'{"id": "a", "lang": "en", "text": "caf\xe9"}\n')
+    res = cli(["evaluate", "--dataset", path, "--pairs", "en-de", "--models", "random", "--n", "1", "--k", "1",
+               "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    shown = str(path).replace("\n", "\\n").replace("\t", "\\t").replace("\x1b", "\\x1b")
+    assert_refused(res, f"error: {shown}: line 1: not UTF-8 (byte 0xe9 at column 39)")
+    blocker = tmp_path / "a\nfile"
+    blocker.write_text("x")
+    assert_refused(cli(grid("evaluate", path, blocker / "out")), "a\\nfile, which is a file, not a folder")

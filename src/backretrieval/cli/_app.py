@@ -28,8 +28,17 @@ EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
 EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)
 
 
+def one_line(message: str) -> str:
+    """``message`` with every character that does not print (a newline or tab in a path, other
+    control and format characters) escaped as Python's ``repr`` writes it (``\\n``, ``\\x1b``,
+    ``\\u200b``), so an error stays one line on the terminal."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    click.secho(f"error: {message}", fg="red", err=True)
+    click.secho(f"error: {one_line(message)}", fg="red", err=True)
     sys.exit(code)
 
 
