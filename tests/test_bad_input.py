@@ -993,3 +993,21 @@ def test_newlines_in_paths_do_not_break_the_one_line_errors(tmp_path):
     blocker = tmp_path / "a\nfile"
     blocker.write_text("x")
     assert_refused(cli(grid("evaluate", path, blocker / "out")), "a\\nfile, which is a file, not a folder")
+
+
+def test_study_serve_on_a_busy_port_is_our_own_one_line_error(tmp_path, shared_data):
+    import socket
+
+    db = tmp_path / "S.db"
+    res = cli(["study", "create", "--dataset", "emoji-cldr", "--dataset-option", f"source_dir={shared_data / 'npm'}",
+               "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--queries", "2", "--per-model", "2",
+               "--images", "none", "--out", db, "--quiet"])
+    assert res.exit_code == 0, res.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res = cli(["study", "serve", db, "--port", port])
+    assert_refused(res, f"error: cannot serve the study on 127.0.0.1:{port} (Address already in use): another program "
+                        f"listens on port {port}; stop it or choose another --port (0 picks a free one)")
+    assert "Either identify and stop that program" not in res.output  # Werkzeug's own text

@@ -28,6 +28,9 @@ characters (a token is 43), wherever it stands in the line.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import re
 import socket
 import sqlite3
@@ -35,6 +38,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core import BackretrievalError
 from . import page, store
 
 RATER_ENV = "backretrieval.study.rater"  # (token, rater name), set by the app for the access log
@@ -42,6 +46,10 @@ WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "::0", "0:0:0:0:0:0:0:0")
 _TOKEN_IN_PATH = re.compile(r"(/[rR](?:/|%2[fF])+)([^/?#\s\"'()<>\[\]]+)")  # /r/, /r//, /r%2F, /R/
 _LONG_RUN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{20,}")  # what a token (43 base64url characters) could be
 _QUERY = re.compile(r"\?[^\s\"']*")  # the app reads no query string: never log one
+
+class StudyServerError(BackretrievalError):
+    """The server cannot listen where it was asked to (a port in use, an address not of this machine)."""
+
 
 MAX_BODY = 4096
 _SECURITY_HEADERS = {
@@ -257,8 +265,18 @@ class StudyServer:
         # `create --force` can replace a served study) and keeps SQLite's WAL in place between
         # requests (no checkpoint-and-delete each time the last request connection closes)
         self._keeper: sqlite3.Connection | None = store.connect(self.db_path)
+        said = io.StringIO()  # Werkzeug prints why it cannot listen, then exits: say it our way instead
         try:
-            self.server = make_server(host, port, self.app, threaded=True, request_handler=_request_handler())
+            with contextlib.redirect_stderr(said):
+                self.server = make_server(host, port, self.app, threaded=True, request_handler=_request_handler())
+        except (SystemExit, OSError) as e:
+            self._keeper.close()
+            lines = said.getvalue().strip().splitlines()
+            why = e.strerror if isinstance(e, OSError) and e.strerror else (lines[0] if lines else "the address cannot be used")
+            busy = "in use" in said.getvalue() or (isinstance(e, OSError) and e.errno == errno.EADDRINUSE)
+            hint = (f": another program listens on port {port}; stop it or choose another --port (0 picks a free one)"
+                    if busy else ": choose another --host or --port")
+            raise StudyServerError(f"cannot serve the study on {host}:{port} ({why}){hint}") from None
         except BaseException:
             self._keeper.close()
             raise
