@@ -133,7 +133,7 @@ def check_writable_file(path: str | os.PathLike, what: str) -> Path:
 
 
 LOCK_FILE = ".backretrieval.lock"  # in an output folder while a run writes it
-_held: dict[Path, list] = {}  # folder -> [descriptor, depth]: the locks this process holds
+_held: dict[Path, int] = {}  # folder -> depth: the folders this process holds
 _held_guard = threading.Lock()
 
 
@@ -147,6 +147,42 @@ def _lock_holders(lock: Path) -> str:
     pids = [f[4] for f in (ln.split() for ln in text.splitlines())
             if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino)]
     return f" (process {', '.join(dict.fromkeys(pids))})" if pids else ""
+
+
+class _Busy(Exception):
+    """Another process holds the lock."""
+
+
+def _flock(lock: Path) -> int | None:
+    """An exclusive ``flock`` on the file ``lock`` (created if needed), taken without waiting.
+
+    Returns the descriptor that holds it, or None where locks cannot be taken (no ``fcntl``, a
+    file system without ``flock``, a folder that cannot hold the file). Raises :class:`_Busy`
+    when another process holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    for _ in range(10):  # a run ending just now may remove the file: lock the one that is there
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise _Busy() from None
+            return None  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    return None
 
 
 @contextlib.contextmanager
@@ -170,65 +206,31 @@ def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
     Raises:
         OutputError: another process holds the folder (its process id where the system says).
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        fcntl = None  # type: ignore[assignment]
     path = Path(path).expanduser()
     created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     key = path.resolve()
-    lock = key / LOCK_FILE
     with _held_guard:
-        if key in _held:
-            _held[key][1] += 1
-            fd = None
-        else:
-            fd = -1
-    if fd is None:  # this process holds it already
-        try:
-            yield path
-        finally:
-            with _held_guard:
-                _held[key][1] -= 1
-        return
+        nested = key in _held
+        _held[key] = _held.get(key, 0) + 1
     fd = None
-    if fcntl is not None:
-        for _ in range(10):  # the lock file may be removed by a run ending just now: take the current one
-            try:
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-            except OSError:
-                fd = None
-                break
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                os.close(fd)
-                fd = None
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise OutputError(
-                        f"{what} {path} is being written by another run{_lock_holders(lock)}: wait for it to finish "
-                        "or choose another folder"
-                    ) from None
-                break  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
-            try:
-                if os.fstat(fd).st_ino == os.stat(lock).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-            fd = None
-    with _held_guard:
-        _held[key] = [fd, 1]
     try:
+        if not nested:
+            try:
+                fd = _flock(key / LOCK_FILE)
+            except _Busy:
+                raise OutputError(f"{what} {path} is being written by another run{_lock_holders(key / LOCK_FILE)}: "
+                                  "wait for it to finish or choose another folder") from None
         yield path
     finally:
         with _held_guard:
-            del _held[key]
-        if created:
+            _held[key] -= 1
+            if not _held[key]:
+                del _held[key]
+        if not nested and created:
             with contextlib.suppress(OSError):
                 if [p.name for p in key.iterdir()] == [LOCK_FILE]:
-                    lock.unlink()
+                    (key / LOCK_FILE).unlink()
                     key.rmdir()
         if fd is not None:
             os.close(fd)
