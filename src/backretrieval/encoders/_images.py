@@ -25,6 +25,7 @@ from .base import check_embeddings
 
 WHITE = (255, 255, 255)
 MAX_PIXELS = 25_000_000  # width x height of the largest image an image model reads
+LOADING = "white-bg2"  # the rule of load_rgb, in every image model's version: white background, 16-bit and [0, 1] float grey to 8 bits
 
 
 def load_rgb(path: str | os.PathLike[str]):

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..core import EncoderError
 from ._cnn import CNNFeatureEncoder
+from ._images import LOADING
 from .base import EncoderInfo, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
@@ -68,7 +69,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
     mean = MEAN
     std = STD
     dim = 1280  # the Lite head is not scaled: 1280 channels for every variant
-    describe = "bicubic-crop/mean127-std128/white-bg/gap1280"
+    describe = f"bicubic-crop/mean127-std128/{LOADING}/gap1280"
 
     def __init__(self, variant: int = 0, **options: Any) -> None:
         if variant not in RESOLUTION:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core import EncoderError
 from ._cnn import CNNFeatureEncoder
+from ._images import LOADING
 from .base import EncoderInfo, register_image
 
 MEAN = (0.485, 0.456, 0.406)
@@ -111,7 +112,7 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
     resolution = RESOLUTION
     mean = MEAN
     std = STD
-    describe = "bicubic-crop/imagenet-norm/white-bg/gap1280"
+    describe = f"bicubic-crop/imagenet-norm/{LOADING}/gap1280"
 
     def weights_path(self) -> str:
         return weights_path()
