@@ -44,7 +44,7 @@ def child(args: argparse.Namespace) -> dict:
     recs = evaluate_retrieval(model.transform, ds, split, pairs)
     t_eval = time.perf_counter() - t2
     if args.save:
-        model.save(args.save, experiment={"regime": "joint", "bench": "bench/bench_cr5.py"})
+        model.save(args.save, info={"experiment": {"regime": "joint", "bench": "bench/bench_cr5.py"}})
         split.save(Path(args.save) / "split.json")
     return {
         "load_s": round(t_load, 1),

@@ -21,6 +21,7 @@ docs/cr5.md, "Where the time goes").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -63,8 +64,9 @@ def _old_solve():
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
 
-    def solve(*a, names=None, deflation=None, **kw):  # the old signature lacks the new keywords
-        return mod.solve(*a, **kw)
+    def solve(blocks, labels, n_classes, settings, *, names=None):  # the old signature: keywords, no deflation
+        kw = {k: v for k, v in dataclasses.asdict(settings).items() if k != "deflation"}
+        return mod.solve(blocks, labels, n_classes, **kw)
 
     return solve
 
@@ -120,17 +122,19 @@ def _blocks(langs: list[str]):
     class _Got(Exception):
         pass
 
-    def grab(blocks, labels, n_classes, **kw):
-        got.update(blocks=blocks, labels=labels, K=n_classes, names=kw["names"])
+    def grab(blocks, labels, n_classes, settings, *, names=None):
+        got.update(blocks=blocks, labels=labels, K=n_classes, names=names)
         raise _Got
 
-    inner, cr5.solve = cr5.solve, grab
+    import backretrieval.train.cr5.estimator as cr5_estimator
+
+    inner, cr5_estimator.solve = cr5_estimator.solve, grab  # the name Cr5.fit calls
     try:
         cr5.Cr5(rank=10, lam=1.0).fit(train)
     except _Got:
         pass
     finally:
-        cr5.solve = inner
+        cr5_estimator.solve = inner
     return got
 
 
@@ -223,7 +227,7 @@ def kernels(langs: list[str]) -> str:
                 _cr5_lanczos.lanczos_top = lambda *a, maxiter=0: lanczos(*a, maxiter=0)
             try:
                 box = {}
-                t = best(lambda: box.update(sol=fn(blocks, labels, K, rank=rank, lam=1.0)), 5)
+                t = best(lambda: box.update(sol=fn(blocks, labels, K, cr5.SolverSettings(rank=rank, lam=1.0))), 5)
             finally:
                 _cr5_lanczos.lanczos_top = lanczos
             cells.append(f"{box['sol'].stats.matvecs}, {t:.3f} s")

@@ -38,7 +38,7 @@ def synthetic(n: int, d: int, n_langs: int, seed: int = 0):
 
 def main() -> None:
     from backretrieval.encoders._text import default_threads
-    from backretrieval.train.triplet import TripletModel
+    from backretrieval.train.triplet import Triplet
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
@@ -53,7 +53,7 @@ def main() -> None:
     for method in args.methods.split(","):
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
-        est = TripletModel(method, epochs=args.epochs).fit_vectors(xt, xb, langs)
+        est = Triplet(method, epochs=args.epochs).fit_vectors(xt, xb, langs)
         wall = time.perf_counter() - t0
         last = est.history_[-1]
         # every epoch starts with a neighbour refresh; the first epoch's is done (and timed) in the

@@ -1,13 +1,11 @@
 """Naive, obviously-correct reference implementations of every metric.
 
 Plain Python loops over a full score matrix, written straight from the papers' definitions and
-the project's documented rules, with no BLAS anywhere: every score is the *canonical* score of
-``backretrieval.search.exact`` computed the slow way (a Python loop adding the exact float64
-products in index order, IEEE operations one at a time), so the references themselves give the
-same bits on every machine.
-The fast, blocked implementations must agree with these exactly.
+the project's documented rules, with no BLAS anywhere: every score is the canonical score
+(explained in the module docstring of ``backretrieval.search.exact``) computed the slow way, one
+IEEE operation at a time. The fast, blocked implementations must agree with these exactly.
 
-Rules mirrored here (ARCHITECTURE.md, "Ties and reproducibility"):
+Rules implemented here:
 * unit rows: a row whose exact squared norm is within 1e-5 of 1 is kept; others are divided by
   the square root of their exact squared norm (float64), then rounded to float32;
 * canonical score: float32(float64(scale * dot) - float64(q_bias + d_bias)), dot = the float64 sum

@@ -587,7 +587,7 @@ def test_compare_n_boot_is_bounded_before_the_evaluation(tmp_path, feature_data,
 # ----------------------------------------------------------------------------------- model files
 @pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
 def test_cr5_model_with_non_finite_weights_is_refused(tmp_path, bad):
-    """A NaN in Phi made every text the bias-only vector (as the Triplet reader already refuses)."""
+    """A NaN in Phi would make every text the bias-only vector (the Triplet reader refuses the same)."""
     from backretrieval.core import EncoderError
     from backretrieval.encoders.base import get_text_encoder
     from backretrieval.encoders.cr5 import Cr5Model
@@ -607,7 +607,7 @@ def test_cr5_model_with_non_finite_weights_is_refused(tmp_path, bad):
 
 
 def test_out_never_overwrites_an_input(tmp_path, feature_data, empty_cache):
-    """`--dataset D/results.csv --out D` used to replace the user's data with the results."""
+    """`--dataset D/results.csv --out D`: the results would replace the user's data, so the run is refused."""
     d = tmp_path / "D"
     d.mkdir()
     data = d / "results.jsonl"
@@ -653,7 +653,7 @@ def _png_claiming(path: Path, width: int, height: int) -> Path:
 
 
 def test_huge_images_are_refused_from_their_header(tmp_path):
-    """A 13,300 x 13,300 PNG cost color-hist 7.8 GB; every image model reads through load_rgb."""
+    """A 13,300 x 13,300 PNG would cost color-hist 7.8 GB; every image model reads through load_rgb."""
     from backretrieval.encoders._images import MAX_PIXELS, preprocess_batch
     from backretrieval.encoders.base import get_image_encoder
 
@@ -674,8 +674,8 @@ def test_huge_images_are_refused_from_their_header(tmp_path):
 
 
 def test_16_bit_and_float_grey_images_are_rescaled(tmp_path):
-    """A 16-bit grey PNG became almost white and a [0, 1] float TIFF black; both now give the
-    8-bit image of the same picture."""
+    """A 16-bit grey PNG and a [0, 1] float TIFF give the 8-bit image of the same picture
+    (Pillow's own conversion makes the first almost white and the second black)."""
     from PIL import Image
 
     from backretrieval.encoders._images import load_rgb
@@ -701,8 +701,8 @@ def test_16_bit_and_float_grey_images_are_rescaled(tmp_path):
 
 # ------------------------------------------------------------------------------------ faults
 def test_sigterm_of_the_caller_ends_the_process_workers(tmp_path):
-    """`kill` (SIGTERM) of a run with `--executor processes:N` left its workers alive, holding
-    the caller's stdout and stderr, so a wrapper reading the output hung; now they end with it."""
+    """`kill` (SIGTERM) of a run with `--executor processes:N` ends its workers too: alive, they
+    would hold the caller's stdout and stderr, and a wrapper reading the output would hang."""
     import signal
     import time
 
@@ -771,7 +771,7 @@ def test_the_process_pool_is_no_larger_than_the_tasks(monkeypatch):
 
 
 def test_a_second_run_into_the_same_out_is_refused_while_the_first_writes(tmp_path, feature_data):
-    """Two runs with different settings writing one --out at once left files of both."""
+    """Two runs writing one --out at once would leave files of both: the second is refused."""
     from backretrieval.core.io import LOCK_FILE, folder_lock
 
     out = tmp_path / "out"
@@ -846,8 +846,8 @@ def test_access_log_redacts_tokens_in_odd_paths():
 
 
 def test_a_file_too_large_or_a_full_disk_names_the_file(tmp_path, feature_data, empty_cache):
-    """ENOSPC / EFBIG raised by a write name no file; the error line used to be the bare
-    'File too large'. Here the file-size limit (RLIMIT_FSIZE) makes every write above 1,000
+    """ENOSPC / EFBIG raised by a write name no file; the error line names the file being
+    written. Here the file-size limit (RLIMIT_FSIZE) makes every write above 1,000
     bytes fail as a full disk would."""
     assert cli(grid("evaluate", feature_data, tmp_path / "warm")).exit_code == 0  # the cache is filled
     out = tmp_path / "out"
@@ -932,8 +932,8 @@ def test_a_triplet_model_whose_base_names_itself_is_refused(tmp_path):
     ids=["keys-2d", "keys-int", "vecs-rows", "vecs-nan", "vecs-width"],
 )
 def test_a_damaged_cache_shard_is_ignored_by_file_and_re_encoded(tmp_path, damage, why):
-    """A crafted shard with 2-D keys was a traceback (unhashable list); a shard of NaN vectors
-    was blamed on the data's items ('NaN in the embedding of id ...')."""
+    """A crafted or damaged shard (2-D keys, NaN vectors, ...) is the cache's fault, not the
+    data's: it is ignored with a warning naming the file, and its items are encoded again."""
     from backretrieval.encoders.base import get_text_encoder
     from backretrieval.encoders.cache import CacheWarning, CachedTextEncoder
     from backretrieval.encoders.cr5 import Cr5Model
@@ -963,7 +963,7 @@ def test_a_damaged_cache_shard_is_ignored_by_file_and_re_encoded(tmp_path, damag
 # --------------------------------------------------------------------------------- the emoji tarballs
 @pytest.mark.parametrize("cut", [0.5, 0.0001], ids=["half", "header-only"])
 def test_a_truncated_emoji_tarball_is_a_clear_error(tmp_path, shared_data, empty_cache, cut):
-    """It used to end in click's bare `Aborted!` (an EOFError from gzip)."""
+    """gzip's EOFError would reach click, which prints a bare `Aborted!`; the error names the tarball."""
     src = tmp_path / "npm"
     src.mkdir()
     for f in (shared_data / "npm").glob("*.tgz"):

@@ -18,6 +18,7 @@ from backretrieval.train.base import HyperParameterError, NotFittedError
 from backretrieval.train.cr5 import (
     Cr5,
     Cr5Problem,
+    SolverSettings,
     candidate_rows,
     evaluate_retrieval,
     make_split,
@@ -77,7 +78,7 @@ def closed_form(blocks, labels, K, lam, r):
 def test_iterative_solution_equals_closed_form(woodbury, lam, rank):
     blocks, labels, K = synthetic()
     W, S, phi_ref, eig = closed_form(blocks, labels, K, lam, rank)
-    sol = solve(blocks, labels, K, rank=rank, lam=lam, woodbury=woodbury, **TIGHT)
+    sol = solve(blocks, labels, K, SolverSettings(rank=rank, lam=lam, woodbury=woodbury, **TIGHT))
     phi = np.concatenate(sol.phi, axis=1)
     np.testing.assert_allclose(sol.eigenvalues, eig, rtol=1e-8)
     np.testing.assert_allclose(sol.singular_values, S, rtol=1e-8)
@@ -96,7 +97,7 @@ def test_default_tolerances_are_near_optimal(seed):
     W, _, _, _ = closed_form(blocks, labels, K, lam, r)
     Xc, Yc, A = dense_system(blocks, labels, K, lam)
     f = lambda W: 0.5 * np.trace(W @ A @ W.T) - np.trace(Yc.T @ Xc @ W.T)  # noqa: E731
-    sol = solve(blocks, labels, K, rank=r, lam=lam)
+    sol = solve(blocks, labels, K, SolverSettings(rank=r, lam=lam))
     Wi = sol.H @ np.concatenate(sol.phi, axis=1)
     assert np.linalg.matrix_rank(Wi) == r
     gap = (f(Wi) - f(W)) / abs(f(W))
@@ -134,17 +135,17 @@ def test_woodbury_solves_equal_direct_and_dense():
 
 def test_solver_is_deterministic_and_checks_rank():
     blocks, labels, K = synthetic(seed=3)
-    a = solve(blocks, labels, K, rank=4, lam=1.0, seed=5)
-    b = solve(blocks, labels, K, rank=4, lam=1.0, seed=5)
-    threaded = solve(blocks, labels, K, rank=4, lam=1.0, seed=5, n_jobs=2)  # per-language solves in threads
+    a = solve(blocks, labels, K, SolverSettings(rank=4, lam=1.0, seed=5))
+    b = solve(blocks, labels, K, SolverSettings(rank=4, lam=1.0, seed=5))
+    threaded = solve(blocks, labels, K, SolverSettings(rank=4, lam=1.0, seed=5, n_jobs=2))  # per-language solves in threads
     for x, y, z in zip(a.phi, b.phi, threaded.phi):
         np.testing.assert_array_equal(x, y)
         np.testing.assert_array_equal(x, z)
     assert threaded.stats.cg_iterations == a.stats.cg_iterations
     with pytest.raises(DataError, match="rank"):
-        solve(blocks, labels, K, rank=K, lam=1.0)
+        solve(blocks, labels, K, SolverSettings(rank=K, lam=1.0))
     with pytest.raises(DataError, match="lam"):
-        solve(blocks, labels, K, rank=3, lam=0.0)
+        solve(blocks, labels, K, SolverSettings(rank=3, lam=0.0))
 
 
 _BLAS_CHILD = """
@@ -156,8 +157,8 @@ before = sorted(i["filepath"] for i in threadpool_info())
 rng = np.random.default_rng(0)
 blocks = [sp.random(40, 30, density=0.3, random_state=rng, format="csr") for _ in range(2)]
 labels = [np.arange(40) % 25, (np.arange(40) + 3) % 25]
-solver.solve(blocks, labels, 25, rank=3, lam=1.0)
-solver.solve(blocks, labels, 25, rank=3, lam=1.0, woodbury=False, eig_tol=1e-9)
+solver.solve(blocks, labels, 25, solver.SolverSettings(rank=3, lam=1.0))
+solver.solve(blocks, labels, 25, solver.SolverSettings(rank=3, lam=1.0, woodbury=False, eig_tol=1e-9))
 print(json.dumps({"before": before, "after": sorted(i["filepath"] for i in threadpool_info())}))
 """
 
@@ -223,8 +224,7 @@ def _naive_xlr_at_k(q, d, truth, sim, k_csls, q_pool, ks):
 def _assert_xlr_at_k_exact(got, q, d, truth, sim, k_csls, q_pool, ks):
     """The fast P@k equals the naive one exactly: the naive ranks are computed with and without a
     1e-6 slack (float32 kernels), and no query's rank may change with it (nothing ambiguous), so
-    the two references agree and must equal the fast value -- no query's mismatch is tolerated
-    (issue #16 item 7: one was)."""
+    the two references agree and must equal the fast value -- no query's mismatch is tolerated."""
     loose = _naive_xlr_at_k(q, d, truth, sim, k_csls, q_pool, ks)
     unit = lambda a: a.astype(np.float64) / np.linalg.norm(a.astype(np.float64), axis=1, keepdims=True)  # noqa: E731
     Q, D, QP = unit(q), unit(d), unit(q_pool)
@@ -333,7 +333,7 @@ def test_fit_attributes_and_retrieval_well_above_chance(fitted, ddtp, split):
 def test_save_load_and_encoder(fitted, ddtp, tmp_path):
     from backretrieval.encoders.base import get_text_encoder
 
-    d = fitted.save(tmp_path / "m", note="test")
+    d = fitted.save(tmp_path / "m", info={"note": "test"})
     meta = json.loads((d / "model.json").read_text())
     assert meta["format"] == "backretrieval.model" and meta["kind"] == "cr5" and meta["rank"] == 40 and meta["note"] == "test"
     with np.load(d / "weights.npz", allow_pickle=False) as z:  # no pickled objects anywhere
@@ -436,7 +436,7 @@ def test_estimator_shape_params_clone_and_bad_hyper_parameters():
         assert isinstance(err.value, BackretrievalError)
         for w in words:
             assert w in str(err.value), (kw, str(err.value))
-    Cr5(min_words=0, max_words=None, max_vocab=None, seed=np.int64(2))._check_params()  # the edges are fine
+    Cr5(min_words=0, max_words=None, max_vocab=None, seed=np.int64(2)).check_params()  # the edges are fine
 
 
 def test_precision_table_and_eval_md(tmp_path):

@@ -1,4 +1,4 @@
-"""Issue #19 (Cr5 speed) and #20 item 2 (Cr5 progress): the compiled CG kernels against dense
+"""Cr5 solver speed and progress: the compiled CG kernels against dense
 linear algebra, the warm-started Eq. 14 against the cold one, the same bits whatever the BLAS
 thread setting and ``n_jobs``, and what the progress output says.
 """
@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 from backretrieval.train.cr5 import _cg as _cr5_cg
-from backretrieval.train.cr5 import Cr5Problem, solve
+from backretrieval.train.cr5 import Cr5Problem, SolverSettings, solve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cr5 import synthetic  # noqa: E402
@@ -185,10 +185,10 @@ import numpy as np
 sys.path.insert(0, {tests!r})
 from test_cr5 import synthetic
 from backretrieval.train.cr5 import _cg as _cr5_cg
-from backretrieval.train.cr5 import solve
+from backretrieval.train.cr5 import SolverSettings, solve
 _cr5_cg.COMPILED_MAX_NNZ = int(sys.argv[2])
 blocks, labels, K = synthetic(seed=6, K=60, p=(70, 90, 50))
-sol = solve(blocks, labels, K, rank=6, lam=1.0, n_jobs=int(sys.argv[1]))
+sol = solve(blocks, labels, K, SolverSettings(rank=6, lam=1.0, n_jobs=int(sys.argv[1])))
 h = hashlib.sha256(b"".join(np.ascontiguousarray(p).tobytes() for p in sol.phi) + sol.H.tobytes()).hexdigest()
 print(json.dumps({{"hash": h, "cg": sol.stats.cg_iterations}}))
 """
@@ -227,7 +227,7 @@ rng = np.random.default_rng(0)
 K = 40
 labels = [np.sort(rng.choice(K, 32, replace=False)) for _ in range(3)]
 blocks = [sp.random(32, p, density=0.3, random_state=rng, format="csr") + sp.eye(32, p, format="csr") for p in (30, 45, 25)]
-cr5.solve(blocks, labels, K, rank=4, lam=1.0)
+cr5.solve(blocks, labels, K, cr5.SolverSettings(rank=4, lam=1.0))
 print(json.dumps(seen))
 """
 
@@ -251,7 +251,7 @@ def test_progress_says_what_runs(monkeypatch, capsys):
     monkeypatch.setattr(Cr5Problem, "bar_options", {"mininterval": 0, "miniters": 1})
     blocks, labels, K = synthetic(seed=7)
     rank = 5
-    solve(blocks, labels, K, rank=rank, lam=1.0, progress=True, names=["de", "en", "fr"])
+    solve(blocks, labels, K, SolverSettings(rank=rank, lam=1.0, progress=True), names=["de", "en", "fr"])
     err = capsys.readouterr().err
     frames = [f for f in re.split(r"[\r\n]", err) if f.strip()]
     ncv = max(2 * rank + 1, 20)
@@ -266,7 +266,7 @@ def test_progress_says_what_runs(monkeypatch, capsys):
     eq14 = [int(m.group(1)) for f in frames if f.startswith("Cr5 Eq. 14") and (m := re.search(rf"\| *(\d+)/{rank} \[", f))]
     assert eq14[0] == 0 and eq14[-1] == rank, eq14
     # progress off: nothing on stderr
-    solve(blocks, labels, K, rank=rank, lam=1.0)
+    solve(blocks, labels, K, SolverSettings(rank=rank, lam=1.0))
     assert capsys.readouterr().err == ""
 
 

@@ -1,4 +1,4 @@
-"""``--device auto|cpu|cuda`` (issue #14, item 3): one shared option on evaluate, compare, meta,
+"""``--device auto|cpu|cuda``: one shared option on evaluate, compare, meta,
 train m3l, train patr and image-retrieval; it sets the device of the torch and ONNX Runtime
 encoders for the run (through ``$BACKRETRIEVAL_DEVICE``, restored afterwards), is validated, and
 the device is part of the cache key only of encoders whose output depends on it."""

@@ -1,6 +1,14 @@
-"""Public API docstrings: Google style with ``Args:`` and ``Returns:`` sections (issue 16, item 8).
+"""Public API docstrings.
 
-Covered: ``backretrieval.metrics`` (the package and every public submodule, plus the names its
+Every public module of the package (no path part after ``backretrieval`` starts with an
+underscore) is covered at two levels:
+
+* **present** (every public module): each public function and class defined there, and each public
+  method and property such a class defines itself, has a docstring that is not empty
+  (:func:`test_docstring_present`);
+* **Google style** (the modules listed below): ``Args:`` and ``Returns:`` sections, as follows.
+
+Google style covers: ``backretrieval.metrics`` (the package and every public submodule, plus the names its
 ``__all__`` re-exports from private submodules), every module of ``backretrieval.analysis``
 (subpackages included: ``analysis.evaluate``), the estimator base module
 ``backretrieval.train.base``, Cr5's ``train.cr5.evaluation``, ``train.cr5.splits`` and
@@ -212,9 +220,9 @@ def test_something_collected():
         "backretrieval.analysis.stats.sign_flip_p",
         "backretrieval.train.base.Estimator",
         "backretrieval.train.triplet.estimator.Triplet.fit",
-        "backretrieval.train.m3l.fit.M3L.save",
-        "backretrieval.train.m3l.fit.M3L.transform",
-        "backretrieval.train.triplet.estimator.Triplet.transform_vectors",
+        "backretrieval.train.m3l.estimator.M3L.save",
+        "backretrieval.train.m3l.estimator.M3L.transform",
+        "backretrieval.train.triplet.estimator.Triplet.transform",
         "backretrieval.analysis.evaluate.config.EvalConfig.key",
         "backretrieval.analysis.evaluate.tasks.run_sample_task",
         "backretrieval.train.cr5.estimator.Cr5.fit",
@@ -276,6 +284,63 @@ def _problems(name: str, obj) -> list[str]:
                 if not re.fullmatch(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Warning|Interrupt)", exc):
                     problems.append(f"Raises: entry {exc!r} is not an exception name")
     return problems
+
+
+def _public_modules() -> list:
+    """Every module of the package whose dotted path has no part starting with an underscore."""
+    import backretrieval
+
+    mods = [backretrieval]
+    for info in pkgutil.walk_packages(backretrieval.__path__, "backretrieval."):
+        if any(part.startswith("_") for part in info.name.split(".")[1:]):
+            continue
+        mods.append(importlib.import_module(info.name))
+    return mods
+
+
+def _collect_present() -> dict[str, object]:
+    """Public functions and classes defined in every public module, and their own public methods
+    and properties (qualified name -> the object whose ``__doc__`` is checked)."""
+    found: dict[str, object] = {}
+    for module in _public_modules():
+        for name, obj in sorted(vars(module).items()):
+            if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            if not _defined_here(obj, module):
+                continue
+            found[f"{module.__name__}.{name}"] = obj
+            if not inspect.isclass(obj):
+                continue
+            for member_name, member in vars(obj).items():
+                if member_name.startswith("_"):
+                    continue
+                if isinstance(member, (classmethod, staticmethod)):
+                    member = member.__func__
+                elif isinstance(member, property):
+                    member = member.fget
+                if inspect.isfunction(member):
+                    found[f"{module.__name__}.{name}.{member_name}"] = member
+    return found
+
+
+PRESENT = _collect_present()
+
+
+def test_every_public_module_is_covered():
+    names = {m.__name__ for m in _public_modules()}
+    for expected in ("backretrieval.cli.evaluate", "backretrieval.study.store", "backretrieval.encoders.base",
+                     "backretrieval.data.registry", "backretrieval.train.cr5.problem", "backretrieval.report.table"):
+        assert expected in names, expected
+    assert not any(part.startswith("_") for n in names for part in n.split(".")[1:])
+    assert "backretrieval.study.store.read_meta" in PRESENT
+    assert "backretrieval.data.corpus.Corpus.subset" in PRESENT
+    assert len(PRESENT) > 400
+
+
+@pytest.mark.parametrize("name", sorted(PRESENT))
+def test_docstring_present(name):
+    doc = PRESENT[name].__doc__
+    assert doc and doc.strip(), f"{name}: no docstring (one line saying what it is or does)"
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTS))
@@ -379,12 +444,19 @@ def test_dataclass_fields_are_constructor_parameters():
             assert _parameters(obj) == fields, name
 
 
-def test_package_docstring_lists_every_layer():
+def test_every_layer_is_named_and_mapped():
+    """The package docstring names every layer, in order, and points to ARCHITECTURE.md, whose
+    layer map has one entry per layer, in the import order that tests/test_layers.py enforces."""
+    from pathlib import Path
+
     import backretrieval
 
     layers = ["core", "data", "encoders", "search", "metrics", "train", "analysis", "report", "study", "cli"]
     doc = backretrieval.__doc__
-    starts = {line.split()[0].strip("`*:") for line in doc.splitlines() if line.strip()}
-    missing = [layer for layer in layers if layer not in starts]
-    assert not missing, f"package docstring has no line for layers {missing}"
-    assert " -> ".join(layers) in doc
+    named = re.findall(r"``(\w+)``", doc)
+    assert [n for n in named if n in layers] == layers, f"package docstring names the layers {named}"
+    assert "ARCHITECTURE.md" in doc
+    text = (Path(__file__).resolve().parents[1] / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text.split("```", 2)[1]  # the first code block: the layer map
+    starts = [line.split()[0] for line in block.splitlines() if line.strip() and not line[0].isspace()]
+    assert starts == layers, f"ARCHITECTURE.md's layer map lists {starts}"

@@ -1,8 +1,11 @@
-"""Triplet and M3L on the one estimator shape (train/base.py): parameters from __init__ stored
-unmodified, clone, named hyper-parameter errors, one not-fitted error, one fit shape, and
-Triplet's checkpoint resume key, which must stay what the code before computed."""
+"""Cr5, Triplet and M3L on the one estimator shape (train/base.py): parameters from __init__ stored
+unmodified, clone, named hyper-parameter errors checked before any fitting, one not-fitted error,
+fit / transform / save / load with the same vectors after loading, and Triplet's checkpoint
+resume key, which must stay what stored checkpoints are keyed by."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 
 import numpy as np
@@ -13,8 +16,9 @@ from sklearn.base import clone
 from backretrieval.core import BackretrievalError, content_hash
 from backretrieval.data import Corpus, Dataset
 from backretrieval.train.base import HyperParameterError, NotFittedError
-from backretrieval.train.m3l import M3L, M3LModel
-from backretrieval.train.triplet import TitleBodyData, Triplet, TripletModel, resume_key
+from backretrieval.train.cr5 import Cr5
+from backretrieval.train.m3l import M3L
+from backretrieval.train.triplet import TitleBodyData, Triplet, resume_key
 
 
 def _synthetic():
@@ -30,7 +34,7 @@ def _synthetic():
 
 
 def _old_key(est, xt, xb, lang_idx, languages):
-    """The resume key as the code before the estimator API computed it (its hyper_params())."""
+    """The resume key computed independently, from the estimator's attributes (the reference rule)."""
     keys = ("method", "base", "layers", "final_relu", "lr", "alpha", "batch_size", "epochs", "beta", "k",
             "refresh_every", "val_frac", "patience", "restore_best", "seed")
     hp = {k: getattr(est, k) for k in keys}
@@ -45,7 +49,7 @@ def _old_key(est, xt, xb, lang_idx, languages):
 
 
 @pytest.mark.parametrize("kw, measured", [
-    # measured with the code before this change (/work/main at eeb07d3, TripletModel._run_key)
+    # pinned keys: stored checkpoints must still resume (_old_key recomputes them)
     (dict(method="triplet", layers=(12, 8), batch_size=32, epochs=3, seed=7, threads=1), "059c901eb6a52a8fd585c70c71dbf905"),
     (dict(method="tripletxl", layers=(24,), batch_size=32, epochs=3, seed=7, threads=1, tower="residual", k=3,
           negatives="language"), "2676600c5435b2061a90b3c92c56b96e"),
@@ -71,7 +75,6 @@ def test_triplet_stores_parameters_unmodified_and_clones():
     c = clone(est)
     assert c is not est and c.get_params() == est.get_params()
     assert repr(Triplet(k=3)) == "Triplet(k=3)"
-    assert TripletModel is Triplet and M3LModel is M3L
 
 
 @pytest.mark.parametrize("kw, words", [
@@ -98,11 +101,11 @@ def test_triplet_bad_hyper_parameters_are_named(kw, words):
 def test_triplet_not_fitted_and_fit_shape(tmp_path):
     xt, xb, langs = _synthetic()
     est = Triplet("triplet", layers=(8,), epochs=1, batch_size=32, threads=1)
-    for call in (lambda: est.transform_vectors(xt, xb), lambda: est.save(tmp_path)):
+    for call in (lambda: est.transform(xt, xb), lambda: est.save(tmp_path)):
         with pytest.raises(sklearn.exceptions.NotFittedError, match="Triplet is not fitted yet"):
             call()
     assert not (tmp_path / "model.json").exists()
-    assert est.fit_vectors(xt, xb, langs) is est and est.transform_vectors(xt, xb).shape == (240, 16)
+    assert est.fit_vectors(xt, xb, langs) is est and est.transform(xt, xb).shape == (240, 16)
 
 
 def test_triplet_fit_takes_a_dataset_like_title_body_data():
@@ -160,7 +163,98 @@ def test_m3l_bad_hyper_parameters_are_named_before_any_data_is_read(kw, words):
 
 def test_m3l_not_fitted(tmp_path):
     m = M3L("m3l")
-    for call in (lambda: m.save(tmp_path / "m"), lambda: m.transform(np.zeros((1, 4), np.float32)), m.layers_, m.info_):
+    for call in (lambda: m.save(tmp_path / "m"), lambda: m.transform(np.zeros((1, 4), np.float32))):
         with pytest.raises(NotFittedError, match="M3L is not fitted yet"):
             call()
+    assert not hasattr(m, "layers_") and not hasattr(m, "info_")
     assert not (tmp_path / "m").exists()
+
+
+# ----------------------------------------------------------------------------- one shape for all three
+def _concept_corpora(n: int = 36) -> Dataset:
+    """en/de documents of n concepts over a small shared vocabulary, with title/body columns."""
+    rng = np.random.default_rng(3)
+    words = {"en": [f"w{i}" for i in range(40)], "de": [f"v{i}" for i in range(40)]}
+    corpora = {}
+    for lang, vocab in words.items():
+        titles, bodies = [], []
+        for i in range(n):
+            own = [vocab[(i + j) % 40] for j in range(4)]
+            noise = [vocab[k] for k in rng.integers(0, 40, 3)]
+            titles.append(" ".join(own[:2]))
+            bodies.append(" ".join(own + noise))
+        texts = [f"{t}\n{b}" for t, b in zip(titles, bodies)]
+        corpora[lang] = Corpus(dataset="toy", lang=lang, ids=[str(i) for i in range(n)], texts=texts,
+                               concepts=[str(i) for i in range(n)], extra={"title": titles, "body": bodies})
+    return Dataset("toy", corpora)
+
+
+def _image_corpora(folder) -> Dataset:
+    """The corpora of _concept_corpora with precomputed image features (one image per concept)."""
+    ds = _concept_corpora()
+    feats = np.random.default_rng(4).standard_normal((36, 6)).astype(np.float32)
+    np.save(folder / "feats.npy", feats)
+    corpora = {lang: dataclasses.replace(c, image_features=str(folder / "feats.npy"), image_rows=np.arange(36))
+               for lang, c in ds.corpora.items()}
+    return Dataset("toy", corpora)
+
+
+def _cr5_case(tmp_path):
+    ds = _concept_corpora()
+    return Cr5(rank=3, lam=1.0, min_df=1, min_words=1), (ds,), (ds["de"].texts[:5] + ["unknown"], "de"), {"rank": 0}
+
+
+def _triplet_case(tmp_path):
+    rng = np.random.default_rng(5)
+    est = Triplet("tripletxl", base="random", layers=(6,), epochs=2, batch_size=16, k=2, threads=1, seed=1)
+    x = (rng.standard_normal((5, 512)).astype(np.float32), rng.standard_normal((5, 512)).astype(np.float32))
+    return est, (_concept_corpora(),), x, {"lr": 0}
+
+
+def _m3l_case(tmp_path):
+    est = M3L("patr", base="random", image_model="precomputed", train_langs=["en"], val_langs=["en", "de"], widths=(8, 8),
+              batch_size=16, epochs=2, test_frac=0.2, val_frac=0.2, threads=1)
+    x = (np.random.default_rng(6).standard_normal((5, 512)).astype(np.float32),)
+    return est, (_image_corpora(tmp_path),), x, {"batch_size": 1}
+
+
+@pytest.mark.parametrize("case", [_cr5_case, _triplet_case, _m3l_case], ids=["Cr5", "Triplet", "M3L"])
+def test_every_estimator_has_one_shape(case, tmp_path):
+    """fit -> self, transform, save(path, *, info), classmethod load(path) giving the same vectors,
+    NotFittedError before fit, a bad parameter refused before any fitting work, sklearn's
+    get_params / set_params / clone, and every public fit wrapped in the base's fit_context."""
+    est, fit_args, x, bad = case(tmp_path)
+    cls = type(est)
+    assert [p for p in inspect.signature(cls.save).parameters] == ["self", "path", "info"]
+    assert inspect.signature(cls.save).parameters["info"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert isinstance(inspect.getattr_static(cls, "load"), classmethod)
+    for name in ("fit", "fit_vectors"):
+        if hasattr(cls, name):
+            assert getattr(getattr(cls, name), "__fit_context__", False), f"{cls.__name__}.{name}"
+    # parameters: sklearn's protocol
+    params = est.get_params()
+    c = clone(est)
+    assert c is not est and c.get_params() == params
+    assert c.set_params(seed=9) is c and c.seed == 9 and est.seed != 9
+    # a bad parameter is refused before any fitting work (None would fail as data otherwise)
+    with pytest.raises(HyperParameterError) as err:
+        clone(est).set_params(**bad).fit(None)
+    assert repr(next(iter(bad))) in str(err.value)
+    # before fit
+    for call in (lambda: est.transform(*x), lambda: est.save(tmp_path / "early")):
+        with pytest.raises(NotFittedError, match=f"{cls.__name__} is not fitted yet"):
+            call()
+    assert not (tmp_path / "early").exists()
+    # fit, transform, save, load
+    assert est.fit(*fit_args) is est
+    want = est.transform(*x)
+    assert want.dtype == np.float32 and want.shape[0] == 5 + (cls is Cr5)
+    d = est.save(tmp_path / "model", info={"note": "shape test"})
+    assert json.loads((d / "model.json").read_text())["note"] == "shape test"
+    again = cls.load(d)
+    assert type(again) is cls and again is not est
+    np.testing.assert_array_equal(again.transform(*x), want)
+    assert again.get_params() == json.loads(json.dumps(params))  # tuples come back as lists
+    # a loaded estimator saves the same model again
+    again2 = cls.load(again.save(tmp_path / "again"))
+    np.testing.assert_array_equal(again2.transform(*x), want)

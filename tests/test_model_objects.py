@@ -1,4 +1,4 @@
-"""Models given as Python objects in the grid (issue #17, item 2): evaluate / compare / meta take
+"""Models given as Python objects in the grid: evaluate / compare / meta take
 ``models={"name": object or spec}``; an object that wraps a packaged encoder gives the records of
 its spec string; run-only objects are never resumed; a version or weight change recomputes; the
 records name the user's model and its identity; the processes executor runs unpicklable objects."""

@@ -1,9 +1,10 @@
 """The one model-directory format (encoders/_modeldir.py): round trips, errors, and the readers of
-the directories written before it (Cr5's cr5.json, Triplet's model.json format 1, M3L's
-config.json), which must give exactly the vectors they gave before.
+the legacy layouts (Cr5's cr5.json, Triplet's model.json format 1, M3L's config.json), which
+must give exactly the vectors of the legacy readers -- through the encoders and through the
+estimators' ``load``.
 
-The three ``legacy_*`` writers below are the writers of the code before the one format, kept here
-(and only here) so the tests can build old directories."""
+The three ``legacy_*`` writers below write the legacy layouts, kept here (and only here) so the
+tests can build legacy directories."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,11 +17,14 @@ import pytest
 from backretrieval.core import EncoderError, content_hash
 from backretrieval.encoders._modeldir import FORMAT, ModelDirError, read_model_dir, write_model_dir
 from backretrieval.encoders.base import get_text_encoder
+from backretrieval.train.cr5 import Cr5
+from backretrieval.train.m3l import M3L
+from backretrieval.train.triplet import Triplet
 
 
-# ----------------------------------------------------------------------------- legacy writers (code before the format)
+# ----------------------------------------------------------------------------------------- legacy writers
 def legacy_triplet(d: Path, config: dict, params) -> Path:
-    """Triplet's ``save_model`` before the one format: model.json ``"format": 1``."""
+    """Triplet's legacy layout: model.json ``"format": 1``."""
     d.mkdir(parents=True, exist_ok=True)
     arrays = {}
     for i, (w, b) in enumerate(params):
@@ -32,7 +36,7 @@ def legacy_triplet(d: Path, config: dict, params) -> Path:
 
 
 def legacy_m3l(d: Path, layers, *, loss="patr", eta_rule=None, eta_quantile=0.5, eta=3.5, **over) -> Path:
-    """M3LModel.save before the one format: weights.npz W0.., split.json, config.json last."""
+    """M3L's legacy layout: weights.npz W0.., split.json, config.json last."""
     d.mkdir(parents=True, exist_ok=True)
     arrays = {}
     for i, (w, b) in enumerate(layers):
@@ -64,7 +68,7 @@ def legacy_m3l(d: Path, layers, *, loss="patr", eta_rule=None, eta_quantile=0.5,
 
 
 def legacy_cr5(d: Path, vocab, idf, phi, meta) -> Path:
-    """Cr5Model.save before the one format: vocab/<lang>.txt, cr5.npz, cr5.json last."""
+    """Cr5's legacy layout: vocab/<lang>.txt, cr5.npz, cr5.json last."""
     from backretrieval.encoders._bow import TOKENIZER_VERSION
 
     for lang in phi:
@@ -210,7 +214,11 @@ def test_old_triplet_directory_loads_with_identical_vectors(tmp_path, tower_key)
     unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)  # noqa: E731
     ref = np.concatenate([unit(_naive_head(params, xt)), unit(_naive_head(params, xb))], axis=1)
     np.testing.assert_allclose(got_old, ref, atol=1e-5)
-    # the head's version of an old directory is the one the code before the format computed
+    # the estimator reads the legacy directory too: same vectors, the recorded hyper-parameters
+    est = Triplet.load(old)
+    np.testing.assert_array_equal(est.transform(xt, xb), got_old)
+    assert est.method == "tripletxl" and est.tower == "mlp" and est.k == 5 and est.languages_ == ["de", "en"]
+    # the head's version of a legacy directory is the one its legacy reader computed
     want = content_hash((old / "model.json").read_bytes() + b"\0" + (old / "weights.npz").read_bytes(), 8)
     assert TripletEncoder(old, "tripletxl")._head_version == f"tripletxl-f1-{want}"
     with pytest.raises(EncoderError, match="holds a 'tripletxl' model"):
@@ -244,6 +252,9 @@ def test_old_m3l_directory_loads_with_identical_vectors(tmp_path):
     np.testing.assert_array_equal(got_old, M3LTextEncoder(new).map(texts, "en"))
     base = get_text_encoder("random").encode(texts, "en")
     np.testing.assert_array_equal(got_old, forward(base, layers))
+    est = M3L.load(old)  # the estimator reads the old directory too: same vectors
+    np.testing.assert_array_equal(est.transform(base), got_old)
+    assert est.loss == "m3l" and est.widths == [6, 5] and est.best_epoch_ == 7 and est.split_["test"] == ["feat:b"]
     # by hand: relu(x W^T + b), L2-normalised between blocks
     h = base.astype(np.float64)
     for i, (w, b) in enumerate(layers):
@@ -286,7 +297,7 @@ def test_patr_eta_becomes_typed_once_in_the_legacy_reader(tmp_path):
 
 
 def test_image_retrieval_groups_new_and_old_directories_alike(tmp_path):
-    """A model saved now and the same model saved by the code before the format form one
+    """A model saved in the current format and the same model in the legacy layout form one
     configuration; other settings make their own rows, named by what differs."""
     from backretrieval.analysis.image_retrieval import group_key, group_labels
     from backretrieval.encoders.m3l import save_model
@@ -331,6 +342,10 @@ def test_old_cr5_directory_loads_with_identical_vectors(tmp_path):
     assert md.legacy == "cr5-1" and md.hyper_parameters == {"rank": 3, "lam": 1.0} and md.info["rank"] == 3
     assert md.files == ("vocab/en.txt", "vocab/de.txt")
     a, b = Cr5Model.load(old), Cr5Model.load(new)
+    est = Cr5.load(old)  # the estimator reads the old directory too: same vectors
+    np.testing.assert_array_equal(est.transform(["a red tree", "unknown words only"], "en"),
+                                  b.transform(["a red tree", "unknown words only"], "en"))
+    assert est.rank == 3 and est.n_concepts_ == 4
     assert a.meta["hyper_parameters"] == b.meta["hyper_parameters"] and a.meta["training"] == b.meta["training"]
     q = ["a red tree", "unknown words only"]
     np.testing.assert_array_equal(a.transform(q, "en"), b.transform(q, "en"))

@@ -1,4 +1,4 @@
-"""``--approx hnsw|ivf`` (issue #15 item 3) on a small real grid: XLR@K and BkR@K from
+"""``--approx hnsw|ivf`` on a small real grid: XLR@K and BkR@K from
 self-calibrating FAISS top-K lists, records that say so and carry the calibration, summaries
 that say what was not computed, and options that are refused up front."""
 from __future__ import annotations
@@ -108,8 +108,8 @@ def test_bad_approx_options_are_refused_up_front(tmp_path, extra, message):
 
 
 def test_exact_runs_keep_their_resume_keys():
-    """--approx joined the configuration; exact configurations hash as before, so records in
-    OUT/.partial from earlier versions are still found."""
+    """An exact configuration's key leaves ``approx`` out, so stored records in OUT/.partial of
+    exact runs keep their keys."""
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m"], n=200, seeds=[0])
-    assert cfg.key() == "d09c05e88488f28e"  # the key of this configuration before --approx existed
+    assert cfg.key() == "d09c05e88488f28e"  # pinned: the key stored records of this configuration carry
     assert EvalConfig(**{**cfg.__dict__, "approx": "hnsw"}).key() != cfg.key()

@@ -1,4 +1,4 @@
-"""Issue #20 item 6: ``meta`` over pairs that live in separate files (en-de.jsonl, en-fr.jsonl)
+"""``meta`` over pairs that live in separate files (en-de.jsonl, en-fr.jsonl)
 in one run, with one merged Table 1 -- by repeating ``--dataset`` or with a list file."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue #20: what the output says must be what was computed.
+"""What the output says must be what was computed.
 
 * an image model that needs image files, on a dataset that has only a precomputed feature file,
   is refused (naming model and dataset) instead of silently reading the feature file under its
@@ -85,7 +85,8 @@ def grid(cmd: str, data: Path, out: Path, *extra) -> list:
 @pytest.mark.parametrize("image_model", [None, "color-hist", "efficientnet-lite0@noise=1"])
 def test_image_model_that_needs_files_is_refused_on_feature_only_data(tmp_path, feature_data, empty_cache, image_model):
     """Omitting --image-model (efficientnet-lite0), or naming any model that encodes image files,
-    used to read the feature file and label the records with that model's name."""
+    on feature-only data is refused: reading the feature file would label the records with that
+    model's name."""
     extra = [] if image_model is None else ["--image-model", image_model]
     res = cli(grid("evaluate", feature_data, tmp_path / "out", *extra))
     name = image_model or "efficientnet-lite0"
@@ -104,7 +105,7 @@ def test_weak_image_model_that_needs_files_is_refused_in_meta(tmp_path, feature_
 
 
 def test_precomputed_noise_variant_applies_the_noise(tmp_path, feature_data):
-    """precomputed@noise=S weakens the features (the noise used to be dropped: identical rows)."""
+    """precomputed@noise=S weakens the features (the rows differ from the plain features)."""
     res = cli(grid("evaluate", feature_data, tmp_path / "out", "--image-model", "precomputed"))
     assert res.exit_code == 0, res.output
     cfg = EvalConfig(dataset=str(feature_data), pairs=[("en", "de")], models=["random", "tfidf-char"], n=30, k=5,

@@ -1,4 +1,4 @@
-"""metrics.retrieval_ranks (issue #16 item 3: the one retrieval-ranks function of Cr5 and M3L
+"""metrics.retrieval_ranks (the one retrieval-ranks function of Cr5 and M3L
 evaluation) against a naive reference -- a loop over queries that sorts every candidate's score
 and counts ties against the query -- on random data with exact ties and on real use-m
 embeddings of emoji-cldr names, for every similarity; and the M3L wrapper equal to it."""
@@ -126,7 +126,7 @@ def test_equals_naive_on_real_use_m_embeddings(emoji_names, sim):
 
 
 def _old_m3l(q, g, t, sim):
-    """The M3L code before issue #16 (kept here as the regression reference)."""
+    """A self-contained per-query M3L ranking (the regression reference for the shared function)."""
     from backretrieval.search import l2_normalize, rank_of_true
 
     q, g = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(g, np.float32)

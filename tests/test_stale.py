@@ -1,4 +1,4 @@
-"""Stale results (issue #13): every input that can change -- data rows, image bytes, feature rows,
+"""Stale results: every input that can change -- data rows, image bytes, feature rows,
 model files -- is part of the keys of the stored records and of the embedding cache, a changed
 input is recomputed and the run says which; damaged record files are recomputed; every results
 file records what produced it (run.json, compare.json, meta.json)."""

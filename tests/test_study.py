@@ -1,4 +1,4 @@
-"""Blind human study (issue 8): study creation against naive top-k, blinding, rating storage
+"""Blind human study: study creation against naive top-k, blinding, rating storage
 semantics, the HTTP API's answers to bad input, a 1,000-rating concurrent load test on the real
 server, the analysis against naive recomputation, and Krippendorff's alpha against published
 values and a naive pairwise reference. The browser test is in test_study_browser.py."""

@@ -1,4 +1,4 @@
-"""Issue 13 (study part): nothing stale, nothing lost, every bad input a clear error.
+"""Study files: nothing stale, nothing lost, every bad input a clear error.
 
 Each test reproduces a finding with the real parts (a real `study serve` process, real HTTP
 posts, kill -9, SQLite's real -wal file, real PNG files): a study recreated over a crashed or
@@ -139,7 +139,7 @@ def test_recreate_refused_while_served_and_clean_after_kill_9(tmp_path, shared_d
 
     r = cli(*create_args(db, shared_data, "--force", "--seed", "1"))
     assert r.exit_code == 0, r.output
-    clean_study(db, seed=1)  # before the fix: 120 old ratings replayed from the old log, a damaged file
+    clean_study(db, seed=1)  # the 120 ratings of the old log are not replayed, the file is intact
     assert not wal.exists()
     r = cli("study", "analyze", str(db), "--no-bkr")
     assert r.exit_code == 0 and "0 ratings stored (0 clicks)" in r.output, r.output
@@ -164,7 +164,7 @@ def test_stale_log_without_its_study_is_refused_then_removed_with_force(tmp_path
     assert Path(f"{db}-wal").stat().st_size > 0
     db.unlink()  # the study is deleted, its log forgotten
     r = cli(*create_args(db, shared_data))
-    assert r.exit_code == 2, r.output  # before the fix: a new study with the old log's 10 ratings
+    assert r.exit_code == 2, r.output  # not a new study carrying the old log's 10 ratings
     assert f"{db}-wal exists" in r.output and r.output.count("error: ") == 1
     assert not db.exists()
     r = cli(*create_args(db, shared_data, "--force"))

@@ -6,7 +6,9 @@ import sklearn.exceptions
 from sklearn.base import clone
 
 from backretrieval.core import BackretrievalError
-from backretrieval.train.base import POSITIVE_REAL, Estimator, HyperParameterError, Interval, NotFittedError, StrOptions
+from backretrieval.train.base import (
+    POSITIVE_REAL, Estimator, HyperParameterError, Interval, NotFittedError, StrOptions, fit_context,
+)
 
 
 class Toy(Estimator):
@@ -28,8 +30,10 @@ class Toy(Estimator):
         if self.loss == "b" and self.eta is None:
             raise HyperParameterError("loss='b' needs eta")
 
-    def fit(self):
-        self._check_params()
+    @fit_context
+    def fit(self, seen=None):
+        if seen is not None:
+            seen.append(self.rank)  # the fitting work
         self.w_ = self.rank * 2
         return self
 
@@ -71,3 +75,14 @@ def test_not_fitted_is_one_error_and_sklearns():
         with pytest.raises(kind, match="Toy is not fitted yet"):
             t.transform()
     assert t.fit() is t and t.transform() == 6
+
+
+def test_fit_context_checks_once_before_the_fit_body(monkeypatch):
+    seen, checks = [], []
+    real = Toy.check_params
+    monkeypatch.setattr(Toy, "check_params", lambda self: (checks.append(1), real(self)))
+    with pytest.raises(HyperParameterError, match="'rank'"):
+        Toy(rank=0).fit(seen)
+    assert seen == [] and checks == [1]  # refused before any fitting work
+    assert Toy(rank=2).fit(seen).w_ == 4 and seen == [2] and checks == [1, 1]  # one check per fit
+    assert Toy.fit.__fit_context__ and Toy.fit.__name__ == "fit"

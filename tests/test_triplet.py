@@ -14,7 +14,7 @@ from backretrieval.encoders.cache import CachedTextEncoder
 from backretrieval.encoders.triplet import head_forward, represent, split_text, titles_and_bodies
 from backretrieval.train.triplet import (
     TitleBodyData,
-    TripletModel,
+    Triplet,
     assert_no_links,
     cosine_distance,
     find_neighbours,
@@ -152,7 +152,7 @@ def test_training_data_carries_no_links(shared_data):
     with pytest.raises(DataError, match="cross-lingual link"):
         assert_no_links(ds["en"])  # a Corpus has ids and concepts
     with pytest.raises(DataError, match="TitleBodyData"):
-        TripletModel("triplet").fit(ds["en"])
+        Triplet("triplet").fit(ds["en"])
     data = TitleBodyData.from_dataset(ds, ["en", "de"], max_per_lang=50, seed=1)
     assert len(data) == 100 and data.counts() == {"de": 50, "en": 50}
     assert not hasattr(data, "concepts") and not hasattr(data, "ids")
@@ -189,27 +189,27 @@ def _synthetic(n=240, d=16, seed=0):
 def test_same_seed_same_numbers_and_resume(tmp_path):
     xt, xb, langs = _synthetic()
     kw = dict(layers=(12, 8), batch_size=32, k=3, seed=7)
-    a = TripletModel("tripletxl", epochs=3, **kw).fit_vectors(xt, xb, langs)
-    b = TripletModel("tripletxl", epochs=3, **kw).fit_vectors(xt, xb, langs)
+    a = Triplet("tripletxl", epochs=3, **kw).fit_vectors(xt, xb, langs)
+    b = Triplet("tripletxl", epochs=3, **kw).fit_vectors(xt, xb, langs)
     for (wa, ba), (wb, bb) in zip(a.params_, b.params_):
         np.testing.assert_array_equal(wa, wb)
         np.testing.assert_array_equal(ba, bb)
     assert [h["epoch"] for h in a.history_] == [0, 1, 2, 3]
     # interrupted after 2 epochs, resumed to 3: the same weights and history as one run
-    TripletModel("tripletxl", epochs=2, **kw).fit_vectors(xt, xb, langs, checkpoint_dir=tmp_path)
-    c = TripletModel("tripletxl", epochs=3, **kw).fit_vectors(xt, xb, langs, checkpoint_dir=tmp_path)
+    Triplet("tripletxl", epochs=2, **kw).fit_vectors(xt, xb, langs, checkpoint_dir=tmp_path)
+    c = Triplet("tripletxl", epochs=3, **kw).fit_vectors(xt, xb, langs, checkpoint_dir=tmp_path)
     for (wa, _), (wc, _) in zip(a.params_, c.params_):
         np.testing.assert_array_equal(wa, wc)
     assert [h["val_loss"] for h in c.history_] == [h["val_loss"] for h in a.history_]
     # another seed is another run (the checkpoint is not reused)
-    d = TripletModel("tripletxl", epochs=1, **{**kw, "seed": 8}).fit_vectors(xt, xb, langs, checkpoint_dir=tmp_path)
+    d = Triplet("tripletxl", epochs=1, **{**kw, "seed": 8}).fit_vectors(xt, xb, langs, checkpoint_dir=tmp_path)
     assert not np.array_equal(d.params_[0][0], a.params_[0][0])
 
 
 def test_early_stopping_and_bad_settings():
     xt, xb, langs = _synthetic(n=120)
     # lr 0.5 overshoots: the validation loss stops improving within a few epochs, so patience 2 must stop the run
-    est = TripletModel("triplet", epochs=30, lr=0.5, patience=2, layers=(8, 8), batch_size=16).fit_vectors(xt, xb, langs)
+    est = Triplet("triplet", epochs=30, lr=0.5, patience=2, layers=(8, 8), batch_size=16).fit_vectors(xt, xb, langs)
     trained = [h for h in est.history_ if h["epoch"] > 0]
     best = min(trained, key=lambda h: h["val_loss"])
     assert est.best_epoch_ == best["epoch"]
@@ -217,16 +217,16 @@ def test_early_stopping_and_bad_settings():
     assert trained[-1]["epoch"] - best["epoch"] == 2  # exactly `patience` epochs without a better validation loss
     assert all(h["val_loss"] >= best["val_loss"] for h in trained if h["epoch"] > best["epoch"])
     # the kept weights are those of the best epoch, not the last: retraining to that epoch gives them
-    again = TripletModel("triplet", epochs=best["epoch"], lr=0.5, layers=(8, 8), batch_size=16, restore_best=False).fit_vectors(xt, xb, langs)
+    again = Triplet("triplet", epochs=best["epoch"], lr=0.5, layers=(8, 8), batch_size=16, restore_best=False).fit_vectors(xt, xb, langs)
     for (wa, _), (wb, _) in zip(est.params_, again.params_):
         np.testing.assert_array_equal(wa, wb)
     # without patience all epochs run
-    full = TripletModel("triplet", epochs=8, lr=0.5, layers=(8, 8), batch_size=16).fit_vectors(xt, xb, langs)
+    full = Triplet("triplet", epochs=8, lr=0.5, layers=(8, 8), batch_size=16).fit_vectors(xt, xb, langs)
     assert not full.stopped_early_ and full.history_[-1]["epoch"] == 8
     with pytest.raises(Exception, match="batch_size"):
-        TripletModel(batch_size=1).fit_vectors(xt, xb, langs)
+        Triplet(batch_size=1).fit_vectors(xt, xb, langs)
     with pytest.raises(Exception, match="method"):
-        TripletModel("quadruplet").fit_vectors(xt, xb, langs)
+        Triplet("quadruplet").fit_vectors(xt, xb, langs)
 
 
 # ----------------------------------------------------------------------------- real data
@@ -237,9 +237,9 @@ def emoji_model(shared_data, tmp_path_factory):
 
     ds = load_dataset("emoji-cldr", langs=LANGS)
     data = TitleBodyData.from_dataset(ds, LANGS, max_per_lang=200, seed=0)
-    est = TripletModel("tripletxl", epochs=6, threads=2, seed=0).fit(data)
+    est = Triplet("tripletxl", epochs=6, threads=2, seed=0).fit(data)
     out = tmp_path_factory.mktemp("tripletxl")
-    est.save(out, meta={"dataset": "emoji-cldr"})
+    est.save(out, info={"dataset": "emoji-cldr"})
     return est, out, ds
 
 
@@ -266,12 +266,15 @@ def test_saved_model_reloads_with_identical_embeddings(emoji_model):
     got = enc.encode(c.texts, "de", ids=c.ids, extra=c.extra)
     base = CachedTextEncoder(get_text_encoder("use-m"))
     titles, bodies = titles_and_bodies(c.texts, c.extra, "x")
-    want = est.transform_vectors(base.encode(titles, "de"), base.encode(bodies, "de"))
+    want = est.transform(base.encode(titles, "de"), base.encode(bodies, "de"))
     np.testing.assert_array_equal(got, want)
+    again = Triplet.load(out)  # the estimator read back maps to the same vectors, bit for bit
+    np.testing.assert_array_equal(again.transform(base.encode(titles, "de"), base.encode(bodies, "de")), want)
+    assert again.history_ == json.loads(json.dumps(est.history_)) and again.best_epoch_ == est.best_epoch_
     # the numpy inference is the torch network
     with torch.no_grad():
-        ht = est._tower(torch.from_numpy(base.encode(titles, "de"))).numpy()
-        hb = est._tower(torch.from_numpy(base.encode(bodies, "de"))).numpy()
+        ht = est.tower_(torch.from_numpy(base.encode(titles, "de"))).numpy()
+        hb = est.tower_(torch.from_numpy(base.encode(bodies, "de"))).numpy()
     np.testing.assert_allclose(got, represent(ht, hb), atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(got[:, :300], axis=1), 1, atol=1e-5)
     # a second load gives the same vectors; wrong method name or a broken directory is a clear error
@@ -282,7 +285,7 @@ def test_saved_model_reloads_with_identical_embeddings(emoji_model):
         get_text_encoder(f"tripletxl:{out / 'nope'}")
     # without extra columns the texts are split: first line title, rest body
     one = enc.encode(["Katze\nTier, Haustier"], "de")
-    np.testing.assert_array_equal(one, est.transform_vectors(base.encode(["Katze"], "de"), base.encode(["Tier, Haustier"], "de")))
+    np.testing.assert_array_equal(one, est.transform(base.encode(["Katze"], "de"), base.encode(["Tier, Haustier"], "de")))
     assert head_forward(est.params_, np.zeros((1, 512), np.float32)).shape == (1, 300)
 
 
@@ -367,14 +370,14 @@ def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
     """x + f(x) with f's last layer at zero: the torch tower, the numpy head and a saved model
     that was never trained all give the base encoder's own vectors."""
     from backretrieval.encoders.triplet import save_model
-    from backretrieval.train.triplet import _params_of, _tower
+    from backretrieval.train.triplet import build_tower, params_of
 
     xt, xb, _ = _synthetic(n=50, d=16)
     torch.manual_seed(0)
-    tower = _tower(16, (12, 8), True, "residual")
+    tower = build_tower(16, (12, 8), True, "residual")
     with torch.no_grad():
         np.testing.assert_array_equal(tower(torch.from_numpy(xt)).numpy(), xt)
-    params = _params_of(tower)
+    params = params_of(tower)
     assert [w.shape for w, _ in params] == [(12, 16), (8, 12), (16, 8)]
     assert not params[-1][0].any() and not params[-1][1].any() and params[0][0].any()
     np.testing.assert_array_equal(head_forward(params, xb, tower="residual"), xb)
@@ -385,7 +388,7 @@ def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
     titles, bodies = ["cat", "dog face", "red apple"], ["pet, cat", "dog, pet", "fruit, apple"]
     vt, vb = base.encode(titles, "en"), base.encode(bodies, "en")
     d = vt.shape[1]
-    save_model(tmp_path, _params_of(_tower(d, (32,), True, "residual")),
+    save_model(tmp_path, params_of(build_tower(d, (32,), True, "residual")),
                hyper_parameters={"method": "triplet", "base": "random", "tower": "residual", "final_relu": True})
     enc = get_text_encoder(f"triplet:{tmp_path}")
     assert enc.dim == 2 * d and enc.tower == "residual"
@@ -396,12 +399,12 @@ def test_residual_tower_is_the_identity_at_initialisation(tmp_path):
 
 def test_residual_tower_trains_and_round_trips(tmp_path):
     xt, xb, langs = _synthetic(n=240, d=16)
-    est = TripletModel("tripletxl", tower="residual", layers=(24,), epochs=6, batch_size=32, k=3, seed=1).fit_vectors(xt, xb, langs)
+    est = Triplet("tripletxl", tower="residual", layers=(24,), epochs=6, batch_size=32, k=3, seed=1).fit_vectors(xt, xb, langs)
     h = est.history_
     assert h[0]["epoch"] == 0 and min(r["val_loss"] for r in h[1:]) < 0.9 * h[0]["val_loss"]  # it learns
     assert [w.shape for w, _ in est.params_] == [(24, 16), (16, 24)]
     assert np.abs(est.params_[-1][0]).max() > 1e-3  # f moved away from zero
-    out = est.transform_vectors(xt, xb)
+    out = est.transform(xt, xb)
     assert out.shape == (240, 32)
     assert not np.allclose(out, represent(xt, xb), atol=1e-3)  # no longer the identity
     # save / load: the same vectors through the encoder's numpy head; the tower kind is saved
@@ -413,18 +416,18 @@ def test_residual_tower_trains_and_round_trips(tmp_path):
     enc = TripletEncoder(tmp_path, "tripletxl")
     np.testing.assert_array_equal(enc.embed_vectors(xt, xb), out)
     with torch.no_grad():
-        np.testing.assert_allclose(represent(est._tower(torch.from_numpy(xt)).numpy(), est._tower(torch.from_numpy(xb)).numpy()), out, atol=1e-5)
-    # a directory written before the option existed (format 1, no "tower" key) loads as the mlp tower
+        np.testing.assert_allclose(represent(est.tower_(torch.from_numpy(xt)).numpy(), est.tower_(torch.from_numpy(xb)).numpy()), out, atol=1e-5)
+    # a legacy directory without a "tower" key (format 1) loads as the mlp tower
     from test_modeldir import legacy_triplet
 
-    mlp = TripletModel("triplet", layers=(8,), epochs=1, batch_size=32, seed=1).fit_vectors(xt, xb, langs)
+    mlp = Triplet("triplet", layers=(8,), epochs=1, batch_size=32, seed=1).fit_vectors(xt, xb, langs)
     old = legacy_triplet(tmp_path / "old", {"method": "triplet", "base": "random", "final_relu": True}, mlp.params_)
     enc = TripletEncoder(old, "triplet")
     assert enc.tower == "mlp"
-    np.testing.assert_array_equal(enc.embed_vectors(xt, xb), mlp.transform_vectors(xt, xb))
+    np.testing.assert_array_equal(enc.embed_vectors(xt, xb), mlp.transform(xt, xb))
     # bad settings and broken files are named
     with pytest.raises(Exception, match="tower"):
-        TripletModel(tower="dense").fit_vectors(xt, xb, langs)
+        Triplet(tower="dense").fit_vectors(xt, xb, langs)
     legacy_triplet(old, {"method": "triplet", "base": "random", "tower": "dense"}, mlp.params_)
     with pytest.raises(EncoderError, match="unknown tower 'dense'"):
         TripletEncoder(old, "triplet")

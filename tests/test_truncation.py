@@ -1,4 +1,4 @@
-"""Maximum text length (issue #13): every text encoder cuts a text to its documented maximum before
+"""Maximum text length: every text encoder cuts a text to its documented maximum before
 tokenising, says how many texts it cut, embeds a text and its truncation alike (one cache entry),
 and a 5 MB text costs bounded memory."""
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_e5_cuts_at_512_tokens(e5):
     vecs, notes = encode_warned(e5, [LONG, short, cut])
     assert notes == ["e5-small: 1 of 3 en texts longer than 512 tokens were truncated"]
     np.testing.assert_array_equal(vecs[0], vecs[2])
-    # what fits is embedded as before: one window, untouched
+    # a text that fits is embedded untouched, in one window
     np.testing.assert_array_equal(vecs[1], model.query([short])[0])
 
 

@@ -1,19 +1,75 @@
 """backretrieval: which cross-lingual text representation works best for your domain and
 language pairs, with or without parallel data.
 
-Layers, one package each; a layer imports only from those before it
-(``core -> data -> encoders -> search -> metrics -> train -> analysis -> report -> study -> cli``,
-checked by tests/test_layers.py; ARCHITECTURE.md has the full map):
+The names a user needs are here, imported on first use (PEP 562), so ``import backretrieval``
+loads no numerical library::
 
-core      errors, atomic writes, content hashes and fingerprints, the environment, JSON, row normalisation
-data      Corpus / Dataset, one loader module per dataset, sampling, the one content-hash split
-encoders  text and image encoders (registry, one module per model), the cache, trained models' inference
-search    canonical scores and the blocked exact kernels (top-k, ranks, CSLS), FAISS backend
-metrics   xlr, bkr, corr, hubness, csls: pure functions, numpy in, numbers out
-train     estimators that learn representations: Cr5, Triplet / TripletXL, M3L / PATR
-analysis  the evaluation grid and its executors, statistics, compare, meta-evaluation, case study
-report    Markdown tables, figures and the self-contained HTML reports
-study     the blinded human study: build, store, web app, analysis, agreement
-cli       click commands, one module per topic: thin shells over the layers above
+    import backretrieval as br
+
+    cfg = br.EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "random"], n=300, seeds=[0])
+    result = br.evaluate(cfg, "out/api")
+
+Evaluation: :func:`evaluate`, :func:`compare`, :func:`meta`, :class:`EvalConfig`,
+:class:`EvalResult`, :func:`compare_report`. Inputs: :func:`load_dataset`, :func:`text_model`,
+:func:`image_model`, :class:`PythonTextModel`. Metrics on arrays: :func:`xlr`, :func:`bkr`,
+:func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`.
+The layers behind them (``core``, ``data``, ``encoders``, ``search``, ``metrics``, ``train``,
+``analysis``, ``report``, ``study``, ``cli``) are documented public subpackages; ARCHITECTURE.md
+maps them.
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> (module, attribute in that module)
+_PUBLIC: dict[str, tuple[str, str]] = {
+    "evaluate": ("backretrieval.analysis", "evaluate"),
+    "compare": ("backretrieval.analysis", "compare"),
+    "meta": ("backretrieval.analysis.meta", "run_meta"),
+    "EvalConfig": ("backretrieval.analysis", "EvalConfig"),
+    "EvalResult": ("backretrieval.analysis", "EvalResult"),
+    "compare_report": ("backretrieval.report.compare_report", "compare_report"),
+    "load_dataset": ("backretrieval.data", "load_dataset"),
+    "text_model": ("backretrieval.encoders", "get_text_encoder"),
+    "image_model": ("backretrieval.encoders", "get_image_encoder"),
+    "PythonTextModel": ("backretrieval.analysis", "PythonTextModel"),
+    "xlr": ("backretrieval.metrics", "xlr"),
+    "bkr": ("backretrieval.metrics", "bkr"),
+    "corr": ("backretrieval.metrics", "corr"),
+    "csls": ("backretrieval.metrics", "csls"),
+    "Cr5": ("backretrieval.train.cr5", "Cr5"),
+    "Triplet": ("backretrieval.train.triplet", "Triplet"),
+    "M3L": ("backretrieval.train.m3l", "M3L"),
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module 'backretrieval' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
+    from .analysis import EvalConfig, EvalResult, PythonTextModel, compare, evaluate
+    from .analysis.meta import run_meta as meta
+    from .data import load_dataset
+    from .encoders import get_image_encoder as image_model
+    from .encoders import get_text_encoder as text_model
+    from .metrics import bkr, corr, csls, xlr
+    from .report.compare_report import compare_report
+    from .train.cr5 import Cr5
+    from .train.m3l import M3L
+    from .train.triplet import Triplet

@@ -1,5 +1,8 @@
-"""Analysis layer: the evaluation grid over models x language pairs x seeds (and, later, the
-meta-evaluation and statistics built on its records)."""
+"""Analysis layer: the evaluation grid over models x language pairs x seeds (:mod:`.evaluate`),
+and what is built on its records: model comparison with confidence intervals and paired tests
+(:mod:`.compare`, :mod:`.stats`), the meta-evaluation of BkR and CORR against XLR (:mod:`.meta`),
+image retrieval (:mod:`.image_retrieval`), the case study (:mod:`.case_study`) and the local,
+process and Ray executors (:mod:`.executors`, :mod:`.ray_executor`)."""
 from ..encoders.python_model import PythonTextModel
 from .compare import compare
 from .evaluate import EvalConfig, EvalResult, evaluate, parse_pairs, summarize

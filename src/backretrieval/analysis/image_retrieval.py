@@ -28,7 +28,7 @@ def model_settings(model: ModelDir) -> dict[str, Any]:
     """What was chosen for a model apart from its training seed, flat.
 
     An eta estimated from the data is left out (it differs per run); its quantile (the typed
-    ``eta_quantile`` hyper-parameter) stands in. Directories written before the one format are
+    ``eta_quantile`` hyper-parameter) stands in. Directories in a legacy layout are
     converted by their reader (:mod:`backretrieval.encoders._modeldir_legacy`), so they group
     exactly as new ones.
 

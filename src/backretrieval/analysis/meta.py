@@ -260,6 +260,7 @@ class MetaResult:
 
     @property
     def main(self):
+        """The evaluation result of the main (first) image model."""
         return next(iter(self.results.values()))
 
     @property

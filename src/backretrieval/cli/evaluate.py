@@ -220,20 +220,32 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
 
 
 @main.command()
-def datasets() -> None:
+@click.option("--markdown", is_flag=True, help="Print the Markdown table of docs/datasets.md instead.")
+def datasets(markdown: bool) -> None:
     """List the registered datasets."""
     from ..data import list_datasets
 
+    if markdown:
+        from ..report.catalogue import datasets_markdown
+
+        click.echo(datasets_markdown(), nl=False)
+        return
     for info in list_datasets():
         flags = ", ".join(f for f, on in (("images", info.has_images), ("cross-lingual links", info.has_concepts)) if on)
         click.echo(f"{info.name:<12} {info.description} [{flags or 'text only'}]\n{'':<12} source: {info.source}; licence: {info.license}")
 
 
 @main.command()
-def models() -> None:
+@click.option("--markdown", is_flag=True, help="Print the Markdown tables of docs/models.md instead.")
+def models(markdown: bool) -> None:
     """List the text and image models."""
-    from ..encoders.base import list_image_encoders, list_text_encoders
+    from ..encoders import list_image_encoders, list_text_encoders
 
+    if markdown:
+        from ..report.catalogue import models_markdown
+
+        click.echo(models_markdown(), nl=False)
+        return
     click.echo("text models:")
     for info in list_text_encoders():
         name = info.name + (":PATH" if info.takes_arg else "")

@@ -79,14 +79,14 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
         progress=not quiet,
         **loss_kw,
     )
-    model._check_params()  # every setting, before any data is read
+    model.check_params()  # every setting, before any data is read
     _check_text_models([base], "--base")
     _check_image_models([image_model], "--image-model")
     _check_outputs((out, "--out"))
     ds = load_dataset(dataset, langs=list(dict.fromkeys([*tl, *(vl or [])])), **options)
     model.fit(ds, source={"dataset": dataset, "options": options}, log=None if quiet else (lambda s: click.echo(s, err=True)))
     path = model.save(out)
-    info = model.info_()
+    info = model.info_
     best = next(h for h in model.history_ if h["epoch"] == model.best_epoch_)
     first = model.history_[0]
     val = (

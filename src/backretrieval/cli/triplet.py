@@ -70,7 +70,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
         method, base=base, layers=widths, tower=tower, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
         refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
     )
-    est._check_params()  # every setting, before any data is read
+    est.check_params()  # every setting, before any data is read
     _check_text_models([base], "--base")
     _check_outputs((out, "--out"))
     out = Path(out)
@@ -84,7 +84,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     est.fit(data, checkpoint_dir=out)
     seconds = time.perf_counter() - t0
     meta = {"dataset": dataset, "dataset_options": options, "max_per_lang": max_per_lang, "fit_seconds": round(seconds, 1)}
-    est.save(out, meta=meta)
+    est.save(out, info=meta)
     plot_curves(est.history_, out / "curves.png", f"{method} on {Path(dataset).name} ({len(data)} items), base {base}", est.best_epoch_)
     last = est.history_[-1]
     click.echo(

@@ -78,10 +78,12 @@ class Corpus:
 
     @property
     def has_images(self) -> bool:
+        """Whether the rows have images: image files or rows of a precomputed feature file."""
         return self.image_paths is not None or self.image_features is not None
 
     @property
     def has_concepts(self) -> bool:
+        """Whether at least one row has a known concept (a cross-lingual link)."""
         return self.concepts is not None and any(c is not None for c in self.concepts)
 
     def concept_of(self, i: int) -> str:
@@ -90,6 +92,7 @@ class Corpus:
         return c if c is not None else f"\x00{self.lang}\x00{self.ids[i]}"
 
     def concept_keys(self) -> list[str]:
+        """The concept of every row, in row order (see :meth:`concept_of`)."""
         return [self.concept_of(i) for i in range(len(self))]
 
     def row_digests(self, idx: Sequence[int] | np.ndarray | None = None) -> list[bytes]:
@@ -159,6 +162,7 @@ class Corpus:
         return [hashlib.blake2b(tag + v.tobytes(), digest_size=DIGEST_SIZE).digest() for v in vecs]
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> "Corpus":
+        """A corpus of the rows ``idx`` (in that order), with every column taken along."""
         idx = np.asarray(idx, dtype=np.int64)
         take = lambda col: None if col is None else [col[i] for i in idx]  # noqa: E731
         return Corpus(
@@ -184,10 +188,12 @@ class Dataset:
 
     @property
     def languages(self) -> list[str]:
+        """The language codes of the dataset, sorted."""
         return sorted(self.corpora)
 
     @property
     def has_images(self) -> bool:
+        """Whether every language's corpus has images."""
         return all(c.has_images for c in self.corpora.values())
 
     def __getitem__(self, lang: str) -> Corpus:
@@ -214,6 +220,7 @@ def require_languages(available: Iterable[str], wanted: Iterable[str] | None, da
 
 
 def check_file(path: str | Path, what: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if it is a file, else a :class:`DataError` naming ``what``."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{what}: file not found: {path}")

@@ -38,7 +38,7 @@ from pathlib import Path
 from ..core import DataError, atomic_write, cache_dir, content_hash
 from ..core.text import is_blank
 from .corpus import Corpus, Dataset, require_languages
-from .registry import DatasetInfo, register
+from .registry import DatasetExample, DatasetInfo, register
 
 NAME = "ddtp"
 ENV_DIR = "BACKRETRIEVAL_DDTP_DIR"
@@ -330,5 +330,6 @@ INFO = register(
         has_concepts=True,
         source="Debian DDTP: apt i18n index Translation-<lang> (bookworm main for the shared copy)",
         license="Debian package descriptions and DDTP translations (free licences of the packages; see Debian)",
+        example=lambda folder: DatasetExample(NAME, ("en", "de"), {"max_docs": 50}),
     )
 )

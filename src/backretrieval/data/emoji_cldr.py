@@ -48,7 +48,7 @@ from typing import Any
 
 from ..core import DataError, atomic_write_text, cache_dir, content_hash
 from .corpus import Corpus, Dataset, require_languages
-from .registry import DatasetInfo, register
+from .registry import DatasetExample, DatasetInfo, register
 
 NAME = "emoji-cldr"
 EMOJI_PACKAGE = ("emoji-datasource-google", "16.0.0")
@@ -375,5 +375,6 @@ INFO = register(
             "cldr-annotations-derived-full@48.2.0"
         ),
         license="MIT (emoji-datasource), Apache-2.0 (Noto Emoji images), Unicode License v3 (CLDR)",
+        example=lambda folder: DatasetExample(NAME, ("en", "de")),
     )
 )

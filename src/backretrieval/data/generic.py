@@ -35,7 +35,7 @@ import numpy as np
 from ..core import DataError
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
-from .registry import GENERIC_SUFFIXES, DatasetInfo, register
+from .registry import GENERIC_SUFFIXES, DatasetExample, DatasetInfo, register
 
 NAME = "generic"
 REQUIRED = ("id", "lang", "text")
@@ -356,6 +356,38 @@ def _all_or_none(col: dict[str, list], key: str, path: Any, lang: str, field: st
     return True
 
 
+EXAMPLE_ITEMS = (  # (concept, English, German): the example file's items
+    ("dog", "dog\nan animal that barks", "Hund\nein Tier, das bellt"),
+    ("cat", "cat\nan animal that purrs", "Katze\nein Tier, das schnurrt"),
+    ("heart", "red heart\na symbol of love", "rotes Herz\nein Zeichen der Liebe"),
+)
+
+
+def example_rows(folder: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of the generic format: three concepts in English and German, each with a title, a
+    body and an image (a small PNG written in ``folder/images``, one per concept)."""
+    from PIL import Image
+
+    images = Path(folder) / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for k, (concept, *texts) in enumerate(EXAMPLE_ITEMS):
+        image = images / f"{concept}.png"
+        Image.new("RGB", (16, 16), (80 * k, 255 - 80 * k, 40)).save(image)
+        for lang, text in zip(("en", "de"), texts):
+            title, body = text.split("\n")
+            rows.append({"id": f"{lang}-{k}", "lang": lang, "text": text, "concept": concept, "title": title,
+                         "body": body, "image": str(image)})
+    return rows
+
+
+def write_example(folder: str | os.PathLike) -> Path:
+    """The rows of :func:`example_rows` as ``folder/items.jsonl``; its path."""
+    path = Path(folder) / "items.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in example_rows(folder)), encoding="utf-8")
+    return path
+
+
 INFO = register(
     DatasetInfo(
         name=NAME,
@@ -368,5 +400,6 @@ INFO = register(
         has_concepts=False,
         source="a user file",
         license="the user's",
+        example=lambda folder: DatasetExample(str(write_example(folder)), ("en", "de")),
     )
 )

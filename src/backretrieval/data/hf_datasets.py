@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from ..core import DataError, atomic_write, cache_dir, content_hash
 from .corpus import Dataset
 from .generic import build_dataset
-from .registry import DatasetInfo, register
+from .registry import DatasetExample, DatasetInfo, register
 
 NAME = "hf"
 _COLUMNS = ("id", "lang", "text", "concept", "image", "title", "body")
@@ -186,6 +186,15 @@ def load(
                    split=split, name=name or folder.name, source=str(folder))
 
 
+def _example(folder: Path) -> DatasetExample:
+    """The generic format's example rows as a dataset saved with ``save_to_disk``."""
+    from .generic import example_rows
+
+    path = Path(folder) / "hf"
+    _datasets().Dataset.from_list(example_rows(folder)).save_to_disk(str(path))
+    return DatasetExample(f"hf:{path}", ("en", "de"))
+
+
 INFO = register(
     DatasetInfo(
         name=NAME,
@@ -198,5 +207,6 @@ INFO = register(
         has_concepts=False,
         source="the user's Hugging Face dataset",
         license="the user's",
+        example=_example,
     )
 )

@@ -26,7 +26,7 @@ import numpy as np
 from ..core import DataError
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
-from .registry import DatasetInfo, register
+from .registry import DatasetExample, DatasetInfo, register
 
 NAME = "multi30k"
 ENV_ROOT = "BACKRETRIEVAL_MULTI30K"
@@ -35,6 +35,8 @@ DEFAULT_SPLIT = "test_2016_flickr"
 
 
 def find_root(root: str | os.PathLike | None = None) -> Path:
+    """The Multi30K checkout: ``root``, else ``$BACKRETRIEVAL_MULTI30K``, else
+    ``../shared/data/multi30k``; a clear error when none holds ``data/task1``."""
     if root is not None:
         p = Path(root).expanduser()
         if not (p / "data" / "task1").is_dir():
@@ -95,11 +97,13 @@ def _read_lines(path: Path) -> list[str]:
 
 
 def splits(root: str | os.PathLike | None = None) -> list[str]:
+    """The names of the splits whose raw caption files the checkout holds, sorted."""
     raw = find_root(root) / "data" / "task1" / "raw"
     return sorted({p.name.split(".")[0] for p in raw.iterdir() if p.is_file()})
 
 
 def languages(split: str = DEFAULT_SPLIT, root: str | os.PathLike | None = None) -> list[str]:
+    """The languages that have captions for ``split`` in the checkout, in :data:`LANGUAGES` order."""
     task1 = find_root(root) / "data" / "task1"
     return [lang for lang in LANGUAGES if _raw_file(task1, split, lang) is not None]
 
@@ -190,5 +194,6 @@ INFO = register(
         has_concepts=True,
         source="https://github.com/multi30k/dataset (local copy: root=, $BACKRETRIEVAL_MULTI30K)",
         license="non-commercial research use (Multi30K README); Flickr30k image terms apply to images",
+        example=lambda folder: DatasetExample(NAME, ("en", "de")),
     )
 )

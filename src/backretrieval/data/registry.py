@@ -17,6 +17,24 @@ from .corpus import Dataset
 
 
 @dataclasses.dataclass(frozen=True)
+class DatasetExample:
+    """A small real load of a registered dataset, for the contract checks
+    (:mod:`backretrieval.data.checks`). A :class:`DatasetInfo`'s ``example`` hook writes what the
+    load needs (a data file) into the folder it is given and returns this; a dataset the loader
+    finds on its own (its data folder, an environment variable) writes nothing.
+
+    Attributes:
+        spec: what :func:`load_dataset` is given (a registered name, a file path, ``hf:FOLDER``).
+        langs: the languages asked for (at least two for a dataset with concepts).
+        options: the loader options (e.g. a cap on the items read).
+    """
+
+    spec: str
+    langs: tuple[str, ...]
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetInfo:
     name: str
     loader: Callable[..., Dataset]
@@ -25,6 +43,8 @@ class DatasetInfo:
     has_concepts: bool
     source: str  # where the data comes from
     license: str
+    # example(folder) -> DatasetExample: a small real load for the contract checks
+    example: Callable[[Path], DatasetExample] | None = None
 
 
 _REGISTRY: dict[str, DatasetInfo] = {}
@@ -34,6 +54,7 @@ GENERIC_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 def register(info: DatasetInfo) -> DatasetInfo:
+    """Add a dataset loader to the registry under ``info.name`` and return ``info``."""
     _REGISTRY[info.name] = info
     return info
 
@@ -49,6 +70,7 @@ def _load_modules() -> None:
 
 
 def list_datasets() -> list[DatasetInfo]:
+    """Every registered dataset loader, sorted by name (imports the loader modules first)."""
     _load_modules()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 

@@ -1,1 +1,12 @@
 """Encoders: text and image models behind one protocol, and the embedding cache."""
+from .base import (
+    EncoderInfo, Example, ImageEncoder, TextEncoder, check_embeddings, get_image_encoder, get_text_encoder,
+    list_image_encoders, list_text_encoders, register_image, register_text,
+)
+from .checks import ContractError, check_image_encoder, check_text_encoder
+
+__all__ = [
+    "ContractError", "EncoderInfo", "Example", "ImageEncoder", "TextEncoder", "check_embeddings", "check_image_encoder",
+    "check_text_encoder", "get_image_encoder", "get_text_encoder", "list_image_encoders", "list_text_encoders",
+    "register_image", "register_text",
+]

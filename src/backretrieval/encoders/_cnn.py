@@ -7,16 +7,15 @@ batch in a background thread while the model runs the current one (PIL and the m
 the GIL), so the model never waits for PIL.
 
 Backends (option ``backend``): ``onnxruntime`` runs the feature extractor exported to ONNX
-(see :mod:`._onnx`; about 4x the images per CPU-second of eager torch, features within 1e-4
-of torch's); ``torch`` runs the packaged PyTorch model (the reference, and the fallback when
+(see :mod:`._onnx`; several times the images per CPU-second of eager torch, timings in
+BENCHMARKS.md; features within 1e-4 of torch's); ``torch`` runs the packaged PyTorch model (the reference, and the fallback when
 onnxruntime is missing); ``auto`` (default) takes ONNX Runtime when it is installed. The torch
 model is only built when it is needed (torch backend, first export, or ``.model``).
 
 Determinism: with ONNX Runtime (CPU) an image's features are bit-identical whatever the batch
-it is in, its position there and the number of threads (ONNX Runtime 1.32 here, every CNN;
+it is in, its position there and the number of threads (every CNN;
 tests/test_image_encoders.py). With torch they agree within ~1e-5 but not to the bit: eager
-torch 2.13 picks its convolution kernels by batch shape and thread count (measured: 4e-6 to
-8e-6 between one batch of 24 on 2 threads and batches of 5 on 1 thread). The ``version`` names
+torch picks its convolution kernels by batch shape and thread count. The ``version`` names
 the backend, its version and the device, so vectors of different backends never share a
 cache entry.
 """

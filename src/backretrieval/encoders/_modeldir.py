@@ -22,8 +22,8 @@ older version: ``cr5.json``, ``config.json``) is removed, so an interrupted re-t
 
 One reader, :func:`read_model_dir`, returns a :class:`ModelDir` (kind, hyper-parameters, info,
 arrays) and raises :class:`ModelDirError` naming the directory or file: missing, incomplete, of
-another kind, or of a newer format version than this code reads. It also reads the directories
-written before this format -- Cr5's ``cr5.json`` + ``cr5.npz`` + ``vocab/``, Triplet's
+another kind, or of a newer format version than this code reads. It also reads the legacy
+layouts -- Cr5's ``cr5.json`` + ``cr5.npz`` + ``vocab/``, Triplet's
 ``model.json`` with ``"format": 1``, M3L/PATR's ``config.json`` -- and converts each to the same
 object (:mod:`._modeldir_legacy`), so they keep loading and give the same vectors. Re-saving into
 such a directory writes the current format (the older header and Cr5's ``cr5.npz`` are removed
@@ -53,7 +53,7 @@ MODEL_FILE = "model.json"
 WEIGHTS_FILE = "weights.npz"
 KINDS = ("cr5", "triplet", "m3l")
 RESERVED = ("format", "format_version", "kind", "hyper_parameters", "arrays", "files")
-LEGACY_HEADERS = ("cr5.json", "config.json")  # headers of the formats written before this one
+LEGACY_HEADERS = ("cr5.json", "config.json")  # headers of the legacy layouts
 LEGACY_FILES = ("cr5.npz",)  # Cr5's arrays file before this format
 
 
@@ -223,7 +223,7 @@ def load_arrays(f: Path, names: Sequence[str] | None = None) -> dict[str, np.nda
 
 
 def read_model_dir(path: str | Path, kinds: Sequence[str] | str | None = None, *, arrays: bool = True) -> ModelDir:
-    """Read a model directory of the current format or of one written before it.
+    """Read a model directory of the current format or of a legacy layout.
 
     Args:
         path: the directory.

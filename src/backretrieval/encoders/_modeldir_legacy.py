@@ -1,14 +1,14 @@
-"""Readers for the model directories written before the one format (:mod:`._modeldir`).
+"""Readers for the legacy model-directory layouts (the one format is :mod:`._modeldir`).
 
-Each converts an older directory to the same :class:`~._modeldir.ModelDir` as the current
+Each converts a legacy directory to the same :class:`~._modeldir.ModelDir` as the current
 format, once, here; nothing else in the package knows the older headers.
 
 * Cr5 (``cr5.json`` + ``cr5.npz`` + ``vocab/<lang>.txt``; ``"format": "backretrieval.cr5"``):
   ``hyper_parameters`` as recorded, the rest of ``cr5.json`` is the info, the arrays come from
   ``cr5.npz``.
 * Triplet / TripletXL (``model.json`` with ``"format": 1`` + ``weights.npz`` ``w0, b0, ...``): the
-  hyper-parameters are ``method``, ``base``, ``final_relu``, ``tower`` (``"mlp"`` when absent:
-  written before the option existed) and the recorded ``hyper`` dict (``negatives``
+  hyper-parameters are ``method``, ``base``, ``final_relu``, ``tower`` (``"mlp"`` when absent)
+  and the recorded ``hyper`` dict (``negatives``
   ``"batch"`` when absent).
 * M3L / PATR (``config.json`` with ``"format": "backretrieval-m3l"`` + ``weights.npz`` ``W0, b0,
   ...`` + ``split.json``): the nested ``loss_params``, ``optimizer`` and ``split`` become the
@@ -62,7 +62,7 @@ def _arrays(f: Path, names: list[str], with_arrays: bool) -> dict:
 
 
 def read_cr5(p: Path, head: Any, with_arrays: bool) -> ModelDir:
-    """A Cr5 directory written before the one format."""
+    """A Cr5 directory in the legacy layout."""
     f = p / CR5_HEADER
     langs = _check_header(f, head, CR5_FORMAT, "languages")
     names = [f"{k}__{lang}" for lang in langs for k in ("phi", "idf")]
@@ -74,7 +74,7 @@ def read_cr5(p: Path, head: Any, with_arrays: bool) -> ModelDir:
 
 
 def read_triplet(p: Path, head: dict[str, Any], with_arrays: bool) -> ModelDir:
-    """A Triplet / TripletXL directory written before the one format (``"format": 1``)."""
+    """A Triplet / TripletXL directory in the legacy layout (``"format": 1``)."""
     f = p / TRIPLET_HEADER
     if not head.get("method") or not head.get("base"):
         raise ModelDirError(f"{f} is not a format-1 triplet/tripletxl model file (no method or base)")
@@ -107,7 +107,7 @@ def eta_from_rule(loss_params: dict[str, Any], where: Path) -> float | None:
 
 
 def read_m3l(p: Path, head: Any, with_arrays: bool) -> ModelDir:
-    """An M3L / PATR directory written before the one format (``config.json``)."""
+    """An M3L / PATR directory in the legacy layout (``config.json``)."""
     f = p / M3L_HEADER
     widths = _check_header(f, head, M3L_FORMAT, "widths")
     hp: dict[str, Any] = {k: head[k] for k in ("loss", "base", "image_model", "train_langs", "val_langs") if k in head}

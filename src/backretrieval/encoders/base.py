@@ -2,14 +2,17 @@
 
 A text encoder is anything with ``name``, ``version``, ``dim`` and
 ``encode(texts, lang, *, ids=None) -> float32 (n, d)``; an image encoder has
-``encode_images(paths) -> float32 (n, d)``. Each built-in lives in its own module and
-registers a factory with :func:`register_text` / :func:`register_image`; a model is asked
-for by a spec string: ``"use-m"``, ``"precomputed:emb.parquet"``, ``"st:/path/to/model"``.
+``encode_images(paths) -> float32 (n, d)``. No inputs give a ``(0, d)`` array. Each built-in
+lives in its own module and registers a factory with :func:`register_text` /
+:func:`register_image`, with an ``example`` hook that builds a tiny real instance for the
+contract checks (:mod:`.checks`); a model is asked for by a spec string: ``"use-m"``,
+``"precomputed:emb.parquet"``, ``"st:/path/to/model"``.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -19,22 +22,75 @@ from ..core import EncoderError, first_bad_row
 
 @runtime_checkable
 class TextEncoder(Protocol):
+    """What a text model offers: ``encode(texts, lang)`` -> one row per text, plus its name, version,
+    dimension, languages and whether its vectors may be cached."""
+
     name: str  # the spec it was built from, e.g. "use-m"
     version: str  # changes whenever the vectors would change (package + options)
     dim: int | None  # None until known (e.g. TF-IDF before fit)
     languages: frozenset[str] | None  # languages the model was trained on; None: any
     cacheable: bool  # False when vectors depend on more than (text, lang)
+    # Optional: ``unit_norm = True`` promises that every row has L2 norm 1 (the encoder ends with
+    # core.normalize_rows or an equivalent); absent or False promises nothing.
 
-    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
+        """float32 (n, dim) vectors of ``texts``, all in language ``lang`` (``ids``: the rows' ids, for
+        models that use them)."""
 
 
 @runtime_checkable
 class ImageEncoder(Protocol):
+    """What an image model offers: ``encode_images(paths)`` -> one row per image, plus its name, version and
+    dimension."""
+
     name: str
     version: str
     dim: int | None
 
-    def encode_images(self, paths: Sequence[str]) -> np.ndarray: ...
+    def encode_images(self, paths: Sequence[str]) -> np.ndarray:
+        """float32 (n, dim) features of the image files ``paths``."""
+
+
+# Texts the contract checks encode when a model's example names none: short English texts of
+# different lengths, none empty.
+EXAMPLE_TEXTS = (
+    "grinning face with big eyes: face, mouth, open, smile",
+    "dog",
+    "red heart",
+    "man technologist: medium-dark skin tone, coder, developer, inventor, software",
+    "face with tears of joy: face, joy, laugh, tear",
+    "cat face",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A tiny real instance of a registered model, for the contract checks
+    (:mod:`backretrieval.encoders.checks`). An :class:`EncoderInfo`'s ``example`` hook writes what
+    the instance needs (a file, a model directory) into the folder it is given and returns this.
+
+    Attributes:
+        arg: the ARG of a ``NAME:ARG`` spec (a file or directory the hook wrote); None for a
+            model that takes none.
+        options: the options the instance is built with.
+        other: ``(arg, options)`` of a second instance whose vectors differ (another file, seed,
+            option): its ``version`` must differ too. None for a model with fixed weights and no
+            option that changes its vectors.
+        texts: what the checks encode (image models: image files the hook wrote); None: the
+            contract's own (:data:`EXAMPLE_TEXTS`, or a few images the checks write).
+        ids: the ids of ``texts`` (default ``x0``, ``x1``, ...).
+        lang: the language of ``texts``.
+        shows_progress: False for a model that does no per-item work a bar could show (it reads
+            stored vectors).
+    """
+
+    arg: str | None = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    other: tuple[str | None, Mapping[str, Any]] | None = None
+    texts: tuple[str, ...] | None = None
+    ids: tuple[str, ...] | None = None
+    lang: str = "en"
+    shows_progress: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +101,8 @@ class EncoderInfo:
     kind: str  # "text" or "image"
     takes_arg: bool = False  # spec is "name:ARG"
     requires: str = ""  # pip package(s) needed
+    # example(folder) -> Example: builds a tiny real instance in ``folder`` for the contract checks
+    example: Callable[[Path], Example] | None = None
 
 
 _TEXT: dict[str, EncoderInfo] = {}
@@ -55,11 +113,13 @@ _IMAGE: dict[str, EncoderInfo] = {}
 
 
 def register_text(info: EncoderInfo) -> EncoderInfo:
+    """Add a text model to the registry under ``info.name`` and return ``info``."""
     _TEXT[info.name] = info
     return info
 
 
 def register_image(info: EncoderInfo) -> EncoderInfo:
+    """Add an image model to the registry under ``info.name`` and return ``info``."""
     _IMAGE[info.name] = info
     return info
 
@@ -83,11 +143,13 @@ def _load() -> None:
 
 
 def list_text_encoders() -> list[EncoderInfo]:
+    """Every registered text model, sorted by name (imports the encoder modules first)."""
     _load()
     return [_TEXT[k] for k in sorted(_TEXT)]
 
 
 def list_image_encoders() -> list[EncoderInfo]:
+    """Every registered image model, sorted by name (imports the encoder modules first)."""
     _load()
     return [_IMAGE[k] for k in sorted(_IMAGE)]
 
@@ -101,13 +163,23 @@ def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping
         raise EncoderError(f"{kind} model {name!r} needs an argument: {name}:PATH")
     if arg and not info.takes_arg:
         raise EncoderError(f"{kind} model {name!r} takes no argument (got {spec!r})")
+    return build_encoder(info, arg or None, **options)
+
+
+def build_encoder(info: EncoderInfo, arg: str | None = None, **options: Any) -> Any:
+    """The encoder ``info.factory(arg, **options)`` builds, named by its spec (``NAME`` or
+    ``NAME:ARG``); a missing package becomes an EncoderError with its pip command.
+
+    Raises:
+        EncoderError: a missing package, or whatever the factory refuses.
+    """
     try:
-        enc = info.factory(arg or None, **options)
+        enc = info.factory(arg, **options)
     except ImportError as e:
         raise EncoderError(
-            f"{kind} model {name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
+            f"{info.kind} model {info.name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
         ) from e
-    enc.name = spec
+    enc.name = f"{info.name}:{arg}" if arg else info.name
     return enc
 
 

@@ -105,10 +105,12 @@ class EmbeddingStore:
         return len(self._load())
 
     def get(self, keys: Sequence[str]) -> list[np.ndarray | None]:
+        """The stored vector of each key, None where nothing is stored."""
         index = self._load()
         return [index.get(k) for k in keys]
 
     def put(self, keys: Sequence[str], vecs: np.ndarray) -> None:
+        """Store ``vecs`` (one row per key) as one new shard, written atomically."""
         keys = list(keys)
         digest = content_hash("\n".join(keys))
         atomic_save_npz(self.path / f"shard-{digest}.npz", keys=np.array(keys), vecs=np.asarray(vecs, np.float32))
@@ -191,6 +193,8 @@ class CachedTextEncoder(_Cached):
         extra: dict[str, Sequence[str]] | None = None,
         **kw: Any,
     ) -> np.ndarray:
+        """The wrapped model's vectors of ``texts``: cached ones read, missing ones encoded one batch at a
+        time and stored."""
         enc = self.encoder
         if extra is not None:
             kw["extra"] = extra
@@ -235,6 +239,8 @@ class CachedImageEncoder(_Cached):
         super().__init__(encoder, root, chunk, progress)
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
+        """The wrapped model's features of the image files ``paths``, keyed by their content: cached ones
+        read, missing ones encoded and stored."""
         enc = self.encoder
         paths = [str(p) for p in paths]
         keys = []

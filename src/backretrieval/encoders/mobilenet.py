@@ -30,7 +30,7 @@ from typing import Any
 from ..core import EncoderError
 from ._cnn import CNNFeatureEncoder
 from ._images import LOADING
-from .base import EncoderInfo, register_image
+from .base import EncoderInfo, Example, register_image
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -115,13 +115,16 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
     describe = f"bicubic-crop/imagenet-norm/{LOADING}/gap1280"
 
     def weights_path(self) -> str:
+        """Path of the packaged MobileNetV2 ImageNet weights file."""
         return weights_path()
 
     def weights_id(self) -> str:
+        """The weights' part of ``version``: torchvision's file tag and the file's digest."""
         # torchvision's file name carries the first 8 hex digits of its SHA-256
         return f"tv-b0353104/w{self.weights_digest[:12]}"
 
     def build_torch(self) -> Any:
+        """The PyTorch MobileNetV2 with the packaged weights loaded strictly."""
         import torch
 
         model = build_mobilenet_v2()
@@ -133,6 +136,7 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
         return model
 
     def feature_module(self, model: Any) -> Any:
+        """A module that maps an image batch to the spatial mean of the last feature block (1280-d)."""
         from torch import nn
 
         class Features(nn.Module):  # global average pool of features.18
@@ -159,6 +163,7 @@ register_image(
         "global-average-pooled last feature map (1280-d)",
         kind="image",
         takes_arg=False,
+        example=lambda folder: Example(),
         requires=f"--no-deps {_WEIGHTS_DIST}",  # its metadata pins torch==1.6.0: never let pip resolve it
     )
 )

@@ -27,8 +27,8 @@ import numpy as np
 
 from ..core import DataError, EncoderError
 from ..core.fingerprint import file_digest
-from .base import EncoderInfo, check_embeddings, register_text
-from ._text import as_texts, check_options
+from .base import EXAMPLE_TEXTS, EncoderInfo, Example, check_embeddings, register_text
+from ._text import as_texts, check_options, positive_int
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")
 
@@ -51,6 +51,8 @@ class PrecomputedTextEncoder:
         suffix = p.suffix.lower()
         if suffix not in SUFFIXES:
             raise DataError(f"{self.name}: unsupported file type {suffix or '(none)'!r}; use one of {', '.join(SUFFIXES)}")
+        if batch_size is not None:  # nothing is batched, but a bad value is still refused
+            positive_int(batch_size, "batch_size", self.name)
         self.path = p
         self.dim: int | None = None
         self._index: dict[tuple[str, str], int] | None = None
@@ -223,6 +225,18 @@ def _factory(arg: str | None = None, **options: Any) -> PrecomputedTextEncoder:
     return PrecomputedTextEncoder(arg, **options)
 
 
+def _example(folder: Path) -> Example:
+    """Two .npz files of seeded 8-d vectors for the example texts' ids (``x0``, ``x1``, ...)."""
+    ids = [f"x{i}" for i in range(len(EXAMPLE_TEXTS))]
+    paths = []
+    for seed in (0, 1):
+        path = folder / f"vectors{seed}.npz"
+        vectors = np.random.default_rng(seed).standard_normal((len(ids), 8)).astype(np.float32)
+        np.savez(path, langs=np.array(["en"] * len(ids)), ids=np.array(ids), vectors=vectors)
+        paths.append(str(path))
+    return Example(arg=paths[0], other=(paths[1], {}), ids=tuple(ids), shows_progress=False)
+
+
 register_text(
     EncoderInfo(
         name="precomputed",
@@ -231,5 +245,6 @@ register_text(
         kind="text",
         takes_arg=True,
         requires="pyarrow",
+        example=_example,
     )
 )

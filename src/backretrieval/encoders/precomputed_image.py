@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core import DataError, EncoderError
 from ._images import BatchedImageEncoder
-from .base import EncoderInfo, check_embeddings, register_image
+from .base import EncoderInfo, Example, check_embeddings, register_image
 
 
 class PrecomputedImageFeatures(BatchedImageEncoder):
@@ -37,6 +37,8 @@ class PrecomputedImageFeatures(BatchedImageEncoder):
         super().__init__(batch_size=batch_size, progress=progress)
 
     def encode_images(self, paths: Sequence[str], batch_size: int | None = None, progress: bool | None = None) -> np.ndarray:
+        """Always refused: precomputed features are read from the dataset's feature file, not from image
+        files."""
         raise EncoderError(
             "image model 'precomputed' does not encode image files: precomputed image features are read "
             "from the dataset's own feature file (Corpus.image_features / image_rows); choose an image "
@@ -160,5 +162,6 @@ register_image(
         kind="image",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(shows_progress=False),
     )
 )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core import EncoderError, normalize_rows
-from .base import EncoderInfo, register_text
+from .base import EncoderInfo, Example, register_text
 from ._text import BatchedTextEncoder, check_options, positive_int
 
 SALT = "random"
@@ -35,6 +35,7 @@ class RandomTextEncoder(BatchedTextEncoder):
 
     languages = None
     cacheable = False
+    unit_norm = True
     default_batch_size = 4096
 
     def __init__(self, *, seed: int = 0, dim: int = 512, batch_size: int | None = None, progress: bool = False) -> None:
@@ -67,5 +68,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires="",
+        example=lambda folder: Example(options={"dim": 16}, other=(None, {"dim": 16, "seed": 1})),
     )
 )

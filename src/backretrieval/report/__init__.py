@@ -1,4 +1,7 @@
-"""Report layer: tables (and later figures and HTML) from analysis results."""
+"""Report layer: what analysis results look like to a reader -- Markdown tables
+(:mod:`.table`, :mod:`.cr5_tables`, :mod:`.catalogue`), figures (:mod:`.figures`,
+:mod:`.compare_figures`, :mod:`.projection`) and HTML reports (:mod:`.html`,
+:mod:`.compare_report`, :mod:`.meta_report`, :mod:`.image_retrieval`, :mod:`.case_study`)."""
 from .table import format_comparison, format_meta_table, format_summary
 
 __all__ = ["format_comparison", "format_meta_table", "format_summary"]

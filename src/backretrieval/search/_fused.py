@@ -25,7 +25,7 @@ _opts = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_mo
 
 BOTH_WAYS_TILE = 4096  # columns per tile: the tile's column counts and windows stay in L1/L2 while the block's rows pass
 MAX_LANES = 16  # partial maxima per row in row_max_candidates (one AVX-512 / two AVX2 registers)
-CHUNK = 64  # columns counted together: only a chunk with something in a window is read again (64 measured best of 32-256 on random data)
+CHUNK = 64  # columns counted together: only a chunk with something in a window is read again (chosen from 32-256 by bench timings)
 
 
 @njit(inline="always", **_opts)
@@ -224,8 +224,8 @@ def radix_order_f32(x, order, first):  # pragma: no cover - compiled
     the number of groups.
 
     Hand-written because numpy has no radix sort for 32-bit keys that carries a permutation:
-    ``np.sort`` of packed (key << 32 | index) 64-bit integers, the route this replaces, gives the
-    same result about 8x slower at 2.25M values (CORR's 1,500 x 1,500 pairs; BENCHMARKS.md). A
+    ``np.sort`` of packed (key << 32 | index) 64-bit integers gives the same result several times
+    slower at CORR's 1,500 x 1,500 pairs (BENCHMARKS.md). A
     pass whose digit is the same for every key is skipped."""
     n = x.shape[0]
     u = x.view(np.uint32)

@@ -174,6 +174,7 @@ class Calibration:
     seconds: float
 
     def as_dict(self, prefix: str = "") -> dict[str, Any]:
+        """The fields as a plain dict, each key prefixed with ``prefix``."""
         return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
 
 

@@ -10,11 +10,10 @@ Scores. For queries ``Q`` (n_q, d) and database ``D`` (n_d, d) the score of the 
 (:func:`csls_penalty`).
 
 Ties and reproducibility. Every decision (is item j scored at least as high as the true item?
-which items attain the best score? which k are the nearest?) is made on the *canonical* score of
-:mod:`.exact`: the exact dot product rounded once, combined with scale and biases in a fixed
-order, rounded to float32. It does not depend on BLAS's summation order, so ranks, top-k lists
-and every metric built on them are bit-identical whatever the thread count, block size,
-process, executor or machine. Ranks are *pessimistic*: the rank of item j for query i is the
+which items attain the best score? which k are the nearest?) is made on the canonical score
+defined in :mod:`.exact` (the one explanation; ARCHITECTURE.md, "Same numbers on every machine"),
+so ranks, top-k lists and every metric built on them are bit-identical whatever the thread
+count, block size, process, executor or machine. Ranks are *pessimistic*: the rank of item j for query i is the
 number of database items whose canonical score is >= c_ij, itself included, so a tie never
 helps. :func:`topk` orders equal canonical scores by ascending index; :func:`nearest_with_ties`
 returns every item that attains a row's canonical maximum.
@@ -119,7 +118,7 @@ class _Fast:
         self.tau = score_error_bound(Q.shape[1], self.norm_q, self.norm_d, scale, q_bias, d_bias)
         # sparse rows (TF-IDF): the canonical dots visit only nonzeros, and when both sides are
         # sparse the fast pass is a sparse float32 product (tau holds for any order and number of
-        # additions; at tfidf-char's 4,097-d and ~1% density it is ~6x faster than the dense GEMM)
+        # additions; at tfidf-char's density it beats the dense GEMM, BENCHMARKS.md)
         self.patterns = (row_pattern(Q), row_pattern(D))
         self._sparse = None
         if self.patterns[0] is not None and self.patterns[1] is not None:
@@ -183,8 +182,8 @@ _BLAS: tuple[int, Any] | None = None  # (len(sys.modules) when built, threadpool
 
 def _blas_controller() -> Any:
     """threadpoolctl's controller of the loaded BLAS libraries, built once per set of imported
-    modules (a new import may load another BLAS): building one scans every loaded shared library
-    (~10 ms), which at N = 1,500 cost more than a metric's own work when done on every call."""
+    modules (a new import may load another BLAS): building one scans every loaded shared library,
+    which at N = 1,500 would cost more than a metric's own work if done on every call."""
     global _BLAS
     key = len(sys.modules)
     if _BLAS is None or _BLAS[0] != key:

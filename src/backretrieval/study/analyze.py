@@ -339,6 +339,7 @@ def _x(v: float | None, digits: int = 2) -> str:
 
 
 def format_markdown(res: dict[str, Any]) -> str:
+    """The analysis ``res`` (from :func:`analyze`) as the Markdown report."""
     s = res["study"]
     lines = [
         f"# Blind relevance study: {s['dataset']} {s['src']} → {s['tgt']}",

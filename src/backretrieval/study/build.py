@@ -56,6 +56,7 @@ class StudyConfig:
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> None:
+        """Check every setting before any work; a clear error naming the first bad one."""
         models = [m.strip() for m in self.models]
         if len(models) < 2 or any(not m for m in models):
             raise BackretrievalError(f"a study compares at least two models, got {self.models!r}")

@@ -63,6 +63,7 @@ class Lock:
         self.fd, self.path = fd, path
 
     def release(self) -> None:
+        """Release the lock (closing its descriptor); releasing twice does nothing."""
         fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor releases the lock

@@ -34,6 +34,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def terms_of(corpus: Corpus, row: int, kind: str) -> frozenset[str]:
+    """The set of casefolded terms of row ``row``: its words (``"words"``) or its title and comma-separated
+    keyword phrases (``"keywords"``)."""
     title = corpus.extra.get("title", corpus.texts)[row]
     body = corpus.extra.get("body", [""] * len(corpus))[row] if "title" in corpus.extra else ""
     if kind == "words":
@@ -45,6 +47,8 @@ def terms_of(corpus: Corpus, row: int, kind: str) -> frozenset[str]:
 
 
 def score_from_overlap(a: frozenset[str], b: frozenset[str]) -> int:
+    """A 1-4 relevance score from the Jaccard overlap of two term sets (1: very relevant, 4: not
+    relevant)."""
     j = len(a & b) / len(a | b) if a | b else 0.0
     for threshold, score in THRESHOLDS:
         if j >= threshold:

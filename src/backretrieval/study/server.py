@@ -289,6 +289,7 @@ class StudyServer:
         return link(host or self.link_host, self.port, token)
 
     def serve_forever(self) -> None:
+        """Serve requests in this thread until :meth:`stop` (or an interrupt)."""
         self.server.serve_forever()
 
     def start(self) -> "StudyServer":
@@ -298,6 +299,7 @@ class StudyServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving, close the study's connection and join the background thread, if any."""
         if self._thread is not None:
             self.server.shutdown()
         self.close()

@@ -117,14 +117,19 @@ class StudyError(BackretrievalError):
 
 
 class NotFound(StudyError):
+    """An unknown rater link, suggestion or image (HTTP 404)."""
+
     status = 404
 
 
 class Conflict(StudyError):
+    """A request that conflicts with what is stored: a rater name taken, an event id reused (HTTP 409)."""
+
     status = 409
 
 
 def now() -> str:
+    """The current UTC time as an ISO 8601 string with milliseconds."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -227,6 +232,7 @@ def check_integrity(con: sqlite3.Connection, path: str | Path) -> None:
 
 
 def read_meta(con: sqlite3.Connection) -> dict[str, Any]:
+    """The study's configuration (the ``meta`` table), JSON values decoded."""
     return {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta")}
 
 
@@ -257,6 +263,7 @@ def add_rater(con: sqlite3.Connection, name: str | None = None) -> dict[str, Any
 
 
 def list_raters(con: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every rater with name, token, creation time and how many of the study's suggestions they rated."""
     total = con.execute("SELECT COUNT(*) FROM suggestions").fetchone()[0]
     rows = con.execute(
         "SELECT r.rater_id, r.name, r.token, r.created_at, COUNT(g.sugg_id) FROM raters r "
@@ -444,6 +451,8 @@ def load_tables(con: sqlite3.Connection) -> dict[str, Any]:
 
 
 def study_summary(path: str | Path) -> dict[str, Any]:
+    """Configuration and counts of the study at ``path``: queries, suggestions, shared suggestions,
+    raters."""
     con = connect(path)
     try:
         meta = read_meta(con)

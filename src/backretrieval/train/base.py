@@ -1,16 +1,26 @@
 """One estimator shape for the training layer: scikit-learn's conventions, one error of each kind.
 
-Every trainable method (:class:`~backretrieval.train.cr5.Cr5`, Triplet/TripletXL, M3L/PATR) is an
-:class:`Estimator`:
+Every trainable method (:class:`~backretrieval.train.cr5.Cr5`,
+:class:`~backretrieval.train.triplet.Triplet`, :class:`~backretrieval.train.m3l.M3L`) is an
+:class:`Estimator` with the same four entry points:
 
+* ``fit(data, ...) -> self`` learns; ``transform(...)`` embeds (its inputs are the method's:
+  texts and a language for Cr5, base vectors of titles and bodies for Triplet, base text
+  embeddings for M3L); ``save(path, *, info=None) -> Path`` writes the model directory of
+  :mod:`backretrieval.encoders._modeldir` (``info``: JSON-ready entries added to the directory's
+  info); ``load(path)`` (a classmethod) returns a fitted estimator whose ``transform`` gives
+  the vectors of the estimator that was saved;
 * ``__init__`` only stores its keyword arguments under the same names (no checks, no
   conversions), so ``get_params`` / ``set_params`` / ``clone`` / ``repr`` come from
   :class:`sklearn.base.BaseEstimator` and read the parameters from the ``__init__`` signature;
+  each default is stated once, in that signature (or in the constant it names);
 * the class declares ``_parameter_constraints`` (scikit-learn's ``Interval`` / ``StrOptions``
-  vocabulary) and may add cross-parameter rules in :meth:`Estimator._check_more`;
-  :meth:`Estimator._check_params` runs both at the start of ``fit`` and raises
+  vocabulary) and may add cross-parameter rules in :meth:`Estimator._check_more`; every public
+  ``fit`` method is wrapped in :func:`fit_context` (scikit-learn's ``_fit_context``), which runs
+  :meth:`Estimator.check_params` once, before any fitting work, and raises
   :class:`HyperParameterError` naming the parameter and the bad value;
-* ``fit(...)`` returns ``self``; learned attributes end in ``_``;
+* learned state lives only in attributes ending in ``_``; the training loops take one frozen
+  settings object built from the checked parameters;
 * using a model before ``fit`` (or ``load``) raises :class:`NotFittedError`, which is also
   scikit-learn's ``NotFittedError`` (``except sklearn.exceptions.NotFittedError`` catches it).
 
@@ -19,9 +29,11 @@ checker keeps the messages and the vocabulary the ecosystem already knows.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
@@ -31,7 +43,7 @@ from ..core import BackretrievalError
 
 __all__ = [
     "Estimator", "HyperParameterError", "Interval", "NON_NEGATIVE_INT", "NotFittedError", "POSITIVE_INT",
-    "POSITIVE_REAL", "StrOptions",
+    "POSITIVE_REAL", "StrOptions", "fit_context",
 ]
 
 # the constraints every estimator uses (seeds, counts, rates); booleans are refused for all of them
@@ -48,12 +60,40 @@ class HyperParameterError(BackretrievalError, TypeError):
     """A hyper-parameter has a wrong type or value; the message names it and the value."""
 
 
+_Fit = TypeVar("_Fit", bound=Callable[..., Any])
+
+
+def fit_context(fit: _Fit) -> _Fit:
+    """Wrap a public ``fit`` method: check every hyper-parameter first, then fit.
+
+    The check (:meth:`Estimator.check_params`) runs once per call, before the method's own
+    body, so a bad parameter raises :class:`HyperParameterError` before any data is read or
+    any model is touched. The method itself must not check again, nor call another wrapped
+    method (it calls the private, unwrapped one instead).
+
+    Args:
+        fit: the estimator's fit method.
+
+    Returns:
+        The wrapped method (marked ``__fit_context__ = True``).
+    """
+
+    @functools.wraps(fit)
+    def wrapper(self: "Estimator", *args: Any, **kwargs: Any) -> Any:
+        self.check_params()
+        return fit(self, *args, **kwargs)
+
+    wrapper.__fit_context__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
 class Estimator(BaseEstimator):
     """Base class of the training layer's estimators (see the module docstring).
 
     Subclasses set ``_parameter_constraints`` (a dict parameter -> list of accepted
     constraints, as in scikit-learn) and ``_fitted_attribute`` (a learned attribute that exists
-    exactly when the model is fitted).
+    exactly when the model is fitted or loaded), wrap their ``fit`` in :func:`fit_context`, and
+    define ``transform``, ``save(path, *, info=None)`` and the classmethod ``load(path)``.
     """
 
     _parameter_constraints: dict[str, list[Any]] = {}
@@ -62,8 +102,9 @@ class Estimator(BaseEstimator):
     def _check_more(self) -> None:
         """Rules that involve several parameters; raise :class:`HyperParameterError`."""
 
-    def _check_params(self) -> None:
-        """Validate every hyper-parameter.
+    def check_params(self) -> None:
+        """Validate every hyper-parameter (:func:`fit_context` runs this before every fit; a
+        caller that reads data before fitting, such as the CLI, may call it first to fail early).
 
         Raises:
             HyperParameterError: a parameter has a wrong type or value (booleans are not
@@ -82,6 +123,13 @@ class Estimator(BaseEstimator):
                 kind = "an int" if all(c.type is numbers.Integral for c in intervals) else "a number"
                 raise HyperParameterError(f"The {param!r} parameter of {name} must be {kind}, got {value!r}")
         self._check_more()
+
+    @classmethod
+    def _from_saved_params(cls, saved: Mapping[str, Any]) -> "Estimator":
+        """A new estimator with the saved hyper-parameters that ``__init__`` knows (the others,
+        such as those of an older directory, are left out; missing ones keep their default)."""
+        known = cls._get_param_names()
+        return cls(**{k: v for k, v in saved.items() if k in known})
 
     def _require_fitted(self) -> None:
         """Raise :class:`NotFittedError` unless the model is fitted (or loaded)."""

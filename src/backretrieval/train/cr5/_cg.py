@@ -3,27 +3,24 @@ sparse products inside, compiled (numba, cached on disk) vector work around them
 
 Why hand-written: scipy's ``cg`` is a Python loop around a ``LinearOperator`` with a fixed
 preconditioner interface, BLAS dot products (whose summation order depends on the BLAS build and
-thread count) and fresh temporaries per iteration; on DDTP the per-language systems need ~10-20
-iterations of ~1-5 ms each (profile in docs/cr5.md, "Solver"). Here
+thread count) and fresh temporaries per iteration, while Cr5's per-language systems need only
+tens of cheap iterations, so the overhead around each product matters (timings in BENCHMARKS.md,
+"Training and study timings"). Here
 
 * ``X^T X v + lam v`` is applied by one of two equivalent products, chosen per block by its
   number of stored entries (:data:`COMPILED_MAX_NNZ`):
 
   - **scipy** (large blocks): ``X^T (X v)`` as two ``scipy.sparse`` products over the CSR arrays
-    of X, the second through the CSC view of the same arrays (``X^T`` without a copy). Measured
-    per product ``X^T X v`` on the DDTP en,de,fr,it blocks (``process_time``, best of 30, 2-core
-    AMD EPYC shared with other jobs): de (469k entries) 0.61 ms vs 1.12 ms for the compiled
-    one-pass kernel below, fr (814k) 1.07 vs 1.99, en (1.78M) 3.21 vs 4.76, it (1.80M) 3.35 vs
-    4.96; a CSR copy of ``X^T`` (gather instead of scatter) measured 0.71 / 1.64 / 3.93 / 4.19 ms.
+    of X, the second through the CSC view of the same arrays (``X^T`` without a copy). On large
+    blocks these are faster than the compiled one-pass kernel below and than a CSR copy of ``X^T``.
     The products release the GIL; the loop around them costs a few Python calls per iteration.
   - **compiled** (small blocks): everything, including ``X^T X v`` in one pass over the CSR rows
     (each row read once, used twice), inside one numba function -- no Python per iteration, which
-    wins where a product takes microseconds. Measured per CG iteration (k = 16, rtol 0.01, the
-    first n rows of the DDTP German block and their columns, best of 7, same iterations both
-    ways): 2.0k entries 12 vs 26 us (compiled vs scipy), 6.4k 34 vs 42, 11k 52 vs 54, 17k 74 vs
-    74, 44k 162 vs 132, 469k 1,350 vs 781: the crossover lies between 17k and 44k entries.
+    wins where a product takes microseconds.
 
-  ``python bench/bench_cr5_speed.py --kernels en,de,fr,it`` measures both again (docs/cr5.md).
+  The crossover between the two lies at a few tens of thousands of stored entries
+  (:data:`COMPILED_MAX_NNZ`); ``python bench/bench_cr5_speed.py --kernels en,de,fr,it`` measures
+  both (numbers in BENCHMARKS.md).
 
 * the preconditioner is Jacobi plus a low-rank spectral correction: with ``s = diag(B)^-1/2`` and
   the top-k eigenpairs ``(theta, V)`` of ``S B S``, ``z = S (t + V ((1/theta - 1) * (V^T t)))``,
@@ -47,7 +44,7 @@ from numba import njit
 _opts = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_model="numpy")
 
 #: Blocks with at most this many stored entries use the all-compiled CG, larger ones scipy's
-#: products (see the module docstring and docs/cr5.md for the measured crossover).
+#: products (the crossover measured by ``bench/bench_cr5_speed.py --kernels``; BENCHMARKS.md).
 COMPILED_MAX_NNZ = 30_000
 
 
@@ -70,7 +67,7 @@ def normal_matvec(indptr, indices, data, lam, v, out):  # pragma: no cover - com
 def _precondition(r, s, V, f, t, c, z):  # pragma: no cover - compiled
     """``z = s * (t + V (f * (V^T t)))`` with ``t = s * r``. Both products sum over their index in
     ascending order; four rows of V are taken per pass (four independent sums in flight, each
-    still in that order), 1.5x faster than one row at a time at p = 14,893, k = 16 (99 vs 148 us)."""
+    still in that order), which keeps more independent work in flight than one row at a time."""
     p = r.size
     k = f.size
     for j in range(p):
@@ -116,7 +113,7 @@ def _precondition(r, s, V, f, t, c, z):  # pragma: no cover - compiled
 @njit(**_opts)
 def _dot(a, b):  # pragma: no cover - compiled
     """``a . b`` as four interleaved partial sums (``j mod 4``, ascending), added as ``(s0 + s1) +
-    (s2 + s3)``: a fixed order, 2.8x faster than one running sum (4.5 vs 12.5 us at p = 14,893)."""
+    (s2 + s3)``: a fixed order that, unlike one running sum, does not serialise every addition."""
     n = a.size
     s0 = s1 = s2 = s3 = 0.0
     j = 0

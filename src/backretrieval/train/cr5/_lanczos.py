@@ -1,10 +1,8 @@
 """ARPACK's Lanczos factorisation (thick-restarted when needed), with the Ritz vectors made by one matrix product.
 
-Why hand-written (issue #19): at Sec. 4.1's eigsh tolerance (0.1) ARPACK stops after its first
+Why hand-written: at Sec. 4.1's eigsh tolerance (0.1) ARPACK stops after its first
 Lanczos factorisation of length ``ncv = 2r + 1``, but its own work around the matvecs is large at
-rank 300: on DDTP en,de (K = 11,067 concepts) ``dsaupd``/``dseupd`` took 22.5 s of the new
-solver's 59 s CPU (the matvecs 33 s, Eq. 14-15 3 s; measured with ``process_time`` around the
-matvecs, load average 10 on 2 cores), more than the 2.3x target allows. ``dseupd`` forms the
+rank 300 (on DDTP en,de a large share of the solver's CPU time; BENCHMARKS.md). ``dseupd`` forms the
 Ritz vectors by applying ``ncv`` Householder reflectors to the K x ncv basis one at a time
 (level-2 BLAS); here they are one product ``V^T Y`` (level 3). scipy's other symmetric
 eigensolver, ``lobpcg``, works on blocks and does not reproduce ARPACK's subspace.
@@ -17,9 +15,8 @@ only where ARPACK's DGKS test asks for it) and checks ARPACK's convergence test 
 Ritz estimate ``|beta_m y_m| <= tol max(eps^(2/3), |theta|)``) for the top ``k``. If a Ritz pair
 has not converged it thick-restarts (keeping ARPACK's number of Ritz vectors, so the same matvec
 count as ARPACK's implicit restarts; tested), up to ``maxiter`` times, instead of handing a
-problem to ``eigsh`` that would redo the first factorisation from scratch (measured on synthetic
-problems where one factorisation is not enough, K = 40, rank 10 / 15: 28 / 40 matvecs as
-ARPACK, against 50 / 72 when eigsh started over). ``None`` (the caller then runs ``eigsh``) only
+problem to ``eigsh`` that would redo the first factorisation from scratch (and so spend about
+twice ARPACK's matvecs where one factorisation is not enough). ``None`` (the caller then runs ``eigsh``) only
 after a breakdown or ``maxiter`` restarts. The Lanczos vectors are all the operator's inputs, so
 the caller's warm starts of Eq. 14 see the same history.
 """

@@ -1,7 +1,58 @@
 """The Cr5 estimator (:class:`Cr5`): document selection, TF-IDF preprocessing and the solver of
-:mod:`.solver`, on the training layer's one estimator shape (:class:`~..base.Estimator`)."""
+:mod:`.solver`, on the training layer's one estimator shape (:class:`~..base.Estimator`).
+
+Cr5: crosslingual reduced-rank ridge regression (Josifoski, Paskov, Paskov, Jaggi, West; WSDM 2019).
+
+Documents of several languages carry concept labels (the same concept in two languages = a
+document and its translation). Cr5 fits one-vs-all ridge regression of the concept one-hot
+matrix ``Y`` (n x K) on the stacked bag-of-words matrix ``X`` (n x p, p = sum of the languages'
+vocabularies; a row is non-zero only in its own language's block), with the coefficient matrix
+``W`` (K x p) constrained to rank r (Eq. 8). ``W = H Phi``; the rows of ``Phi`` (r x p),
+made orthonormal, are the embedding map, and its block ``Phi_l`` embeds language ``l``.
+
+Solver (Sec. 3.2 and 5), never densifying X (CSR blocks, one per language):
+
+* ``M = Y^T Xc (Xc^T Xc + lam I)^-1 Xc^T Y`` (Eq. 12; ``Xc`` = column-centred X). Its top-r
+  eigenvectors ``P`` come from ``scipy.sparse.linalg.eigsh`` on a LinearOperator whose matvec
+  solves Eq. 13 ``(Xc^T Xc + lam I) x = Xc^T Y u`` with conjugate gradients and returns
+  ``Y^T Xc x``. Centring ``Y`` (``Y-hat`` in the paper) changes nothing because
+  ``Xc^T 1 = 0``, so ``Y`` itself is used.
+* ``Xc^T Xc + lam I = B - n mu mu^T`` with ``B = X^T X + lam I`` block-diagonal over
+  languages and ``mu = X^T 1 / n``. Woodbury: ``(B - n mu mu^T)^-1 u = B^-1 u + c w (w^T u)``
+  with ``w = B^-1 mu`` and ``c = n / (1 - n mu^T w)``, so every solve splits into independent
+  per-language CG solves ``B_l x_l = u_l`` (Sec. 5 writes the same as "block-diagonal minus
+  rank 1" ``B^-1 - zeta zeta^T``; since ``1 - n mu^T w > 0`` for a positive definite system,
+  that ``zeta`` would be imaginary, and the real form is the plus sign used here). The direct
+  path (``woodbury=False``) runs one CG on the whole centred system instead; both are checked
+  against each other and against a dense closed form in the tests.
+* ``Phi* = P^T Y^T Xc (Xc^T Xc + lam I)^-1`` (Eq. 14), solved for all r right-hand sides at
+  once with a column-wise (block-vectorised) Jacobi-preconditioned CG per language.
+* ``Phi* Phi*^T = Q Lam Q^T`` (Eq. 15); ``Phi = Lam^-1/2 Q^T Phi*`` has orthonormal rows and
+  ``W = (P Q) Lam^1/2 Phi`` is the SVD of W. Row signs are fixed (largest entry positive).
+
+CG uses a Jacobi (diagonal) preconditioner, the relative residual tolerance and iteration cap
+of Sec. 4.1 (``cg_tol=0.01``, ``cg_maxiter=500``), and eigsh ``tol=0.1``, ``maxiter=250``.
+
+Preprocessing (Sec. 4.1, :mod:`backretrieval.encoders._bow`): lower-cased TF-IDF bag of words,
+IDF from the training documents only, vocabulary = the ``max_vocab`` most frequent tokens
+after dropping those in fewer than ``min_df`` (3) documents, rows L2-normalised; Japanese and
+Chinese as character bigrams. Training documents are filtered by their number of distinct
+tokens (``min_words``/``max_words``; the paper keeps Wikipedia articles with 50-1,000 distinct
+words; DDTP descriptions have a median of ~37 distinct words and a 5th percentile of ~16, so
+the defaults are 5-1,000, which drops only near-empty descriptions), and only concepts present
+in at least two languages are kept (the union of pairwise intersections, Fig. 1(a)).
+
+Training regimes (Sec. 4.2, Fig. 1) over a concept-level split (:func:`make_split`): joint
+(all languages, one model), pairwise (one language pair), transitive (two languages that share
+no training concept, each overlapping with a pivot). Lambda is chosen by validation retrieval
+(:func:`select_lambda`). Evaluation (:func:`evaluate_retrieval`): XLR@1/5/10 (record keys
+``xlr@K``, ``xlr_mrr``; the share of queries whose translation ranks <= K) with cosine and CSLS,
+both directions, held-out queries against a candidate pool of held-out documents. Word
+retrieval (:func:`word_retrieval`) ranks the columns of ``Phi``.
+"""
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,10 +64,10 @@ from ...core import DataError
 from ...data import Corpus, Dataset
 from ...encoders._bow import TfidfBow, fit_tfidf, n_unique_tokens
 from ...encoders.cr5 import Cr5Model
-from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError
+from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, fit_context
+from .settings import DEFAULTS, SolverSettings
 from .solver import solve
 from .splits import _corpora
-
 
 
 class Cr5(Estimator):
@@ -30,9 +81,11 @@ class Cr5(Estimator):
     items carry concepts. Learned attributes: ``languages_``, ``vocabulary_`` and ``idf_`` (per
     language), ``components_`` (per language, ``Phi_l``: rank x |V_l| float32, orthonormal rows
     across languages), ``singular_values_`` (of W), ``eigenvalues_`` (top of M, Eq. 12),
-    ``n_documents_`` (per language), ``n_concepts_``, ``stats_`` and ``fit_seconds_``.
+    ``n_documents_`` (per language), ``n_concepts_``, ``stats_``, ``preprocess_seconds_``,
+    ``fit_seconds_`` and ``model_`` (the :class:`~backretrieval.encoders.cr5.Cr5Model` that
+    ``transform`` and ``save`` use). :meth:`load` restores all of them from a saved directory.
 
-    Hyper-parameters (checked at the start of ``fit``; a bad one raises
+    Hyper-parameters (checked before ``fit`` does anything; a bad one raises
     :class:`~backretrieval.train.base.HyperParameterError` naming it): ``rank`` (r), ``lam``
     (ridge lambda), ``max_vocab`` / ``min_df`` (vocabulary per language), ``min_words`` <=
     ``max_words`` (distinct tokens of a training document), ``min_languages`` (languages a
@@ -82,22 +135,22 @@ class Cr5(Estimator):
 
     def __init__(
         self,
-        rank: int = 300,
-        lam: float = 1.0,
+        rank: int = DEFAULTS.rank,
+        lam: float = DEFAULTS.lam,
         *,
         max_vocab: int | None = 200_000,
         min_df: int = 3,
         min_words: int = 5,
         max_words: int | None = 1000,
         min_languages: int = 2,
-        cg_tol: float = 0.01,
-        cg_maxiter: int = 500,
-        eig_tol: float = 0.1,
-        eig_maxiter: int = 250,
-        woodbury: bool = True,
-        seed: int = 0,
-        n_jobs: int = 1,
-        progress: bool = False,
+        cg_tol: float = DEFAULTS.cg_tol,
+        cg_maxiter: int = DEFAULTS.cg_maxiter,
+        eig_tol: float = DEFAULTS.eig_tol,
+        eig_maxiter: int = DEFAULTS.eig_maxiter,
+        woodbury: bool = DEFAULTS.woodbury,
+        seed: int = DEFAULTS.seed,
+        n_jobs: int = DEFAULTS.n_jobs,
+        progress: bool = DEFAULTS.progress,
     ) -> None:
         self.rank = rank
         self.lam = lam
@@ -156,6 +209,7 @@ class Cr5(Estimator):
             for lang, r in rows.items()
         }
 
+    @fit_context
     def fit(self, corpus: Dataset | Mapping[str, Corpus]) -> "Cr5":
         """Learn vocabularies, IDF and ``Phi`` from concept-labelled documents (see the class doc).
 
@@ -171,7 +225,6 @@ class Cr5(Estimator):
             DataError: fewer than two languages, a corpus without concepts or without a
                 training document left, or ``rank`` not below the number of training concepts.
         """
-        self._check_params()
         t0 = time.perf_counter()
         corpora = _corpora(corpus)
         if len(corpora) < 2:
@@ -198,10 +251,7 @@ class Cr5(Estimator):
             labels.append(np.fromiter((concept_index.setdefault(k, len(concept_index)) for k in cpts), dtype=np.int64, count=len(cpts)))
             ndocs[lang] = int(x.shape[0])
         t_prep = time.perf_counter() - t0
-        sol = solve(
-            blocks,
-            labels,
-            len(concept_index),
+        settings = SolverSettings(
             rank=int(self.rank),
             lam=float(self.lam),
             cg_tol=float(self.cg_tol),
@@ -212,8 +262,8 @@ class Cr5(Estimator):
             seed=int(self.seed),
             n_jobs=int(self.n_jobs),
             progress=bool(self.progress),
-            names=langs,
         )
+        sol = solve(blocks, labels, len(concept_index), settings, names=langs)
         self.languages_ = langs
         self.vocabulary_ = vocab
         self.idf_ = idf
@@ -225,7 +275,7 @@ class Cr5(Estimator):
         self.stats_ = sol.stats.as_dict()
         self.preprocess_seconds_ = round(t_prep, 3)
         self.fit_seconds_ = round(time.perf_counter() - t0, 3)
-        self._model = self._make_model()
+        self.model_ = self._make_model()
         return self
 
     # ------------------------------------------------------------------ use
@@ -241,16 +291,11 @@ class Cr5(Estimator):
                 "solver": self.stats_,
             },
         }
-        meta.update(getattr(self, "extra_meta_", {}))
         return Cr5Model(self.vocabulary_, self.idf_, self.components_, self.singular_values_, meta)
 
     def _fitted(self) -> Cr5Model:
         self._require_fitted()
-        return self._model
-
-    @property
-    def model_(self) -> Cr5Model:
-        return self._fitted()
+        return self.model_
 
     def transform(self, texts: Sequence[str], lang: str) -> np.ndarray:
         """float32 (n, rank) embeddings ``Phi_l x`` (all-zero for a text without a known token).
@@ -287,14 +332,14 @@ class Cr5(Estimator):
         """
         return self._fitted().word_vectors(lang)
 
-    def save(self, path: str | Path, **extra_meta: Any) -> Path:
+    def save(self, path: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
         """Write the model directory (``encoders/cr5.py`` format; usable as ``cr5:PATH``).
 
         Args:
             path: the model directory (created; ``model.json`` is written last, so a directory
                 with one is complete).
-            extra_meta: JSON-serialisable entries merged into the model's metadata (e.g. the
-                regime and split a run used); they are kept on the fitted model too.
+            info: JSON-ready entries added to the directory's info (e.g. the regime and split
+                a run used); the fitted model itself is not changed.
 
         Returns:
             The directory's path.
@@ -304,8 +349,9 @@ class Cr5(Estimator):
             DataError: a language code that cannot name a file.
         """
         model = self._fitted()
-        if extra_meta:
-            model.meta.update(extra_meta)
+        if info:
+            model = copy.copy(model)
+            model.meta = {**model.meta, **dict(info)}
         return model.save(path)
 
     @classmethod
@@ -326,9 +372,7 @@ class Cr5(Estimator):
             EncoderError: a directory that is not a readable Cr5 model (naming what is wrong).
         """
         model = Cr5Model.load(path)
-        known = cls().get_params()
-        hp = {k: v for k, v in model.meta.get("hyper_parameters", {}).items() if k in known}
-        est = cls(**hp)
+        est = cls._from_saved_params(model.meta.get("hyper_parameters", {}))
         tr = model.meta.get("training", {})
         est.languages_ = list(model.languages)
         est.vocabulary_ = {lang: model.bow[lang].vocabulary for lang in model.languages}
@@ -341,5 +385,5 @@ class Cr5(Estimator):
         est.stats_ = tr.get("solver", {})
         est.fit_seconds_ = tr.get("fit_seconds")
         est.preprocess_seconds_ = tr.get("preprocess_seconds")
-        est._model = model
+        est.model_ = model
         return est

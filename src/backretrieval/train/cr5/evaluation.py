@@ -387,7 +387,7 @@ def train_evaluate(
             "lambda_selection": result["lambda_table"],
             "heldout": bool(holdout),
         }
-        model.save(out, experiment=info)
+        model.save(out, info={"experiment": info})
         if result["split"] is not None:
             result["split"].save(out / "split.json")
             atomic_write_text(out / "eval.json", json.dumps({**info, "lam": result["lam"], "test": result["test"]}, indent=1))

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from ...core import BackretrievalError, DataError
 from . import _cg
+from .settings import DEFAULTS
 from .spectral import SpectralSteps
 
 
@@ -36,6 +37,7 @@ class SolverStats:
     eig_method: str = ""
 
     def as_dict(self) -> dict[str, Any]:
+        """The statistics as a plain dict."""
         return dataclasses.asdict(self)
 
 
@@ -64,11 +66,11 @@ class Cr5Problem(SpectralSteps):
         n_classes: int,
         lam: float,
         *,
-        cg_tol: float = 0.01,
-        cg_maxiter: int = 500,
-        woodbury: bool = True,
-        n_jobs: int = 1,
-        deflation: int = 16,
+        cg_tol: float = DEFAULTS.cg_tol,
+        cg_maxiter: int = DEFAULTS.cg_maxiter,
+        woodbury: bool = DEFAULTS.woodbury,
+        n_jobs: int = DEFAULTS.n_jobs,
+        deflation: int = DEFAULTS.deflation,
         names: Sequence[str] | None = None,
         progress: bool = False,
     ) -> None:
@@ -298,6 +300,7 @@ class Cr5Problem(SpectralSteps):
         return [x.T + np.multiply.outer(wi, coef) for x, wi in zip(Xts, w)]
 
     def close(self) -> None:
+        """Shut down the thread pool of the per-language solves, if one was started."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

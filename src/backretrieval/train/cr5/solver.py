@@ -1,5 +1,6 @@
 """Cr5's solver entry point: :func:`solve` runs :class:`.problem.Cr5Problem` (eigenvectors of Eq.
-12, then Eq. 14-15) under one BLAS thread and returns a :class:`Cr5Solution`."""
+12, then Eq. 14-15) under one BLAS thread, with the values of one :class:`SolverSettings`, and
+returns a :class:`Cr5Solution`."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,14 +11,15 @@ import scipy.sparse as sp
 
 # Imported here, before solve() holds BLAS to one thread: threadpoolctl limits only the libraries
 # loaded when the limit is set, and these imports load scipy's own BLAS/LAPACK (eigsh, and
-# eigh_tridiagonal of the Lanczos step). Loaded lazily inside the limit, as before issue #16, a
-# process's first fit ran scipy's BLAS multi-threaded, and its bits depended on the thread count
-# (measured: Multi30K en/de/fr/cs, rank 300: Phi differed in the last float32 bits with 1 and 2
-# BLAS threads; tests/test_cr5.py checks that nothing is loaded later).
+# eigh_tridiagonal of the Lanczos step). Loaded lazily inside the limit, a process's first fit
+# would run scipy's BLAS multi-threaded and its bits would depend on the thread count (Phi differs
+# in the last float32 bits with 1 and 2 BLAS threads); tests/test_cr5.py checks that nothing is
+# loaded later.
 import scipy.sparse.linalg  # noqa: F401
 
 from . import _lanczos  # noqa: F401
 from .problem import Cr5Problem, SolverStats
+from .settings import SolverSettings
 
 
 @dataclasses.dataclass
@@ -46,26 +48,16 @@ def solve(
     blocks: Sequence[sp.spmatrix],
     labels: Sequence[np.ndarray],
     n_classes: int,
+    settings: SolverSettings,
     *,
-    rank: int,
-    lam: float,
-    cg_tol: float = 0.01,
-    cg_maxiter: int = 500,
-    eig_tol: float = 0.1,
-    eig_maxiter: int = 250,
-    woodbury: bool = True,
-    seed: int = 0,
-    n_jobs: int = 1,
-    progress: bool = False,
     names: Sequence[str] | None = None,
-    deflation: int = 16,
 ) -> Cr5Solution:
     """Cr5's reduced-rank ridge regression (Eq. 8) by the iterative route of Sec. 3.2 / 5.
 
-    ``n_jobs`` threads run the independent per-language (and Eq. 14 per-column) CG solves; BLAS is
-    held to one thread and every kernel sums in a fixed order, so the result is the same bits for
-    any ``n_jobs`` and any BLAS thread setting. ``names`` (the languages) only label progress;
-    ``deflation`` is the rank of the preconditioner's spectral correction (0: Jacobi only).
+    ``settings.n_jobs`` threads run the independent per-language (and Eq. 14 per-column) CG
+    solves; BLAS is held to one thread and every kernel sums in a fixed order, so the result is
+    the same bits for any ``n_jobs`` and any BLAS thread setting. ``names`` (the languages) only
+    label progress.
 
     Args:
         blocks: per language ``X_l``, the n_l x p_l bag-of-words rows (any scipy sparse
@@ -73,18 +65,8 @@ def solve(
         labels: per language, the class (concept) index in ``0 .. n_classes - 1`` of each row
             of its block (int); the same concept in two languages has the same index.
         n_classes: K, the number of concepts (columns of the one-hot ``Y``).
-        rank: r, between 1 and K - 1.
-        lam: the ridge lambda, > 0.
-        cg_tol, cg_maxiter: relative residual tolerance and iteration cap of every CG solve.
-        eig_tol, eig_maxiter: tolerance and restart cap of the eigensolver (Eq. 12).
-        woodbury: per-language solves through Woodbury (False: one CG on the centred system).
-        seed: seeds the eigensolver's start vector.
-        n_jobs: threads for the independent CG solves.
-        progress: show progress bars on stderr.
+        settings: rank, lambda, tolerances, threads (:class:`SolverSettings`).
         names: one name per block for the progress messages (default: numbers).
-        deflation: per language, the number of top eigenpairs of the Jacobi-scaled ``B_l``
-            the CG preconditioner corrects (at most p_l // 8; 0: Jacobi only); it changes the
-            iterations, not the solution beyond ``cg_tol``.
 
     Returns:
         The :class:`Cr5Solution`.
@@ -103,13 +85,15 @@ def solve(
         def threadpool_limits(_n: int) -> contextlib.AbstractContextManager:  # type: ignore[misc]
             return contextlib.nullcontext()
 
-    prob = Cr5Problem(blocks, labels, n_classes, lam, cg_tol=cg_tol, cg_maxiter=cg_maxiter, woodbury=woodbury, n_jobs=n_jobs,
-                      deflation=deflation, names=names, progress=progress)
+    st = settings
+    prob = Cr5Problem(blocks, labels, n_classes, st.lam, cg_tol=st.cg_tol, cg_maxiter=st.cg_maxiter, woodbury=st.woodbury,
+                      n_jobs=st.n_jobs, deflation=st.deflation, names=names, progress=st.progress)
     try:
         # one BLAS thread: the same bits whatever the thread settings (and BLAS threads only slow
         # down the many small vector operations of CG)
         with threadpool_limits(1):
-            vals, P = prob.top_eigenvectors(rank, tol=eig_tol, maxiter=eig_maxiter, seed=seed, progress=progress)
+            vals, P = prob.top_eigenvectors(st.rank, tol=st.eig_tol, maxiter=st.eig_maxiter, seed=st.seed,
+                                            progress=st.progress)
             phis, sv, Q = prob.embedding(P)
     finally:
         prob.close()

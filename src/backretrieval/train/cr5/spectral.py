@@ -10,13 +10,15 @@ import warnings
 import numpy as np
 
 from ...core import BackretrievalError, DataError
+from .settings import DEFAULTS
 
 
 class SpectralSteps:
     """Eq. 12 eigenvectors and Eq. 14-15 of a :class:`~.problem.Cr5Problem` (mixin)."""
 
     def top_eigenvectors(
-        self, rank: int, *, tol: float = 0.1, maxiter: int = 250, seed: int = 0, ncv: int | None = None, progress: bool = False
+        self, rank: int, *, tol: float = DEFAULTS.eig_tol, maxiter: int = DEFAULTS.eig_maxiter, seed: int = DEFAULTS.seed,
+        ncv: int | None = None, progress: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``rank`` eigenpairs of M (eigenvalues descending, vectors K x rank).
 

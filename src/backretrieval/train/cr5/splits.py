@@ -58,6 +58,7 @@ class Split:
 
     @property
     def heldout(self) -> set[str]:
+        """Every concept held out of training: test, validation and distractor concepts."""
         out = set(self.distractors)
         for d in (self.test, self.val):
             for v in d.values():

@@ -72,6 +72,7 @@ class ImageTextData:
         return np.flatnonzero(self.split[img] == SPLIT_CODE[split])
 
     def images(self, split: str | None) -> np.ndarray:
+        """Indices of the images of ``split`` (all images for None)."""
         return np.arange(len(self.keys)) if split is None else np.flatnonzero(self.split == SPLIT_CODE[split])
 
 

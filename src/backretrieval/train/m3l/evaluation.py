@@ -53,7 +53,7 @@ def retrieval_ranks(
 def recall_summary(ranks: np.ndarray, ks: Sequence[int] = VAL_KS) -> dict[str, float]:
     """Text->image Recall@K, MRR and median rank of 1-based ranks, named like every metric of
     the project (``name@K``): ``t2i@K`` for each K, ``t2i_mrr``, ``t2i_median_rank`` (NaN for
-    no ranks). Models and results written before this naming used ``r@K`` / ``r_*``."""
+    no ranks). Legacy models and results name them ``r@K`` / ``r_*``."""
     if len(ranks) == 0:
         return {**{f"{METRIC}@{k}": float("nan") for k in ks}, f"{METRIC}_mrr": float("nan"),
                 f"{METRIC}_median_rank": float("nan")}
@@ -74,6 +74,8 @@ class RetrievalResult:
     query_ids: dict[str, list[str]]
 
     def to_json(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict: the model's directory, label and settings, the split and
+        similarity, and Recall@K per language."""
         hp = self.model.hyper_parameters
         return {
             "model_dir": self.model_dir,

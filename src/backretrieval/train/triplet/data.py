@@ -39,9 +39,11 @@ class TitleBodyData:
 
     @property
     def languages(self) -> list[str]:
+        """The languages of the items, sorted."""
         return sorted(set(self.langs))
 
     def counts(self) -> dict[str, int]:
+        """Number of items per language, sorted by language."""
         out: dict[str, int] = {}
         for lang in self.langs:
             out[lang] = out.get(lang, 0) + 1

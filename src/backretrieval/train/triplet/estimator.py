@@ -1,6 +1,54 @@
-"""The Triplet / TripletXL estimator (see the package docstring for the method): parameters and
-their checks, data handling, the checkpoint resume key, inference and the saved model directory.
-The training loop itself is :mod:`.loop`."""
+"""The Triplet / TripletXL estimator: parameters and their checks, data handling, the checkpoint
+resume key, inference, the saved model directory and loading it back. The training loop itself
+is :mod:`.loop`.
+
+Triplet and TripletXL (Backretrieval paper, Sec. 3.2): a better cross-lingual representation
+from *monolingual* title/body pairs on top of a frozen multilingual encoder.
+
+Model. A frozen base encoder (e.g. ``use-m``) embeds an item's title and body separately; a
+siamese tower -- dense layers with ReLU (default 300 -> 300, as in the paper), the same
+weights for titles and bodies -- maps them to ``x_rt`` and ``x_rb``. The representation of an
+item is ``concat(x_rt, x_rb)`` (each half L2-normalised, see :mod:`backretrieval.encoders.triplet`).
+
+Losses, with ``d`` the cosine distance ``1 - cos``; a batch's loss is the mean over its items:
+
+* Eq. 1, ``L_TRIPLET(r) = max(0, d(x_rb, x_rt) - d(x_rb, x_nt) + alpha)``; the negative title
+  ``x_nt`` is a uniformly random *other* item of the same mini-batch (batches mix languages).
+  Option ``negatives="language"`` (not in the paper) draws it among the batch's items of r's own
+  language instead, see :func:`sample_negatives`.
+* Eq. 2, ``L_XL(r) = sum_{l != l_r} | mean_{n in N_l(r)} d(x_rb, x_nt) - mean_{n in N_{l_r}(r)} d(x_rb, x_nt) |``;
+  TripletXL minimises ``L_TRIPLET + beta * L_XL``.
+
+Neighbours ``N_l(r)`` (how they are found). ``N_l(r)`` are the ``K`` training items of language
+``l`` whose *title* vectors ``x_nt`` are nearest (cosine) to the *body* vector ``x_rb`` of
+``r`` -- the same pairing of body and title as in the distances of Eq. 2 -- computed with the
+model's own current embeddings by exact blocked search (:func:`backretrieval.search.topk`,
+never an N x N matrix). Item ``r`` itself is excluded from ``N_{l_r}(r)``. The neighbour sets
+are recomputed at the start of every ``refresh_every``-th epoch (default: every epoch,
+including before the first one, with the untrained network) for the training *and* validation
+items; the pool is always the training items only, so validation titles never receive
+gradient. Between refreshes the sets are fixed, while the distances in the loss are recomputed
+with the current weights at every step (gradient flows into both ``x_rb`` and the neighbours'
+``x_nt``). A language with fewer than K other training items uses the items it has; a term
+whose neighbour set is empty is left out. For Triplet the validation ``L_XL`` is still
+computed each epoch (as a monitor, never trained on), so the two methods' curves can be compared.
+
+No cross-lingual links. Training consumes only :class:`TitleBodyData` -- languages, titles and
+bodies -- built from a corpus by :meth:`TitleBodyData.from_dataset`, which never reads the
+corpus' ``concepts`` and drops ``ids`` too (for ddtp and emoji-cldr the id *is* the concept).
+:func:`assert_no_links` guards every entry point of the training code path.
+
+History: one record per epoch (train/validation loss and their Eq. 1 / Eq. 2 parts, seconds);
+with a validation split, an "epoch 0" record holds the validation loss of the untrained network
+for reference (it is never chosen as the best epoch).
+
+Defaults (paper): Adam, lr 0.01, alpha 0.1, batch 128, 40 epochs, beta 0.01, K 5, a random
+90/10 train/validation split. Early stopping on the validation loss is available
+(``patience``); by default all epochs run and the weights of the epoch with the lowest
+validation loss are kept (``restore_best``). Same seed, same numbers (CPU torch). With a
+``checkpoint_dir`` every finished epoch is saved (atomically) and a rerun with the same data
+and settings resumes from the last one.
+"""
 from __future__ import annotations
 
 import json
@@ -13,16 +61,18 @@ import numpy as np
 from ...core import DataError, content_hash
 from ...data import Dataset
 from ...encoders._text import default_threads
-from ...encoders.triplet import METHODS, TOWERS, head_forward, represent, save_model
-from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
+from ...encoders.triplet import METHODS, TOWERS, head_forward, load_model, represent, save_model
+from ..base import (
+    NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
+)
 from .data import TitleBodyData, assert_no_links, embed_title_body
-from .loop import train_tower
+from .loop import LoopData, LoopSettings, train_tower
 from .tower import params_of
 
 NEGATIVES = ("batch", "language")
 # The parameters in the checkpoint's resume key (``epochs`` is left out so that a run with more
 # epochs resumes; ``negatives`` and ``tower`` join only away from their defaults, so checkpoints
-# written before those options existed still resume). Frozen: changing it orphans checkpoints.
+# without those options resume too). Frozen: changing it orphans checkpoints.
 _RESUME_KEYS = ("method", "base", "layers", "final_relu", "lr", "alpha", "batch_size", "beta", "k",
                 "refresh_every", "val_frac", "patience", "restore_best", "seed")
 
@@ -57,11 +107,14 @@ class Triplet(Estimator):
     ``fit(data)`` embeds the titles and bodies of a :class:`TitleBodyData` (or of a
     :class:`~backretrieval.data.Dataset`'s ``title`` / ``body`` columns, every language, through
     :meth:`TitleBodyData.from_dataset`) with the frozen ``base`` encoder and trains;
-    ``fit_vectors`` trains on given base vectors. Learned attributes: ``params_`` (numpy
-    weights), ``history_`` (one dict per epoch: train/validation losses and their parts,
-    seconds), ``best_epoch_``, ``languages_``, ``n_train_``, ``n_val_``, ``stopped_early_``.
-    ``save(dir)`` writes a model directory that ``triplet:DIR`` / ``tripletxl:DIR`` load as a
-    text encoder.
+    ``fit_vectors`` trains on given base vectors. ``transform(x_title, x_body)`` maps base
+    vectors of titles and bodies to item representations. Learned attributes: ``params_``
+    (numpy weights), ``history_`` (one dict per epoch: train/validation losses and their parts,
+    seconds), ``best_epoch_``, ``languages_``, ``n_train_``, ``n_val_``, ``stopped_early_``,
+    ``data_counts_`` (items per language; None after ``fit_vectors``) and, after fitting (not
+    after :meth:`load`), ``tower_`` (the torch module). ``save(dir)`` writes a model directory
+    that ``triplet:DIR`` / ``tripletxl:DIR`` load as a text encoder and :meth:`load` reads
+    back as an estimator.
 
     Args:
         method: ``"triplet"`` (Eq. 1) or ``"tripletxl"`` (Eq. 1 + beta * Eq. 2).
@@ -89,8 +142,8 @@ class Triplet(Estimator):
         threads: torch threads while fitting (None: the CPU cores this process may use).
         progress: show progress bars.
 
-    Parameters are stored as given and checked by ``fit``, which raises
-    ``HyperParameterError`` naming a bad one.
+    Parameters are stored as given and checked before ``fit`` / ``fit_vectors`` do anything;
+    a bad one raises ``HyperParameterError`` naming it.
     """
 
     _parameter_constraints = {
@@ -165,6 +218,7 @@ class Triplet(Estimator):
             raise HyperParameterError(f"The 'layers' parameter of {type(self).__name__} must be positive integer widths, got {self.layers!r}")
 
     # -- fitting
+    @fit_context
     def fit(
         self,
         data: TitleBodyData | Dataset,
@@ -191,14 +245,15 @@ class Triplet(Estimator):
             HyperParameterError: a bad hyper-parameter (named).
             DataError: data that could carry links, or too little data.
         """
-        self._check_params()
         if isinstance(data, Dataset):
             data = TitleBodyData.from_dataset(data)
         assert_no_links(data)
         x_t, x_b = embed_title_body(data, self.base, progress=self.progress, base_options=base_options)
+        self._fit_vectors(x_t, x_b, data.langs, checkpoint_dir=checkpoint_dir, on_epoch=on_epoch)
         self.data_counts_ = data.counts()
-        return self.fit_vectors(x_t, x_b, data.langs, checkpoint_dir=checkpoint_dir, on_epoch=on_epoch)
+        return self
 
+    @fit_context
     def fit_vectors(
         self,
         x_title: np.ndarray,
@@ -227,9 +282,22 @@ class Triplet(Estimator):
             DataError: mismatched shapes, NaN/inf, a one-item validation split or fewer than two
                 training items.
         """
+        self._fit_vectors(x_title, x_body, langs, checkpoint_dir=checkpoint_dir, on_epoch=on_epoch)
+        self.data_counts_ = None
+        return self
+
+    def _fit_vectors(
+        self,
+        x_title: np.ndarray,
+        x_body: np.ndarray,
+        langs: Sequence[str],
+        *,
+        checkpoint_dir: str | Path | None,
+        on_epoch: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        """:meth:`fit_vectors` without the parameter check (the callers ran it)."""
         import torch
 
-        self._check_params()
         x_title = np.ascontiguousarray(x_title, dtype=np.float32)
         x_body = np.ascontiguousarray(x_body, dtype=np.float32)
         langs_arr = np.asarray(list(langs), dtype=object)
@@ -251,25 +319,28 @@ class Triplet(Estimator):
         if train_rows.size < 2:
             raise DataError(f"training data: {train_rows.size} training item(s); need at least 2")
         self.n_train_, self.n_val_ = int(train_rows.size), int(val_rows.size)
-        xl = self.method == "tripletxl"
         key = resume_key(self.get_params(), self.languages_, x_title, x_body, lang_idx)
-        widths = [int(w) for w in self.layers]
+        settings = LoopSettings(
+            method=self.method, widths=tuple(int(w) for w in self.layers), final_relu=bool(self.final_relu), tower=self.tower,
+            lr=self.lr, alpha=self.alpha, beta=self.beta, batch_size=self.batch_size, epochs=self.epochs, k=self.k,
+            refresh_every=self.refresh_every, negatives=self.negatives, patience=self.patience,
+            restore_best=bool(self.restore_best), seed=self.seed, progress=bool(self.progress),
+        )
+        data = LoopData(x_title, x_body, lang_idx, n_langs, train_rows, val_rows)
 
         prev_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads or default_threads())
         try:
-            tower, history, best_epoch, stopped = train_tower(
-                self, torch, widths, key, x_title, x_body, lang_idx, n_langs, train_rows, val_rows, xl, checkpoint_dir, on_epoch
-            )
+            tower, history, best_epoch, stopped = train_tower(settings, data, key=key, checkpoint_dir=checkpoint_dir,
+                                                              on_epoch=on_epoch)
         finally:
             torch.set_num_threads(prev_threads)
         self.best_epoch_, self.stopped_early_, self.history_ = best_epoch, stopped, history
         self.params_ = params_of(tower)
-        self._tower = tower
-        return self
+        self.tower_ = tower
 
-    # -- inference and saving
-    def transform_vectors(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
+    # -- inference, saving and loading
+    def transform(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
         """Item representations from base vectors -- the same numpy code as the saved encoder.
 
         Args:
@@ -288,20 +359,20 @@ class Triplet(Estimator):
         return represent(head_forward(self.params_, x_title, self.final_relu, self.tower),
                          head_forward(self.params_, x_body, self.final_relu, self.tower))
 
-    def save(self, model_dir: str | Path, *, meta: Mapping[str, Any] | None = None) -> Path:
-        """Write the model directory (kind ``triplet``, loadable as ``<method>:DIR``) with
-        ``history.json`` and ``history.csv``; ``model.json`` last.
+    def save(self, path: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
+        """Write the model directory (kind ``triplet``, loadable as ``<method>:DIR`` and by
+        :meth:`load`) with ``history.json`` and ``history.csv``; ``model.json`` last.
 
         Args:
-            model_dir: the directory (created).
-            meta: more info to record (dataset, timings, ...).
+            path: the directory (created).
+            info: more info to record (dataset, timings, ...), added to the directory's info.
 
         Returns:
             The directory.
 
         Raises:
             NotFittedError: before ``fit``.
-            ModelDirError: a ``meta`` value JSON cannot hold, or a ``meta`` key that is a
+            ModelDirError: an ``info`` value JSON cannot hold, or an ``info`` key that is a
                 reserved header key.
         """
         import pandas as pd
@@ -310,19 +381,47 @@ class Triplet(Estimator):
         hist = pd.DataFrame(self.history_)
         first = ["epoch", "train_loss", "train_triplet", "train_xl", "val_loss", "val_triplet", "val_xl"]
         hist = hist[[c for c in first if c in hist] + [c for c in hist if c not in first]]
-        info = {
+        record = {
             "languages": self.languages_,
             "n_train": self.n_train_,
             "n_val": self.n_val_,
             "epochs_run": int(self.history_[-1]["epoch"]) if self.history_ else 0,
             "best_epoch": self.best_epoch_,
             "stopped_early": self.stopped_early_,
-            "data_counts": getattr(self, "data_counts_", None),
+            "data_counts": self.data_counts_,
             "uses_cross_lingual_links": False,
-            **dict(meta or {}),
+            **dict(info or {}),
         }
         files = {"history.json": json.dumps(self.history_, indent=1), "history.csv": hist.to_csv(index=False)}
-        return save_model(model_dir, self.params_, hyper_parameters=self.get_params(), info=info, files=files)
+        return save_model(path, self.params_, hyper_parameters=self.get_params(), info=record, files=files)
 
+    @classmethod
+    def load(cls, path: str | Path) -> "Triplet":
+        """A fitted estimator from a model directory written by :meth:`save` (or by the
+        ``triplet`` format before the one model-directory format).
 
-TripletModel = Triplet  # the name before the estimators shared one API
+        Args:
+            path: the model directory.
+
+        Returns:
+            An estimator with the saved hyper-parameters (those ``__init__`` knows) and the
+            learned attributes of the directory: ``params_``, ``languages_``, ``n_train_``,
+            ``n_val_``, ``best_epoch_``, ``stopped_early_``, ``data_counts_`` and ``history_``
+            (from ``history.json``; empty where the directory has none). ``transform`` gives
+            the vectors of the estimator that was saved.
+
+        Raises:
+            EncoderError: the directory is not a readable triplet model (naming what is wrong).
+        """
+        md, params = load_model(path)
+        est = cls._from_saved_params(md.hyper_parameters)
+        info = md.info
+        est.params_ = params
+        est.languages_ = list(info.get("languages", []))
+        est.n_train_, est.n_val_ = info.get("n_train"), info.get("n_val")
+        est.best_epoch_ = info.get("best_epoch")
+        est.stopped_early_ = info.get("stopped_early")
+        est.data_counts_ = info.get("data_counts")
+        hist = md.path / "history.json"
+        est.history_ = json.loads(hist.read_text(encoding="utf-8")) if hist.is_file() else []
+        return est

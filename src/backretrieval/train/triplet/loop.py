@@ -1,12 +1,15 @@
 """The Triplet / TripletXL training loop: epochs of shuffled mini-batches, neighbour refreshes,
 validation, best-epoch tracking, early stopping and the per-epoch checkpoint (resumable).
 
-Kept apart from :mod:`.estimator` (parameters, data, saving) so each file does one job; the
-loop reads the estimator's (checked) hyper-parameters and returns what it learned."""
+Kept apart from :mod:`.estimator` (parameters, data, saving) so each file does one job: the
+loop takes one :class:`LoopSettings` (built by the estimator from its checked parameters) and one
+:class:`LoopData` (the vectors and the split), and returns what it learned."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +23,90 @@ from .tower import build_tower
 CHECKPOINT_FILE = "checkpoint.pt"
 
 
-def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, train_rows, val_rows, xl, checkpoint_dir, on_epoch):
-    """Train the tower of ``est`` (a checked :class:`~.estimator.Triplet`) on the given rows.
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """What the loop does: the :class:`~.estimator.Triplet` parameters it reads, checked and
+    converted (the estimator states the defaults; this object has none).
+
+    Attributes:
+        method: ``"triplet"`` or ``"tripletxl"`` (Eq. 1 + beta * Eq. 2).
+        widths: the tower's layer widths.
+        final_relu, tower: the tower's shape (see :func:`.tower.build_tower`).
+        lr: Adam's learning rate; alpha: Eq. 1's margin; beta: the weight of Eq. 2.
+        batch_size, epochs, k, refresh_every, negatives, patience, restore_best, seed: as the
+            estimator's parameters of the same names.
+        progress: show progress bars.
+    """
+
+    method: str
+    widths: tuple[int, ...]
+    final_relu: bool
+    tower: str
+    lr: float
+    alpha: float
+    beta: float
+    batch_size: int
+    epochs: int
+    k: int
+    refresh_every: int
+    negatives: str
+    patience: int | None
+    restore_best: bool
+    seed: int
+    progress: bool
+
+    @property
+    def xl(self) -> bool:
+        """Train TripletXL (Eq. 1 + beta * Eq. 2)."""
+        return self.method == "tripletxl"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopData:
+    """The vectors the loop trains on and their split.
+
+    Attributes:
+        x_title, x_body: float32 (n, d) base vectors of the titles and the bodies.
+        lang_idx: int64 (n,) language index of each row; n_langs: the number of languages.
+        train_rows, val_rows: the row indices of the training and the validation split.
+    """
+
+    x_title: np.ndarray
+    x_body: np.ndarray
+    lang_idx: np.ndarray
+    n_langs: int
+    train_rows: np.ndarray
+    val_rows: np.ndarray
+
+
+def train_tower(
+    settings: LoopSettings,
+    data: LoopData,
+    *,
+    key: str,
+    checkpoint_dir: str | Path | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+):
+    """Train a tower with ``settings`` on ``data``.
 
     Args:
-        est: the estimator (its hyper-parameters are read, nothing is set on it).
-        torch: the torch module; widths: the tower's layer widths (ints); key: the resume key.
-        x_title, x_body: float32 base vectors; lang_idx: int64 language index per row;
-            n_langs: number of languages; train_rows, val_rows: row indices of the split;
-            xl: train TripletXL (Eq. 1 + beta * Eq. 2).
+        settings: the loop's settings (:class:`LoopSettings`).
+        data: the vectors and the split (:class:`LoopData`).
+        key: the resume key (:func:`~.estimator.resume_key`); a checkpoint resumes only when
+            its key is equal.
         checkpoint_dir: where ``checkpoint.pt`` is saved each epoch and resumed from (None: no
-            checkpoint); on_epoch: called with each epoch's record.
+            checkpoint).
+        on_epoch: called with each epoch's record.
 
     Returns:
         ``(tower, history, best_epoch, stopped_early)``; the tower holds the kept weights.
     """
+    import torch
     from tqdm.auto import tqdm
+
+    xl = settings.xl
+    x_title, x_body, lang_idx, n_langs = data.x_title, data.x_body, data.lang_idx, data.n_langs
+    train_rows, val_rows = data.train_rows, data.val_rows
 
     Xt_tr = torch.from_numpy(x_title[train_rows])
     Xb_tr = torch.from_numpy(x_body[train_rows])
@@ -47,10 +118,10 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
     pool_lang = lang_idx[train_rows]
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(est.seed)
-        tower = build_tower(x_title.shape[1], widths, est.final_relu, est.tower)
-    opt = torch.optim.Adam(tower.parameters(), lr=est.lr)
-    gen = torch.Generator().manual_seed(est.seed + 1)
+        torch.manual_seed(settings.seed)
+        tower = build_tower(x_title.shape[1], list(settings.widths), settings.final_relu, settings.tower)
+    opt = torch.optim.Adam(tower.parameters(), lr=settings.lr)
+    gen = torch.Generator().manual_seed(settings.seed + 1)
 
     ckpt = Path(checkpoint_dir) / CHECKPOINT_FILE if checkpoint_dir is not None else None
     history: list[dict[str, Any]] = []
@@ -78,15 +149,15 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
         t_pool = forward_np(Xt_tr)
         out_tr = out_va = None
         if xl:
-            out_tr = find_neighbours(forward_np(Xb_tr), t_pool, pool_lang, np.arange(n_tr), n_langs, est.k)
+            out_tr = find_neighbours(forward_np(Xb_tr), t_pool, pool_lang, np.arange(n_tr), n_langs, settings.k)
         if n_va:
-            out_va = find_neighbours(forward_np(Xb_va), t_pool, pool_lang, np.full(n_va, -1), n_langs, est.k)
+            out_va = find_neighbours(forward_np(Xb_va), t_pool, pool_lang, np.full(n_va, -1), n_langs, settings.k)
         return out_tr, out_va
 
     def batch_loss(xt, xb, lb, neg, nbr):
         """Mean losses of one batch: (total, triplet, xl)."""
         ht, hb = tower(xt), tower(xb)
-        lt = triplet_loss(hb, ht, neg, est.alpha).mean()
+        lt = triplet_loss(hb, ht, neg, settings.alpha).mean()
         if nbr is None:
             return lt, lt, torch.zeros(())
         nb = torch.from_numpy(nbr)
@@ -94,10 +165,10 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
         flat = nb.clamp_min(0).reshape(-1)
         x_nt = tower(Xt_tr[flat]).reshape(*nb.shape, -1)
         lx = xl_loss(hb, lb, x_nt, mask).mean()
-        return (lt + est.beta * lx if xl else lt), lt, lx
+        return (lt + settings.beta * lx if xl else lt), lt, lx
 
     def batches(order: np.ndarray):
-        bs = est.batch_size
+        bs = settings.batch_size
         cuts = list(range(0, len(order), bs))
         if len(cuts) > 1 and len(order) - cuts[-1] < 2:
             cuts.pop()  # a final batch of one item joins the previous batch
@@ -106,12 +177,12 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
             yield order[s:e]
 
     def negatives(lb, g):
-        return sample_negatives(lb, g, est.negatives)
+        return sample_negatives(lb, g, settings.negatives)
 
     def validate() -> dict[str, float]:
         if not n_va:
             return {}
-        g = torch.Generator().manual_seed(est.seed + 2)  # the same negatives every epoch
+        g = torch.Generator().manual_seed(settings.seed + 2)  # the same negatives every epoch
         tot = trip = xll = 0.0
         with torch.no_grad():
             for rows in batches(np.arange(n_va)):
@@ -133,23 +204,23 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
         nbr_tr, nbr_va = refresh()
         fresh = True
         history.append({"epoch": 0, **validate(), "refresh_seconds": round(time.perf_counter() - r0, 3)})
-    epochs_bar = tqdm(total=est.epochs, initial=start, desc=f"train {est.method}", unit="epoch", disable=not est.progress)
+    epochs_bar = tqdm(total=settings.epochs, initial=start, desc=f"train {settings.method}", unit="epoch", disable=not settings.progress)
     stopped_early = False
-    for epoch in range(start, est.epochs):
+    for epoch in range(start, settings.epochs):
         t0 = time.perf_counter()
         refresh_s = 0.0
         stale = (xl and nbr_tr is None) or (n_va and nbr_va is None)
         if fresh:
             fresh = False  # the epoch-0 refresh serves the first epoch
-        elif epoch % est.refresh_every == 0 or stale:
+        elif epoch % settings.refresh_every == 0 or stale:
             r0 = time.perf_counter()
             nbr_tr, nbr_va = refresh()
             refresh_s = time.perf_counter() - r0
         order = torch.randperm(n_tr, generator=gen).numpy()
         tot = trip = xll = 0.0
         tower.train()
-        n_batches = (n_tr + est.batch_size - 1) // est.batch_size
-        bar = tqdm(total=n_batches, desc=f"epoch {epoch + 1}/{est.epochs}", unit="batch", leave=False, disable=not est.progress)
+        n_batches = (n_tr + settings.batch_size - 1) // settings.batch_size
+        bar = tqdm(total=n_batches, desc=f"epoch {epoch + 1}/{settings.epochs}", unit="batch", leave=False, disable=not settings.progress)
         for rows in batches(order):
             idx = torch.from_numpy(rows)
             neg = negatives(L_tr[idx], gen)
@@ -177,16 +248,17 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
         if improved:
             best = (rec["val_loss"], epoch + 1, {k: v.detach().clone() for k, v in tower.state_dict().items()})
         if ckpt is not None:
-            save_checkpoint(torch, ckpt, key, epoch, tower, opt, gen, history, best, nbr_tr, nbr_va)
+            save_checkpoint(ckpt, key=key, epoch=epoch, tower=tower, opt=opt, gen=gen, history=history, best=best, nbr_tr=nbr_tr,
+                            nbr_va=nbr_va)
         epochs_bar.set_postfix({k: f"{rec[k]:.4f}" for k in ("train_loss", "val_loss") if k in rec})
         epochs_bar.update(1)
         if on_epoch is not None:
             on_epoch(rec)
-        if est.patience is not None and n_va and epoch + 1 - best[1] >= est.patience:
+        if settings.patience is not None and n_va and epoch + 1 - best[1] >= settings.patience:
             stopped_early = True
             break
     epochs_bar.close()
-    if est.restore_best and n_va and best[2] is not None:
+    if settings.restore_best and n_va and best[2] is not None:
         tower.load_state_dict(best[2])
         best_epoch = best[1]
     else:
@@ -194,9 +266,12 @@ def train_tower(est, torch, widths, key, x_title, x_body, lang_idx, n_langs, tra
     return tower, history, best_epoch, stopped_early
 
 
-def save_checkpoint(torch, path, key, epoch, tower, opt, gen, history, best, nbr_tr, nbr_va) -> None:
+def save_checkpoint(path: Path, *, key: str, epoch: int, tower, opt, gen, history: list[dict[str, Any]], best: tuple,
+                    nbr_tr: np.ndarray | None, nbr_va: np.ndarray | None) -> None:
     """Write everything a resumed run needs after ``epoch`` (atomically): weights, optimizer and
     generator states, history, the best epoch so far and the current neighbour sets."""
+    import torch
+
     state = {
         "key": key,
         "epoch": epoch,

@@ -52,5 +52,3 @@ def params_of(tower) -> Params:
         if isinstance(m, nn.Linear)
     ]
 
-
-_tower, _params_of = build_tower, params_of  # the names before the split into a package

@@ -1,12 +1,68 @@
-"""The M3L/PATR estimator: hyper-parameter checks, the training loop with online hardest
-negatives and validation, and the saved model directory."""
+"""The M3L/PATR estimator: hyper-parameters and their checks, the training data, the saved
+model directory and loading it back (the training loop with online hardest negatives and
+validation is :mod:`.loop`).
+
+Aggarwal & Kale, "Towards Zero-shot Cross-lingual Image Retrieval" (2020), Sections 3-4.
+Multilingual sentence embeddings of a frozen text encoder (``use-m``, ``e5-small``, any text
+model) are mapped into the feature space of a frozen image model (``efficientnet-lite0``, or a
+dataset's precomputed image features) by three blocks of
+
+    fully connected layer -> dropout -> ReLU -> L2-norm      (no L2-norm after the last block)
+
+with widths ``[1024, 2048, image_dim]`` (the paper's ``[1024, 2048, 2048]`` with the last width
+set to the image model's feature size, 1280 for EfficientNet-Lite) and dropout
+``[0.2, 0.1, 0.0]``. Only the mapping is trained, on image-caption pairs of the training
+languages (English only by default); at test time queries in any language the text encoder
+knows are mapped and the nearest images are retrieved.
+
+Losses, with ``d`` the squared Euclidean distance, ``te_an`` the mapped anchor caption, ``im_p``
+its image, ``im_n`` the hardest negative image of the mini-batch and ``te_n`` the mapped caption
+of that negative image:
+
+* M3L (Eq. 1): ``alpha1 d(te_an, im_p)^rho / d(te_an, im_n)^rho +
+  alpha2 d(te_an, im_p)^rho / d(te_an, te_n)^rho`` (rho 4, alpha1 0.5, alpha2 1);
+* PATR (Eq. 2): ``d(te_an, im_p) + max(0, eta - d(te_an, im_n))``. The paper's eta = 1100 was
+  tuned for 2048-d ResNet152 features; distances scale with the image model, so by default eta
+  is the median squared distance between two distinct training images (``eta_quantile=0.5``; an
+  explicit ``eta`` overrides it): a negative image must end up at least as far from the
+  caption as a typical unrelated image is from the positive one.
+
+Two conditioning choices the paper does not specify (both on by default, both switchable, both
+measured in docs/m3l.md): the base embeddings are centred and scaled to mean squared norm 1
+(:func:`input_standardization`; folded into the first layer when saving), and the last block
+starts at the image features' mean and spread (:func:`init_last_block`, ``init="match"``).
+Without them M3L does not move off chance on emoji-cldr and e5-small (anisotropic) trains
+several times slower.
+
+Hardest negatives are mined online inside each mini-batch (Aggarwal et al. 2019): for anchor
+``i`` the negative is the batch item ``j`` whose image is nearest to the mapped anchor among the
+items with a different image (ties: the lowest index); its caption is the negative text.
+
+Data and splits. An image is identified by its content (``file:`` + hash of the file's bytes, or
+``feat:`` + hash of its precomputed feature row), so byte-identical images are one gallery image
+and the split does not depend on paths. Each image is assigned to train / val / test by a seeded
+hash of its key (``split_seed``, ``test_frac``, ``val_frac``): the assignment of an image never
+depends on which other images or languages are loaded, so the English-only and the multilingual
+model share their held-out test images. The texts of val and test images -- in every language --
+are never trained on; validation uses the validation languages (default: the training
+languages) only.
+
+Retrieval ranks every gallery image by squared Euclidean distance to the mapped query (the
+training metric; ``sim="cosine"`` is available) with the blocked kernels of
+:mod:`backretrieval.search`: pessimistic ranks, so ties never help.
+
+Saved model directory (no pickled code; the one format of
+:mod:`backretrieval.encoders._modeldir`, kind ``m3l``): ``weights.npz`` (``W0, b0, W1, b1, W2,
+b2`` float32), ``split.json`` (the image keys of each split) and ``model.json``
+(``hyper_parameters``: the estimator's parameters, typed -- PATR's ``eta`` and ``eta_quantile``
+included; info: base text model and image model versions, dimensions, the used eta, split
+sizes, training history; written last, it marks a complete model). The inference half is
+:mod:`backretrieval.encoders.m3l` (text models ``m3l:DIR`` / ``patr:DIR``).
+"""
 from __future__ import annotations
 
-import copy
 import json
-import math
 import numbers
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -16,12 +72,13 @@ from ...core import BackretrievalError, DataError
 from ...data import Dataset
 from ...encoders.base import get_text_encoder
 from ...encoders.cache import CachedTextEncoder
-from ...encoders.m3l import forward as numpy_forward, save_model
-from ..base import NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions
+from ...encoders.m3l import forward as numpy_forward, load_model, save_model
+from ..base import (
+    NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
+)
 from .data import SPLIT_CODE, SPLITS, ImageTextData, check_fracs, collect_images
-from .evaluation import recall_summary, retrieval_ranks
-from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
-from .model import build_network, init_last_block, input_standardization
+from .loop import LoopData, LoopSettings, train_mapping
+from .model import input_standardization
 
 LOSSES = ("m3l", "patr")
 DEFAULT_WIDTHS = (1024, 2048)
@@ -34,15 +91,20 @@ class M3L(Estimator):
     """Maps frozen multilingual text embeddings into a frozen image-feature space.
 
     A :class:`~backretrieval.train.base.Estimator`: ``__init__`` stores the hyper-parameters
-    unmodified (``get_params`` / ``set_params`` / ``clone`` work), :meth:`fit` checks them
-    (:class:`~backretrieval.train.base.HyperParameterError` naming a bad one) and trains on a
-    :class:`~backretrieval.data.Dataset` with images, learned attributes end in ``_``,
-    :meth:`save` writes a model directory (kind ``m3l``) that ``m3l:DIR`` / ``patr:DIR`` load as
-    a text model.
+    unmodified (``get_params`` / ``set_params`` / ``clone`` work), they are checked before
+    :meth:`fit` does anything (:class:`~backretrieval.train.base.HyperParameterError` naming a
+    bad one), :meth:`fit` trains on a :class:`~backretrieval.data.Dataset` with images,
+    :meth:`transform` maps base text embeddings, :meth:`save` writes a model directory (kind
+    ``m3l``) that ``m3l:DIR`` / ``patr:DIR`` load as a text model and :meth:`load` reads back.
 
-    Learned: ``net_`` (torch module), ``eta_`` (PATR), ``history_`` (one dict per epoch, epoch
-    0 = the untrained network; validation keys ``val_t2i@K``, ``val_t2i_mrr``, ...),
-    ``best_epoch_``, ``data_`` (the images and splits), ``in_dim_``, ``image_dim_``.
+    Learned (after :meth:`fit` and :meth:`load`): ``layers_`` (the ``(W, b)`` of each block
+    for raw base embeddings, see :meth:`transform`), ``info_`` (what training recorded, saved as
+    the directory's info), ``split_`` (the image keys of each split), ``eta_`` (PATR's used
+    margin; None for M3L), ``history_`` (one dict per epoch, epoch 0 = the untrained network;
+    validation keys ``val_t2i@K``, ``val_t2i_mrr``, ...), ``best_epoch_``, ``in_dim_``,
+    ``image_dim_``. After :meth:`fit` only: ``net_`` (the torch module), ``data_`` (the images
+    and splits), ``input_mean_`` / ``input_scale_`` (the input standardisation),
+    ``init_scale_``, ``base_version_``, ``source_``, ``n_train_captions_``, ``n_val_captions_``.
 
     Args:
         loss: ``"m3l"`` (Eq. 1) or ``"patr"`` (Eq. 2).
@@ -76,8 +138,8 @@ class M3L(Estimator):
         threads: torch threads while fitting (None: torch's current setting).
         progress: show progress bars.
 
-    Parameters are stored as given and checked by :meth:`fit`, which raises
-    ``HyperParameterError`` naming a bad one.
+    Parameters are stored as given and checked before :meth:`fit` does anything; a bad one
+    raises ``HyperParameterError`` naming it.
     """
 
     _parameter_constraints = {
@@ -109,7 +171,7 @@ class M3L(Estimator):
         "threads": [POSITIVE_INT, None],
         "progress": ["boolean"],
     }
-    _fitted_attribute = "net_"
+    _fitted_attribute = "layers_"
 
     def __init__(
         self,
@@ -205,6 +267,7 @@ class M3L(Estimator):
         return float(np.quantile(d, float(self.eta_quantile)))
 
     # ------------------------------------------------------------------ training
+    @fit_context
     def fit(
         self,
         dataset: Dataset,
@@ -231,7 +294,6 @@ class M3L(Estimator):
         """
         import torch
 
-        self._check_params()
         say = log or (lambda s: None)
         val_langs = list(self.val_langs) if self.val_langs is not None else list(self.train_langs)
         langs = list(dict.fromkeys([*self.train_langs, *val_langs]))
@@ -269,113 +331,34 @@ class M3L(Estimator):
         self.source_ = dict(source or {"dataset": dataset.name})
         self.n_train_captions_, self.n_val_captions_ = int(len(x_tr)), int(0 if x_va is None else len(x_va))
 
+        settings = LoopSettings(
+            loss=self.loss, widths=(*map(int, self.widths), self.image_dim_), dropout=tuple(self.dropout), init=self.init,
+            rho=self.rho, alpha1=self.alpha1, alpha2=self.alpha2, eta=self.eta_, lr=self.lr, beta1=self.beta1,
+            beta2=self.beta2, batch_size=self.batch_size, epochs=self.epochs, patience=self.patience, select=self.select,
+            seed=self.seed, progress=bool(self.progress),
+        )
+        loop_data = LoopData(x_tr, img_tr, feats, x_va, img_va, val_images, val_pos)
         saved_threads = torch.get_num_threads()
         if self.threads is not None:
             torch.set_num_threads(int(self.threads))
         try:
-            return self._train(torch, x_tr, img_tr, x_va, img_va, val_images, val_pos, feats, use_val, say)
+            result = train_mapping(settings, loop_data, say)
         finally:
             torch.set_num_threads(saved_threads)
-
-    def _train(self, torch, x_tr, img_tr, x_va, img_va, val_images, val_pos, feats, use_val, say) -> "M3L":
-        from tqdm.auto import tqdm
-
-        torch.manual_seed(int(self.seed))
-        net = build_network(self.in_dim_, [*map(int, self.widths), self.image_dim_], tuple(self.dropout))
-        self.init_scale_ = init_last_block(net, x_tr, feats[img_tr], self.init)
-        opt = torch.optim.Adam(net.parameters(), lr=float(self.lr), betas=(float(self.beta1), float(self.beta2)))
-        X = torch.from_numpy(x_tr)
-        IMG = torch.from_numpy(feats)
-        ids_tr = torch.from_numpy(img_tr)
-        rng = np.random.default_rng(int(self.seed))
-
-        def validate() -> dict[str, float]:
-            if not use_val:
-                return {}
-            net.eval()
-            with torch.no_grad():
-                out = net(torch.from_numpy(x_va)).numpy()
-            net.train()
-            ranks = retrieval_ranks(out, feats[val_images], val_pos[img_va])
-            return {f"val_{k}": v for k, v in recall_summary(ranks).items()}
-
-        t0 = time.perf_counter()
-        history = [{"epoch": 0, "loss": None, **validate(), "seconds": 0.0}]
-        say(_epoch_line(history[-1]))
-        best_state, best_key, best_epoch, since_best = None, None, 0, 0
-        if use_val:
-            best_state, best_key = copy.deepcopy(net.state_dict()), _val_key(history[-1])
-        bs = int(self.batch_size)
-        bar = tqdm(range(1, int(self.epochs) + 1), desc=f"train {self.loss}", unit="epoch", disable=not self.progress)
-        for epoch in bar:
-            net.train()
-            order = torch.from_numpy(rng.permutation(len(X)))
-            total, n_used, active = 0.0, 0, 0
-            for start in range(0, len(order), bs):
-                b = order[start : start + bs]
-                if len(b) < 2:
-                    continue
-                anchor = net(X[b])
-                pos = IMG[ids_tr[b]]
-                j = hardest_negatives(anchor, pos, ids_tr[b])
-                keep = j >= 0
-                if not bool(keep.any()):
-                    continue
-                a, p, jn = anchor[keep], pos[keep], j[keep]
-                if self.loss == "m3l":
-                    loss = m3l_loss(a, p, pos[jn], anchor[jn], rho=float(self.rho), alpha1=float(self.alpha1), alpha2=float(self.alpha2))
-                else:
-                    loss = patr_loss(a, p, pos[jn], eta=self.eta_)
-                    with torch.no_grad():
-                        active += int((sq_dist(a, pos[jn]) < self.eta_).sum())
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                if not math.isfinite(float(loss.detach())):
-                    raise BackretrievalError(
-                        f"{self.loss}: the loss became {float(loss)} in epoch {epoch}; lower the learning rate"
-                    )
-                total += float(loss.detach()) * int(keep.sum())
-                n_used += int(keep.sum())
-            rec = {"epoch": epoch, "loss": total / max(1, n_used), **validate(), "seconds": round(time.perf_counter() - t0, 2)}
-            if self.loss == "patr":
-                rec["hinge_active"] = active / max(1, n_used)
-            history.append(rec)
-            say(_epoch_line(rec))
-            if use_val:
-                bar.set_postfix(val_t2i10=f"{rec['val_t2i@10']:.3f}", loss=f"{rec['loss']:.4g}")
-                key = _val_key(rec)
-                if key > best_key:
-                    best_state, best_key, best_epoch, since_best = copy.deepcopy(net.state_dict()), key, epoch, 0
-                else:
-                    since_best += 1
-                if self.patience is not None and since_best >= int(self.patience):
-                    say(f"early stop after epoch {epoch}: no better validation R@10 for {self.patience} epochs")
-                    break
-        bar.close()
-        if self.select == "best" and best_state is not None:
-            net.load_state_dict(best_state)
-            self.best_epoch_ = best_epoch
-        else:
-            self.best_epoch_ = history[-1]["epoch"]
-        net.eval()
-        self.net_ = net
-        self.history_ = history
+        self.net_ = result.net
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self.init_scale_ = result.init_scale
+        self.layers_ = self._folded_layers()
+        self.split_ = {s: [k for k, c in zip(data.keys, data.split.tolist()) if c == SPLIT_CODE[s]] for s in SPLITS}
+        self.info_ = self._training_info()
         return self
 
     # ------------------------------------------------------------------ inference and saving
-    def layers_(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The fitted (weight, bias) arrays, float32, weight of shape (out, in), for RAW base
-        embeddings: the input standardisation ``(x - mean) / scale`` is folded into the first
-        layer (``W0 / scale``, ``b0 - W0 mean / scale``, computed in float64).
-
-        Returns:
-            One ``(W, b)`` per block: W float32 (out, in), b float32 (out,).
-
-        Raises:
-            NotFittedError: before ``fit``.
-        """
-        self._require_fitted()
+    def _folded_layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The trained network's (weight, bias) arrays, float32, weight of shape (out, in), for RAW
+        base embeddings: the input standardisation ``(x - mean) / scale`` is folded into the first
+        layer (``W0 / scale``, ``b0 - W0 mean / scale``, computed in float64)."""
         out = []
         for i, lin in enumerate(self.net_.linears):
             w = lin.weight.detach().numpy().astype(np.float64)
@@ -387,10 +370,11 @@ class M3L(Estimator):
         return out
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        """Map base text embeddings into the image space (numpy forward, dropout off).
+        """Map base text embeddings into the image space (numpy forward through ``layers_``,
+        dropout off) -- the same code as the saved text model ``m3l:DIR`` / ``patr:DIR``.
 
         Args:
-            X: (n, in_dim) raw embeddings of the base text model.
+            X: (n, in_dim) raw embeddings of the base text model (``base``).
 
         Returns:
             float32 (n, image_dim) mapped captions (compare them with image features by squared
@@ -399,20 +383,14 @@ class M3L(Estimator):
         Raises:
             NotFittedError: before ``fit``.
         """
-        return numpy_forward(np.asarray(X, dtype=np.float32), self.layers_())
-
-    def info_(self) -> dict[str, Any]:
-        """What training recorded, saved as the model directory's info: input and image
-        dimensions, model versions, the conditioning (``init_scale``, ``input_scale``), PATR's
-        used ``eta`` (None for M3L), split sizes and rule, source, caption counts and history.
-
-        Returns:
-            A JSON-ready dict.
-
-        Raises:
-            NotFittedError: before ``fit``.
-        """
         self._require_fitted()
+        return numpy_forward(np.asarray(X, dtype=np.float32), self.layers_)
+
+    def _training_info(self) -> dict[str, Any]:
+        """What training recorded (``info_``, saved as the model directory's info): input and
+        image dimensions, model versions, the conditioning (``init_scale``, ``input_scale``),
+        PATR's used ``eta`` (None for M3L), split sizes and rule, source, caption counts and
+        history."""
         data = self.data_
         counts = {s: int((data.split == SPLIT_CODE[s]).sum()) for s in SPLITS}
         return {
@@ -436,12 +414,14 @@ class M3L(Estimator):
             "history": self.history_,
         }
 
-    def save(self, out_dir: str | Path) -> Path:
-        """Write the model directory (kind ``m3l``): ``weights.npz``, ``split.json`` and (last)
-        ``model.json`` with the hyper-parameters (``get_params()``, typed) and :meth:`info_`.
+    def save(self, path: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
+        """Write the model directory (kind ``m3l``): ``weights.npz`` (``layers_``), ``split.json``
+        (``split_``) and (last) ``model.json`` with the hyper-parameters (``get_params()``, typed)
+        and ``info_``.
 
         Args:
-            out_dir: the model directory (created); files are written atomically.
+            path: the model directory (created); files are written atomically.
+            info: more info to record, added to ``info_`` in the directory's info.
 
         Returns:
             The directory, loadable as the text model ``m3l:DIR`` / ``patr:DIR``.
@@ -452,25 +432,36 @@ class M3L(Estimator):
                 value JSON cannot hold).
         """
         self._require_fitted()
-        split = {s: [k for k, c in zip(self.data_.keys, self.data_.split.tolist()) if c == SPLIT_CODE[s]] for s in SPLITS}
-        return save_model(out_dir, self.layers_(), hyper_parameters=self.get_params(), info=self.info_(), split=split)
+        return save_model(path, self.layers_, hyper_parameters=self.get_params(), info={**self.info_, **dict(info or {})},
+                          split=self.split_)
 
+    @classmethod
+    def load(cls, path: str | Path) -> "M3L":
+        """A fitted estimator from a model directory written by :meth:`save` (or by the format
+        before the one model-directory format, ``config.json``).
 
-M3LModel = M3L  # the name before the estimators shared one API
+        Args:
+            path: the model directory.
 
+        Returns:
+            An estimator with the saved hyper-parameters (those ``__init__`` knows) and
+            ``layers_``, ``info_``, ``split_``, ``eta_``, ``history_``, ``best_epoch_``,
+            ``in_dim_`` and ``image_dim_`` from the directory; ``transform`` gives the vectors
+            of the estimator that was saved.
 
-def _val_key(rec: Mapping[str, Any]) -> tuple[float, float]:
-    """Model selection: validation R@10, ties broken by MRR (then the earlier epoch wins)."""
-    return (rec["val_t2i@10"], rec["val_t2i_mrr"])
+        Raises:
+            EncoderError: the directory is not a readable M3L/PATR model (naming what is wrong).
+        """
+        md, layers = load_model(path)
+        est = cls._from_saved_params(md.hyper_parameters)
+        info = dict(md.info)
+        est.layers_ = layers
+        est.info_ = info
+        split_file = md.path / "split.json"
+        est.split_ = json.loads(split_file.read_text(encoding="utf-8")) if split_file.is_file() else None
+        est.eta_ = info.get("eta")
+        est.history_ = list(info.get("history", []))
+        est.best_epoch_ = info.get("best_epoch")
+        est.in_dim_, est.image_dim_ = int(info["in_dim"]), int(info["image_dim"])
+        return est
 
-
-def _epoch_line(rec: Mapping[str, Any]) -> str:
-    parts = [f"epoch {rec['epoch']:>3}"]
-    if rec.get("loss") is not None:
-        parts.append(f"loss {rec['loss']:.4g}")
-    for k in ("val_t2i@1", "val_t2i@5", "val_t2i@10"):
-        if k in rec:
-            parts.append(f"{k} {rec[k]:.3f}")
-    if "hinge_active" in rec:
-        parts.append(f"hinge active {rec['hinge_active']:.2f}")
-    return ", ".join(parts)
