@@ -8,6 +8,7 @@ asserting that nothing was encoded into it, and by asserting that no result file
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -223,7 +224,7 @@ def test_dataset_option_values_get_the_loaders_types(tmp_path, feature_data):
     [
         (("--level", "1.5"), ("Invalid value for '--level': 1.5 is not in the range 0<x<1.",)),
         (("--level", "nan"), ("Invalid value for '--level': 'nan' is not a finite number",)),
-        (("--n-boot", "0"), ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
+        (("--n-boot", "0"), ("Invalid value for '--n-boot': 0 is not in the range 2<=x<=100000.",)),
         (("--alpha", "0"), ("Invalid value for '--alpha': 0.0 is not in the range 0<x<1.",)),
         (("--metric", "foo@3"), ("Invalid value for '--metric': unknown metric 'foo@3'",)),
         (("--metric", "bkr@0"), ("Invalid value for '--metric': bkr@0: K must be at least 1",)),
@@ -435,7 +436,7 @@ def test_training_options_are_refused_before_the_data_is_read(tmp_path, feature_
     [
         (["--seeds", "-1,0"], ("Invalid value for '--seeds': seed -1 is negative",)),
         (["--langs", "en"], ("Invalid value for '--langs': 'en': give at least two languages",)),
-        (["--n-boot", "0"], ("Invalid value for '--n-boot': 0 is not in the range x>=2.",)),
+        (["--n-boot", "0"], ("Invalid value for '--n-boot': 0 is not in the range 2<=x<=100000.",)),
         (["--k", "20", "--bkr-n", "10"], ("Invalid value for '--k': K=20 is larger than N=10 (--bkr-n)",)),
         (["--labels", "a,a"], ("Invalid value for '--labels': one non-empty label per model", "the base's label used once")),
         (["--bkr-dataset", "emoji"], ("unknown dataset 'emoji'",)),
@@ -477,3 +478,536 @@ def test_usage_errors_are_one_line_too(tmp_path):
     assert_refused(cli(["evaluate", "--bogus"]), "No such option '--bogus'", "evaluate --help")
     res = cli(["train"])  # a group alone still shows its help
     assert "Commands:" in res.output
+
+
+# ------------------------------------------------------------------------------ the grid's size
+@pytest.mark.parametrize(
+    "seeds, message",
+    [
+        ("1000000000", "Invalid value for '--seeds': '1000000000': at most 1,000 seeds in one grid "
+                       "(for one given seed write e.g. '1000000000,')"),
+        ("100000000000000000000", "Invalid value for '--seeds': '100000000000000000000': at most 1,000 seeds in one grid"),
+        ("20261126", "Invalid value for '--seeds': '20261126': at most 1,000 seeds in one grid"),
+        ("100000000000000000000,", "Invalid value for '--seeds': seed 100000000000000000000 is too large; "
+                                   "seeds are integers from 0 to 4294967295 (2**32 - 1)"),
+        (",".join(map(str, range(1001))), "Invalid value for '--seeds': 1,001 seeds given; at most 1,000 in one grid"),
+        ("9" * 400, "Invalid value for '--seeds':"),
+    ],
+    ids=["count-1e9", "count-1e20", "count-date", "seed-1e20", "list-1001", "400-digits"],
+)
+def test_seed_count_and_values_are_bounded(tmp_path, feature_data, empty_cache, seeds, message):
+    out = tmp_path / "out"
+    assert_refused(cli(grid("evaluate", feature_data, out, "--seeds", seeds)), message)
+    assert not out.exists() and nothing_encoded(empty_cache)
+
+
+def test_an_absurd_grid_is_refused_with_its_size(tmp_path, feature_data, empty_cache):
+    models = ",".join(["random", "tfidf-char", *(f"random@noise={i}" for i in range(1, 200))])
+    out = tmp_path / "out"
+    res = cli(grid("evaluate", feature_data, out, "--models", models, "--pairs", "en-de,de-en,en-ja", "--seeds", "200"))
+    assert_refused(res, "the grid has 201 models x 3 pairs x 200 seeds x 1 image model = 120,600 records; "
+                        "one run computes at most 100,000: split it into several runs")
+    assert not out.exists() and nothing_encoded(empty_cache)
+    res = cli(grid("meta", feature_data, out, "--models", models, "--pairs", "en-de,de-en", "--seeds", "200",
+                   "--weak-image-models", "color-hist"))
+    assert_refused(res, "the grid has 201 models x 2 pairs x 200 seeds x 2 image models = 160,800 records")
+
+
+def test_eval_config_checks_seeds_and_size_for_python_users():
+    from backretrieval.analysis import EvalConfig
+    from backretrieval.core import BackretrievalError
+
+    def cfg(**kw):
+        return EvalConfig(**{"dataset": "emoji-cldr", "pairs": [("en", "de")], "models": ["random"], **kw})
+
+    assert cfg(seeds=range(3)).seeds == [0, 1, 2] and cfg(seeds=[np.int64(4)]).seeds == [4]
+    for seeds, message in [
+        (range(10**20), "more than 1,000 seeds; one grid takes at most 1,000"),
+        ([10**20], "seed 100000000000000000000 is too large; seeds are integers from 0 to 4294967295"),
+        ([-1], "seed -1 is negative"),
+        ([1, 1], "seed 1 is given twice"),
+        ([1.5], "seed 1.5 is not an integer"),
+        ([True], "seed True is not an integer"),
+        ([], "no seed given"),
+    ]:
+        with pytest.raises(BackretrievalError) as e:
+            cfg(seeds=seeds)
+        assert str(e.value).startswith(message), (seeds, str(e.value))
+    with pytest.raises(BackretrievalError, match=r"= 200,000 records; one run computes at most 100,000"):
+        cfg(models=[f"random@noise={i}" for i in range(200)], seeds=range(1000))
+
+
+# ---------------------------------------------------------------------------------- study and compare ranges
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["analyze", "S.db", "--n-boot", "0"], "Invalid value for '--n-boot': 0 is not in the range 2<=x<=100000."),
+        (["analyze", "S.db", "--n-boot", "-5"], "Invalid value for '--n-boot': -5 is not in the range 2<=x<=100000."),
+        (["analyze", "S.db", "--bkr-seeds", "0"], "Invalid value for '--bkr-seeds': 0 is not in the range 1<=x<=1000."),
+        (["analyze", "S.db", "--bkr-n", "0"], "Invalid value for '--bkr-n': 0 is not in the range x>=1."),
+        (["analyze", "S.db", "--image-model", "nope"], "Invalid value for '--image-model': unknown image model 'nope'"),
+        (["create", "--seed", "-1"], "Invalid value for '--seed': -1 is not in the range x>=0."),
+        (["create", "--raters", "-1"], "Invalid value for '--raters': -1 is not in the range x>=0."),
+        (["create", "--queries", "0"], "Invalid value for '--queries': 0 is not in the range x>=1."),
+        (["create", "--pool-size", "0"], "Invalid value for '--pool-size': 0 is not in the range x>=1."),
+        (["serve", "S.db", "--port", "-1"], "Invalid value for '--port': -1 is not in the range 0<=x<=65535."),
+        (["serve", "S.db", "--port", "70000"], "Invalid value for '--port': 70000 is not in the range 0<=x<=65535."),
+        (["add-rater", "S.db", "--port", "70000"], "Invalid value for '--port': 70000 is not in the range 0<=x<=65535."),
+    ],
+    ids=["analyze-n-boot-0", "analyze-n-boot-neg", "analyze-bkr-seeds", "analyze-bkr-n", "analyze-image-model",
+         "create-seed", "create-raters", "create-queries", "create-pool-size", "serve-port-neg", "serve-port-big",
+         "add-rater-port"],
+)
+def test_study_options_are_ranged(tmp_path, args, message):
+    args = [str(tmp_path / a) if a == "S.db" else a for a in args]
+    if args[0] == "create":
+        args += ["--dataset", "emoji-cldr", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char",
+                 "--out", str(tmp_path / "S.db")]
+    assert_refused(cli(["study", *args]), message)
+    assert not (tmp_path / "S.db").exists()
+
+
+def test_study_analyze_checks_its_parameters_in_python(tmp_path):
+    from backretrieval.core import BackretrievalError, EncoderError
+    from backretrieval.study.analyze import analyze
+
+    with pytest.raises(BackretrievalError, match=r"n_boot must be an integer >= 2, got 0"):
+        analyze(tmp_path / "S.db", n_boot=0)
+    with pytest.raises(EncoderError, match=r"unknown image model 'nope'"):
+        analyze(tmp_path / "S.db", image_model="nope")
+
+
+def test_compare_n_boot_is_bounded_before_the_evaluation(tmp_path, feature_data, empty_cache):
+    out = tmp_path / "cmp"
+    assert_refused(cli(grid("compare", feature_data, out, "--n-boot", "1000000000")),
+                   "Invalid value for '--n-boot': 1000000000 is not in the range 2<=x<=100000.")
+    assert not out.exists() and nothing_encoded(empty_cache)
+
+
+# ----------------------------------------------------------------------------------- model files
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_cr5_model_with_non_finite_weights_is_refused(tmp_path, bad):
+    """A NaN in Phi would make every text the bias-only vector (the Triplet reader refuses the same)."""
+    from backretrieval.core import EncoderError
+    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.cr5 import Cr5Model
+
+    vocab = {"en": ["cat", "dog", "red"], "de": ["katze", "hund", "rot"]}
+    rng = np.random.default_rng(0)
+    phi = {lang: rng.standard_normal((2, 3)).astype(np.float32) for lang in vocab}
+    model_dir = Cr5Model(vocab, {lang: np.ones(3) for lang in vocab}, phi).save(tmp_path / "cr5")
+    assert np.isfinite(get_text_encoder(f"cr5:{model_dir}").encode(["red cat"], "en")).all()
+    with np.load(model_dir / "weights.npz") as z:
+        arrays = dict(z)
+    arrays["phi__de"][1, 2] = bad
+    np.savez(model_dir / "weights.npz", **arrays)
+    with pytest.raises(EncoderError) as e:
+        get_text_encoder(f"cr5:{model_dir}").encode(["rot"], "de")
+    assert str(e.value) == f"cr5: {model_dir}: cr5 model: Phi of 'de' holds NaN or inf (1 of 6 values)"
+
+
+def test_out_never_overwrites_an_input(tmp_path, feature_data, empty_cache):
+    """`--dataset D/results.csv --out D`: the results would replace the user's data, so the run is refused."""
+    d = tmp_path / "D"
+    d.mkdir()
+    data = d / "results.jsonl"
+    shutil.copy(feature_data, data)
+    before = data.read_bytes()
+    for cmd in ("evaluate", "compare"):
+        assert_refused(cli(grid(cmd, feature_data, d, "--dataset", str(data))),
+                       f"--out {d} would overwrite the input {data} (--dataset): write the results to another folder")
+    feats = d / "figures" / "feats.npy"  # an input below a folder the run owns
+    feats.parent.mkdir()
+    shutil.copy(feature_data.parent / "feats.npy", feats)
+    assert_refused(cli(grid("evaluate", feature_data, d, "--dataset-option", f"image_features={feats}")),
+                   f"would overwrite the input {feats} (--dataset-option image_features)")
+    assert_refused(cli(grid("meta", feature_data, d, "--models", "random,tfidf-char,random@noise=1",
+                            "--dataset", str(feature_data), "--dataset", str(data))), f"the input {data} (--dataset)")
+    assert data.read_bytes() == before and nothing_encoded(empty_cache)
+    # data beside the results, under a name the run does not write, is fine
+    shutil.copy(feature_data, d / "items.jsonl")
+    res = cli(grid("evaluate", feature_data, d, "--dataset", str(d / "items.jsonl")))
+    assert res.exit_code == 0, res.output
+    assert (d / "results.jsonl").read_bytes() != before
+
+
+# ------------------------------------------------------------------------------------ image files
+def _png_claiming(path: Path, width: int, height: int) -> Path:
+    """A PNG of a few hundred bytes whose header claims ``width`` x ``height`` pixels (its data
+    is a valid 1 x 1 image's: a decoder that trusted the header would allocate the full size)."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (1, 1), (200, 10, 10)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    ihdr = 8  # after the signature: length (4), b"IHDR" (4), then width, height
+    data[ihdr + 8 : ihdr + 16] = struct.pack(">II", width, height)
+    crc = zlib.crc32(bytes(data[ihdr + 4 : ihdr + 8 + 13]))
+    data[ihdr + 8 + 13 : ihdr + 8 + 17] = struct.pack(">I", crc)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_huge_images_are_refused_from_their_header(tmp_path):
+    """A 13,300 x 13,300 PNG would cost color-hist 7.8 GB; every image model reads through load_rgb."""
+    from backretrieval.encoders.image.batching import MAX_PIXELS, preprocess_batch
+    from backretrieval.encoders.base import get_image_encoder
+
+    bomb = _png_claiming(tmp_path / "bomb.png", 13_300, 13_300)
+    assert bomb.stat().st_size < 1000
+    message = (f"image {bomb} is 13,300 x 13,300 = 176,890,000 pixels; image models read at most 25,000,000 "
+               "(e.g. 5,000 x 5,000): downscale it")
+    with pytest.raises(DataError) as e:
+        get_image_encoder("color-hist").encode_images([bomb])
+    assert str(e.value) == message
+    with pytest.raises(DataError, match="image models read at most 25,000,000"):
+        preprocess_batch([bomb], 224, (0.5,) * 3, (0.5,) * 3)  # the CNN models' loader
+    with pytest.raises(DataError, match=r"has more than 25,000,000 pixels"):  # beyond Pillow's own bomb limit
+        get_image_encoder("color-hist").encode_images([_png_claiming(tmp_path / "b2.png", 20_000, 20_000)])
+    assert MAX_PIXELS == 25_000_000
+    with pytest.raises(DataError, match="is 5,001 x 5,000 = 25,005,000 pixels"):
+        get_image_encoder("color-hist").encode_images([_png_claiming(tmp_path / "b3.png", 5_001, 5_000)])
+
+
+def test_16_bit_and_float_grey_images_are_rescaled(tmp_path):
+    """A 16-bit grey PNG and a [0, 1] float TIFF give the 8-bit image of the same picture
+    (Pillow's own conversion makes the first almost white and the second black)."""
+    from PIL import Image
+
+    from backretrieval.encoders.image.batching import load_rgb
+    from backretrieval.encoders.color_hist import color_histogram
+
+    ramp8 = np.tile(np.arange(256, dtype=np.uint8), (8, 1))
+    Image.fromarray(ramp8, "L").save(tmp_path / "g8.png")
+    Image.fromarray(ramp8.astype(np.uint16) * 257).save(tmp_path / "g16.png")
+    Image.fromarray(ramp8.astype(np.float32) / 255).save(tmp_path / "f.tiff")
+    assert Image.open(tmp_path / "g16.png").mode.startswith("I") and Image.open(tmp_path / "f.tiff").mode == "F"
+    ref = np.asarray(load_rgb(tmp_path / "g8.png"))
+    for name in ("g16.png", "f.tiff"):
+        assert np.array_equal(np.asarray(load_rgb(tmp_path / name)), ref), name
+        assert np.allclose(color_histogram(tmp_path / name), color_histogram(tmp_path / "g8.png"))
+    Image.fromarray(ramp8.astype(np.float32)).save(tmp_path / "f255.tiff")
+    with pytest.raises(DataError) as e:
+        load_rgb(tmp_path / "f255.tiff")
+    assert str(e.value) == f"image {tmp_path / 'f255.tiff'}: floating-point pixel values must be in [0, 1], got 0 to 255"
+    Image.fromarray(np.full((4, 4), -5, dtype=np.int32), "I").save(tmp_path / "neg.tiff")
+    with pytest.raises(DataError, match=r"integer pixel values must be in 0\.\.65535 \(16 bits\), got -5 to -5"):
+        load_rgb(tmp_path / "neg.tiff")
+
+
+# ------------------------------------------------------------------------------------ faults
+def test_sigterm_of_the_caller_ends_the_process_workers(tmp_path):
+    """`kill` (SIGTERM) of a run with `--executor processes:N` ends its workers too: alive, they
+    would hold the caller's stdout and stderr, and a wrapper reading the output would hang."""
+    import signal
+    import time
+
+    (tmp_path / "slowtask.py").write_text(
+        "import os, time\nfrom pathlib import Path\n\n"
+        "def task(marker):\n    Path(marker).write_text(str(os.getpid()))\n    time.sleep(120)\n    return marker\n"
+    )
+    code = (
+        "import sys\nfrom slowtask import task\nfrom backretrieval.analysis.executors import ProcessExecutor\n"
+        f"markers = [{str(tmp_path / 'w0')!r}, {str(tmp_path / 'w1')!r}]\n"
+        "for m in ProcessExecutor(2).imap(task, markers):\n    print(m, flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240  # the workers start (spawn, imports) and begin their tasks
+        while not all((tmp_path / m).exists() and (tmp_path / m).read_text() for m in ("w0", "w1")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.2)
+        workers = [int((tmp_path / m).read_text()) for m in ("w0", "w1")]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)  # EOF: nothing holds the pipes any more
+        assert proc.returncode == -signal.SIGTERM and out == b""
+        for pid in workers:  # and the workers are gone (or zombies waiting for init to reap them)
+            stat = Path(f"/proc/{pid}/stat")
+            deadline = time.monotonic() + 30
+            while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                assert time.monotonic() < deadline, f"worker {pid} outlived its parent"
+                time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for m in ("w0", "w1"):  # never leave a worker of this test behind
+            if (tmp_path / m).exists() and (tmp_path / m).read_text():
+                pid = int((tmp_path / m).read_text())
+                with contextlib.suppress(OSError):
+                    if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGKILL)
+
+
+def test_more_process_workers_than_cores_is_warned_and_capped_at_the_tasks(tmp_path, feature_data):
+    from backretrieval.analysis.executors import usable_cores
+
+    res = CliRunner().invoke(main, grid("evaluate", feature_data, tmp_path / "out", "--executor", "processes:4096"))
+    assert res.exit_code == 0, res.output
+    assert (f"--executor processes:4096: 4096 workers for {usable_cores()} usable CPU cores; they share the cores and "
+            "each takes its own memory (no more workers start than the grid has tasks)") in res.output
+
+
+
+def test_the_process_pool_is_no_larger_than_the_tasks(monkeypatch):
+    import backretrieval.analysis.executors as executors
+
+    sizes = []
+
+    class Recording(executors.ProcessPoolExecutor):  # the real pool, its size noted
+        def __init__(self, max_workers, *args, **kwargs):
+            sizes.append(max_workers)
+            super().__init__(max_workers, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "ProcessPoolExecutor", Recording)
+    assert sorted(executors.ProcessExecutor(64).imap(abs, [-1, -2, 3])) == [1, 2, 3]
+    assert sizes == [3]
+    assert list(executors.ProcessExecutor(64).imap(abs, [])) == [] and sizes == [3]
+
+
+def test_a_second_run_into_the_same_out_is_refused_while_the_first_writes(tmp_path, feature_data):
+    """Two runs writing one --out at once would leave files of both: the second is refused."""
+    from backretrieval.core.io import LOCK_FILE, folder_lock
+
+    out = tmp_path / "out"
+    code = ("import sys, time\nfrom backretrieval.core.io import folder_lock\n"
+            f"with folder_lock({str(out)!r}):\n    print('holding', flush=True)\n    sys.stdin.read()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert holder.stdout.readline().strip() == b"holding"
+        for cmd in ("evaluate", "compare", "meta"):
+            extra = ("--models", "random,tfidf-char,random@noise=1") if cmd == "meta" else ()
+            line = assert_refused(cli(grid(cmd, feature_data, out, "--k", "3", *extra)),
+                                  f"--out {out} is being written by another run")
+            assert line.endswith(": wait for it to finish or choose another folder"), line
+            if Path("/proc/locks").exists():
+                assert f"(process {holder.pid})" in line, line
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written beside it
+    finally:
+        holder.communicate(b"", timeout=60)
+    # the folder is free again; a refused run into a new folder leaves nothing behind
+    res = cli(grid("evaluate", feature_data, out, "--k", "3"))
+    assert res.exit_code == 0, res.output
+    with folder_lock(out):  # re-entrant in one process: evaluate() inside a command that holds the folder
+        from backretrieval.analysis import EvalConfig, evaluate
+
+        cfg = EvalConfig(dataset=str(feature_data), pairs=[("en", "xx")], models=["random"], image_model="precomputed",
+                         n=5, k=1, dataset_options={"image_features": str(feature_data.parent / "feats.npy")})
+        with pytest.raises(DataError):
+            evaluate(cfg, tmp_path / "new", progress=False)
+    assert not (tmp_path / "new").exists()
+
+
+def test_results_jsonl_is_strict_json_with_null_for_undefined_metrics(tmp_path):
+    from backretrieval.analysis.evaluate import write_results
+
+    def strict(line: str):
+        return json.loads(line, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+
+    records = [{"model": "a", "corr": float("nan"), "hubness_skew@10": np.float32("nan"), "bkr@10": 0.25},
+               {"model": "b", "corr": float("inf"), "hubness_skew@10": 1.5, "bkr@10": np.float64(0.5)}]
+    write_results(records, tmp_path, {"note": float("nan"), "n": np.int64(3)})
+    rows = [strict(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert rows == [{"model": "a", "corr": None, "hubness_skew@10": None, "bkr@10": 0.25},
+                    {"model": "b", "corr": None, "hubness_skew@10": 1.5, "bkr@10": 0.5}]
+    assert strict((tmp_path / "run.json").read_text()) == {"note": None, "n": 3}
+    assert (tmp_path / "results.csv").read_text().splitlines()[1] == "a,,,0.25"
+    assert records[0]["corr"] != records[0]["corr"]  # the caller's records are left as they are
+
+
+def test_access_log_redacts_tokens_in_odd_paths():
+    import secrets
+
+    from backretrieval.study.server import redact
+
+    tok, other = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    lines = {
+        f'"GET /r/{tok}/state HTTP/1.1" 200': '"GET /r/[rater1]/state HTTP/1.1" 200',
+        f'"GET /r%2F{tok}/state HTTP/1.1" 404': '"GET /r%2F[rater1]/state HTTP/1.1" 404',
+        f'"GET /r//{tok} HTTP/1.1" 404': '"GET /r//[rater1] HTTP/1.1" 404',
+        f'"GET /R/{tok} HTTP/1.1" 404': '"GET /R/[rater1] HTTP/1.1" 404',
+        f'"GET /x/{tok}/y HTTP/1.1" 404': '"GET /x/[rater1]/y HTTP/1.1" 404',
+    }
+    for line, want in lines.items():
+        assert redact(line, (tok, "rater1")) == want
+    # an unknown token: four characters, on any route and anywhere in the line
+    for line in (f'"GET /r%2f{other}/state HTTP/1.1"', f'"GET /R//{other}"', f'"GET /static/{other}.js"',
+                 f'"GET /%72/{other}"', f'"GET /{other[:25]}"'):
+        got = redact(line)
+        assert other[:5] not in got.replace(f"[{other[:4]}...]", ""), got
+    assert redact('"GET /static/study.js HTTP/1.1" 200') == '"GET /static/study.js HTTP/1.1" 200'
+    assert redact('"GET /r/abc/img/0123456789abcdef HTTP/1.1"') == '"GET /r/[abc...]/img/0123456789abcdef HTTP/1.1"'
+
+
+def test_a_file_too_large_or_a_full_disk_names_the_file(tmp_path, feature_data, empty_cache):
+    """ENOSPC / EFBIG raised by a write name no file; the error line names the file being
+    written. Here the file-size limit (RLIMIT_FSIZE) makes every write above 1,000
+    bytes fail as a full disk would."""
+    assert cli(grid("evaluate", feature_data, tmp_path / "warm")).exit_code == 0  # the cache is filled
+    out = tmp_path / "out"
+    code = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+            "from backretrieval.cli import main\nsys.argv = ['backretrieval', *sys.argv[1:]]\nmain()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code, *grid("evaluate", feature_data, out)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert line.startswith(f"error: {out}{os.sep}") and line.endswith(": File too large") and "\n" not in line, line
+    assert not [p for p in out.rglob("*") if p.is_file() and ".tmp-" in p.name]  # nothing half-written
+
+
+def test_atomic_write_names_the_file_of_an_anonymous_os_error(tmp_path):
+    import errno
+
+    target = tmp_path / "r.txt"
+    with pytest.raises(OSError) as e:
+        with atomic_write(target, "w"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert e.value.filename == str(target) and e.value.errno == errno.ENOSPC and not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------- nesting, cycles
+def test_deeply_nested_json_is_a_named_error_not_a_recursion_error(tmp_path):
+    from backretrieval.core import EncoderError
+    from backretrieval.encoders.base import get_text_encoder
+
+    deep = "[" * 100_000 + "]" * 100_000
+    jsonl = tmp_path / "deep.jsonl"
+    jsonl.write_text('{"id": "a", "lang": "en", "text": "a cat"}\n' + deep + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        generic.load(jsonl)
+    assert str(e.value) == f"{jsonl}: line 2: invalid JSON: nested too deeply (arrays or objects inside each other)"
+    arr = tmp_path / "deep.json"
+    arr.write_text("[" + deep + "]", encoding="utf-8")
+    with pytest.raises(DataError, match=r"deep\.json: invalid JSON: nested too deeply"):
+        generic.load(arr)
+    res = cli(["evaluate", "--dataset", jsonl, "--pairs", "en-de", "--models", "random", "--n", "1", "--k", "1",
+               "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    assert_refused(res, f"{jsonl}: line 2: invalid JSON: nested too deeply")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text('{"format": "backretrieval.model", "x": ' + deep + "}", encoding="utf-8")
+    with pytest.raises(EncoderError) as e:
+        get_text_encoder(f"cr5:{model}")
+    assert f"cannot read {model / 'model.json'}: JSON nested too deeply (arrays or objects inside each other)" in str(e.value)
+
+
+def test_a_triplet_model_whose_base_names_itself_is_refused(tmp_path):
+    from backretrieval.core import EncoderError
+    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.triplet import save_model
+
+    params = [(np.eye(4, dtype=np.float32), np.zeros(4, np.float32))]
+    a, b = tmp_path / "a", tmp_path / "b"
+    save_model(a, params, hyper_parameters={"method": "triplet", "base": f"triplet:{a}"})
+    with pytest.raises(EncoderError) as e:
+        get_text_encoder(f"triplet:{a}")
+    assert str(e.value) == (f"triplet:{a}: the model is its own base (triplet:{a} -> triplet:{a}); "
+                            "its base must be another text model")
+    save_model(a, params, hyper_parameters={"method": "triplet", "base": f"tripletxl:{b}"})  # a cycle of two
+    save_model(b, params, hyper_parameters={"method": "tripletxl", "base": f"triplet:{a}"})
+    with pytest.raises(EncoderError, match=rf"the model is its own base \(triplet:{a} -> tripletxl:{b} -> triplet:{a}\)"):
+        get_text_encoder(f"triplet:{a}")
+    save_model(a, params, hyper_parameters={"method": "triplet", "base": "random"})  # a base that is no model: fine
+    assert get_text_encoder(f"triplet:{a}").base_spec == "random"
+
+
+# --------------------------------------------------------------------------------- the cache
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda k, v: (k.reshape(1, -1), v), "keys must be a 1-D array of strings, got <U32 of shape (1, 3)"),
+        (lambda k, v: (np.arange(3), v), "keys must be a 1-D array of strings, got int64 of shape (3,)"),
+        (lambda k, v: (k, v[:2]), "vecs must be a float matrix with one row per key (3), got float32 of shape (2,"),
+        (lambda k, v: (k, np.full_like(v, np.nan)), "vecs hold NaN or inf"),
+        (lambda k, v: (k, v[:, :3]), "vectors of width 3, the other shards' are"),
+    ],
+    ids=["keys-2d", "keys-int", "vecs-rows", "vecs-nan", "vecs-width"],
+)
+def test_a_damaged_cache_shard_is_ignored_by_file_and_re_encoded(tmp_path, damage, why):
+    """A crafted or damaged shard (2-D keys, NaN vectors, ...) is the cache's fault, not the
+    data's: it is ignored with a warning naming the file, and its items are encoded again."""
+    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders.cache import CacheWarning, CachedTextEncoder
+    from backretrieval.encoders.cr5 import Cr5Model
+
+    vocab = ["cat", "dog", "red", "tea", "green", "text", "more"]
+    rng = np.random.default_rng(0)
+    model = Cr5Model({"en": vocab}, {"en": np.ones(len(vocab))}, {"en": rng.standard_normal((6, len(vocab)))}).save(tmp_path / "cr5")
+    spec = f"cr5:{model}"
+    texts = ["a red cat", "a dog", "green tea"]
+    enc = CachedTextEncoder(get_text_encoder(spec), root=tmp_path / "cache")
+    want = enc.encode(texts, "en")
+    enc.encode(["another text", "and one more"], "en")  # a second, healthy shard
+    shards = sorted((tmp_path / "cache").rglob("shard-*.npz"))
+    assert len(shards) == 2
+    shard = next(p for p in shards if len(np.load(p)["keys"]) == 3)
+    with np.load(shard) as z:
+        keys, vecs = damage(z["keys"], z["vecs"])
+    np.savez(shard, keys=keys, vecs=vecs)
+    again = CachedTextEncoder(get_text_encoder(spec), root=tmp_path / "cache")
+    with pytest.warns(CacheWarning) as w:
+        got = again.encode(texts, "en")
+    assert np.array_equal(got, want) and again.n_encoded == 3  # encoded again, same vectors
+    msg = str(w[0].message)
+    assert msg.startswith(f"cache shard {shard} ignored ({why}") and msg.endswith("; its items are encoded again"), msg
+
+
+# --------------------------------------------------------------------------------- the emoji tarballs
+@pytest.mark.parametrize("cut", [0.5, 0.0001], ids=["half", "header-only"])
+def test_a_truncated_emoji_tarball_is_a_clear_error(tmp_path, shared_data, empty_cache, cut):
+    """gzip's EOFError would reach click, which prints a bare `Aborted!`; the error names the tarball."""
+    src = tmp_path / "npm"
+    src.mkdir()
+    for f in (shared_data / "npm").glob("*.tgz"):
+        if f.name.startswith("emoji-datasource"):
+            data = f.read_bytes()
+            (src / f.name).write_bytes(data[: max(20, int(len(data) * cut))])
+            bad = src / f.name
+        else:
+            (src / f.name).symlink_to(f)
+    res = cli(["evaluate", "--dataset", "emoji-cldr", "--dataset-option", f"source_dir={src}", "--pairs", "en-de",
+               "--models", "random", "--n", "10", "--k", "1", "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    line = assert_refused(res, f"error: emoji-cldr: {bad} is damaged or truncated (",
+                          "): delete it and run again to fetch it anew")
+    assert "Aborted" not in res.output, line
+    assert not [p for p in (empty_cache / "emoji-cldr").iterdir()] if (empty_cache / "emoji-cldr").exists() else True
+
+
+def test_newlines_in_paths_do_not_break_the_one_line_errors(tmp_path):
+    folder = tmp_path / "two\nlines\tand\x1b[31mred"
+    folder.mkdir()
+    path = folder / "latin1.jsonl"
+    path.write_bytes(b'{"id": "a", "lang": "en", "text": "caf\xe9"}\n')
+    res = cli(["evaluate", "--dataset", path, "--pairs", "en-de", "--models", "random", "--n", "1", "--k", "1",
+               "--seeds", "1", "--out", tmp_path / "out", "--quiet"])
+    shown = str(path).replace("\n", "\\n").replace("\t", "\\t").replace("\x1b", "\\x1b")
+    assert_refused(res, f"error: {shown}: line 1: not UTF-8 (byte 0xe9 at column 39)")
+    blocker = tmp_path / "a\nfile"
+    blocker.write_text("x")
+    assert_refused(cli(grid("evaluate", path, blocker / "out")), "a\\nfile, which is a file, not a folder")
+
+
+def test_study_serve_on_a_busy_port_is_our_own_one_line_error(tmp_path, shared_data):
+    import socket
+
+    db = tmp_path / "S.db"
+    res = cli(["study", "create", "--dataset", "emoji-cldr", "--dataset-option", f"source_dir={shared_data / 'npm'}",
+               "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--queries", "2", "--per-model", "2",
+               "--images", "none", "--out", db, "--quiet"])
+    assert res.exit_code == 0, res.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res = cli(["study", "serve", db, "--port", port])
+    assert_refused(res, f"error: cannot serve the study on 127.0.0.1:{port} (Address already in use): another program "
+                        f"listens on port {port}; stop it or choose another --port (0 picks a free one)")
+    assert "Either identify and stop that program" not in res.output  # Werkzeug's own text

@@ -6,9 +6,12 @@ result as soon as it is ready (the grid stores it at once, which is what makes i
 resumable); at most a few tasks are in flight, so memory stays bounded.
 
 * ``local`` (default) -- one task after another in this process; BLAS uses every core.
-* ``processes[:N]`` -- N worker processes (default: the usable cores), each with single-threaded
-  BLAS; sorting and counting (CORR's ranks, top-k) are single-threaded in numpy, so on a
-  multi-core machine this is faster than ``local`` for grids of many samples.
+* ``processes[:N]`` -- up to N worker processes (default: the usable cores), each with
+  single-threaded BLAS; sorting and counting (CORR's ranks, top-k) are single-threaded in numpy,
+  so on a multi-core machine this is faster than ``local`` for grids of many samples. Workers
+  start as tasks arrive, so a grid never starts more workers than it has tasks; they end with
+  the process that started them, however it ends (SIGTERM, SIGKILL), so they never outlive it
+  holding its output pipes.
 * ``ray[:ADDRESS]`` -- Ray tasks on a local or existing cluster (see :mod:`.ray_executor`).
 
 A model given as a Python object (:mod:`.models`) is encoded in the calling process with every
@@ -111,10 +114,51 @@ def usable_cores() -> int:
 
 
 def _limit_threads(n: int) -> None:
-    """Worker initializer: BLAS/OpenMP pools of this process use ``n`` threads."""
+    """BLAS/OpenMP pools of this process use ``n`` threads."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=n)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when process ``parent`` (the one that started it) ends, however it ends.
+
+    A worker blocked on its task queue never sees the parent go (it holds both ends of the
+    queue's pipe itself), and a busy one would finish its task first; either way it would keep
+    the caller's stdout and stderr open, so a wrapper reading them hangs. On Linux the kernel
+    sends the worker SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a
+    daemon thread checks the parent every half second and ends the process.
+    """
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) == 0:  # 1: PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # the parent ended before prctl took effect
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        import time
+
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _init_worker(threads: int, parent: int) -> None:
+    """Worker initializer: end with the parent (:func:`_exit_with_parent`), ``threads`` BLAS threads."""
+    _exit_with_parent(parent)
+    _limit_threads(threads)
 
 
 def bounded_imap(submit: Callable[[T], Any], wait_any: Callable[[set], tuple[set, set]], result: Callable[[Any], R],
@@ -166,7 +210,8 @@ class ProcessExecutor(LocalExecutor):
         self.name = f"processes:{self.workers}"
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
-        """Run ``fn`` on the tasks in the worker pool, at most ``2 * workers`` in flight.
+        """Run ``fn`` on the tasks in a pool of ``min(workers, number of tasks)`` processes, at most
+        twice as many tasks in flight.
 
         Args:
             fn: a picklable, module-level function of one task.
@@ -175,17 +220,22 @@ class ProcessExecutor(LocalExecutor):
         Yields:
             ``fn(task)`` for each task in completion order; a task's exception is raised here.
         """
+        import itertools
         import multiprocessing as mp
 
+        it = iter(tasks)
+        head = list(itertools.islice(it, self.workers))  # fewer tasks than workers: one worker per task
+        if not head:
+            return
         with ProcessPoolExecutor(
-            self.workers, mp_context=mp.get_context("spawn"), initializer=_limit_threads, initargs=(self.threads,)
+            len(head), mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(self.threads, os.getpid())
         ) as pool:
             yield from bounded_imap(
                 lambda t: pool.submit(fn, t),
                 lambda pending: wait(pending, return_when=FIRST_COMPLETED),
                 lambda fut: fut.result(),
-                tasks,
-                in_flight=2 * self.workers,
+                itertools.chain(head, it),
+                in_flight=2 * len(head),
             )
 
 

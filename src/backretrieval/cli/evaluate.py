@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from .options import OPEN_UNIT, bad_option, check_grid, grid_config, dataset_specs, warn, device_option, grid_options, main
+from ..core.io import folder_lock
+from .options import N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main, warn
 
 
 def _summary_metrics(k: int, approx_k: int | None = None) -> tuple[str, ...]:
@@ -125,12 +126,17 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
     OUT/summary.md, and prints the summary table.
     """
+    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    check_grid(cfg, out, executor)
+    with folder_lock(out):
+        _evaluate(cfg, out, quiet, executor)
+
+
+def _evaluate(cfg, out, quiet, executor) -> None:
     from ..analysis import evaluate as run, summarize
     from ..core import atomic_write_text
     from ..report import format_summary
 
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
-    check_grid(cfg, out, executor)
     result = run(cfg, out, progress=not quiet, log=warn, executor=executor)
     ak = _approx_k(cfg)
     mrr = "bkr_mrr" if ak is None else f"bkr_mrr@{ak}"
@@ -149,7 +155,7 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
 @click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
-@click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
+@click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
               "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
 def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, metric, level, alpha, n_boot, report, **grid) -> None:
@@ -160,14 +166,6 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
     --report also OUT/report.html, a page to share (see docs/your-data.md).
     """
-    import json
-
-    from ..analysis import evaluate as run
-    from ..analysis.compare import compare as rank
-    from ..core import atomic_write_text
-    from ..report import format_comparison
-    from ..report.table import approx_note
-
     cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     metric = (metric or f"bkr@{cfg.k}").strip()
     _check_metric(metric, cfg.n, _approx_k(cfg))
@@ -177,6 +175,19 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     check_grid(cfg, out, executor)
+    with folder_lock(out):
+        _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report)
+
+
+def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report) -> None:
+    import json
+
+    from ..analysis import evaluate as run
+    from ..analysis.compare import compare as rank
+    from ..core import atomic_write_text
+    from ..report import format_comparison
+    from ..report.table import approx_note
+
     needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
     result = run(cfg, out, progress=not quiet, log=warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
     c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
@@ -221,9 +232,10 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
     if len(cfg.models) < 3:
         bad_option("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
-    check_grid(cfg, out, executor, extra)
-    res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=warn, executor=executor)
-    md = write_meta_outputs(res, cfg, Path(out), figures=report)
+    check_grid(cfg, out, executor, extra, datasets)
+    with folder_lock(out):
+        res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=warn, executor=executor)
+        md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
 
 

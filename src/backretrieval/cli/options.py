@@ -28,8 +28,17 @@ EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
 EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)
 
 
+def one_line(message: str) -> str:
+    """``message`` with every character that does not print (a newline or tab in a path, other
+    control and format characters) escaped as Python's ``repr`` writes it (``\\n``, ``\\x1b``,
+    ``\\u200b``), so an error stays one line on the terminal."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    click.secho(f"error: {message}", fg="red", err=True)
+    click.secho(f"error: {one_line(message)}", fg="red", err=True)
     sys.exit(code)
 
 
@@ -89,6 +98,9 @@ POSITIVE_NUMBER = _Number(min=0, min_open=True)
 NON_NEGATIVE_NUMBER = _Number(min=0)
 OPEN_UNIT = _Number(0, 1, min_open=True, max_open=True)  # a probability or share strictly between 0 and 1
 UNIT_FROM_0 = _Number(0, 1, max_open=True)  # [0, 1)
+MAX_N_BOOT = 100_000  # bootstrap resamples: the intervals' Monte-Carlo error is long negligible there
+N_BOOT = click.IntRange(2, MAX_N_BOOT)
+PORT = click.IntRange(0, 65535)  # 0: any free port
 
 
 def bad_option(option: str, message: str) -> NoReturn:
@@ -106,29 +118,33 @@ def parse_list(spec: str | None, option: str, what: str = "value") -> list[str]:
 
 
 def parse_seeds(spec: str, option: str = "--seeds") -> list[int]:
-    """``"5"`` -> seeds 0..4; ``"0,3,7"`` -> those seeds (non-negative, each once)."""
+    """``"5"`` -> seeds 0..4; ``"0,3,7"`` -> those seeds (each once, from 0 to ``MAX_SEED``; at
+    most ``MAX_SEEDS`` of them, checked before any list is made)."""
+    from ..analysis.evaluate.config import MAX_SEED, MAX_SEEDS, check_seeds
+
     text = spec.strip()
     if "," not in text:
-        if not re.fullmatch(r"[+-]?\d+", text):
+        if not re.fullmatch(r"[+-]?\d{1,40}", text):
             bad_option(option, f"{spec!r}: give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
         count = int(text)
         if count < 1:
             bad_option(option, f"{spec!r}: the number of seeds must be at least 1 (for one given seed write e.g. '{abs(count)},')")
+        if count > MAX_SEEDS:
+            bad_option(option, f"{spec!r}: at most {MAX_SEEDS:,} seeds in one grid (for one given seed write e.g. '{count},')"
+                 if count <= MAX_SEED else f"{spec!r}: at most {MAX_SEEDS:,} seeds in one grid")
         return list(range(count))
     items = [s.strip() for s in text.split(",") if s.strip()]
     if not items:
         bad_option(option, f"{spec!r} names no seed; give a count (5 -> seeds 0..4) or a comma list of seeds (0,3,7)")
-    seeds: list[int] = []
+    if len(items) > MAX_SEEDS:
+        bad_option(option, f"{len(items):,} seeds given; at most {MAX_SEEDS:,} in one grid")
     for item in items:
-        if not re.fullmatch(r"[+-]?\d+", item):
-            bad_option(option, f"{item!r} is not an integer seed")
-        seed = int(item)
-        if seed < 0:
-            bad_option(option, f"seed {seed} is negative; seeds are integers >= 0")
-        if seed in seeds:
-            bad_option(option, f"seed {seed} is given twice")
-        seeds.append(seed)
-    return seeds
+        if not re.fullmatch(r"[+-]?\d{1,40}", item):
+            bad_option(option, f"{item!r} is not an integer seed" if len(item) <= 40 else f"{item[:20]!r}...: not a seed from 0 to {MAX_SEED}")
+    try:
+        return check_seeds([int(item) for item in items])
+    except BackretrievalError as e:
+        bad_option(option, str(e))
 
 
 def parse_numbers(spec: str, option: str, *, count: int | None = None, integer: bool = False,
@@ -211,10 +227,15 @@ def _check_executor(spec: str) -> None:
 
     from ..analysis.executors import get_executor
 
+    from ..analysis.executors import ProcessExecutor, usable_cores
+
     try:
-        get_executor(spec)
+        ex = get_executor(spec)
     except BackretrievalError as e:
         bad_option("--executor", str(e))
+    if isinstance(ex, ProcessExecutor) and ex.workers > usable_cores():
+        warn(f"--executor {spec}: {ex.workers} workers for {usable_cores()} usable CPU cores; they share the cores and "
+              "each takes its own memory (no more workers start than the grid has tasks)")
     if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
         bad_option("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
 
@@ -385,12 +406,43 @@ def grid_config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, d
     )
 
 
-def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = ()) -> None:
-    """Before a grid runs: the executor, the image models, and the output and cache folders."""
+# what the grid commands write in --out: files, and folders whose whole content they own
+GRID_OUTPUT_FILES = ("results.jsonl", "results.csv", "summary.md", "run.json", "compare.md", "compare.json",
+                     "report.html", "report.json", "meta.md", "meta.json")
+GRID_OUTPUT_DIRS = (".partial", "figures", "image-models", "datasets")
+
+
+def _check_not_inputs(out: str | Path, inputs: Sequence[tuple[Any, str]], files: Sequence[str] = GRID_OUTPUT_FILES,
+                      dirs: Sequence[str] = GRID_OUTPUT_DIRS) -> None:
+    """No input file (``(value, option)``; values that are not existing files are skipped) is
+    one of the files the command writes in ``out`` (``files``, or anything below ``dirs``)."""
+    from ..core.errors import OutputError
+
+    o = Path(out).expanduser().resolve()
+    for value, option in inputs:
+        if not isinstance(value, (str, os.PathLike)) or not str(value) or not Path(value).expanduser().is_file():
+            continue
+        p = Path(value).expanduser().resolve()
+        if (p.parent == o and p.name in files) or any(p.is_relative_to(o / d) for d in dirs):
+            raise OutputError(f"--out {out} would overwrite the input {value} ({option}): write the results to another folder")
+
+
+def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = (),
+                datasets: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
+    """Before a grid runs: the executor, the image models, the output and cache folders, and
+    that no output file is one of the inputs (the dataset files and the paths among their options)."""
     _check_executor(executor)
     check_image_models([cfg.image_model], "--image-model")
     check_image_models(extra_image_models, "--weak-image-models")
+    from ..analysis.evaluate import check_grid_size
+
+    check_grid_size(len(cfg.models), len(cfg.pairs), len(cfg.seeds), len(dict.fromkeys([*cfg.image_models, *extra_image_models])))
     check_outputs((out, "--out"))
+    inputs: list[tuple[Any, str]] = []
+    for name, options in [(cfg.dataset, cfg.dataset_options), *datasets]:
+        inputs.append((name, "--dataset"))
+        inputs += [(v, f"--dataset-option {k}") for k, v in options.items()]
+    _check_not_inputs(out, inputs)
 
 
 def warn(msg: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .options import parse_options, warn, main
+from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, check_image_models, parse_options, warn, main
 
 
 @main.group()
@@ -39,15 +39,15 @@ def _wildcard_note(host: str, shown: str | None) -> None:
 @click.option("--src", required=True, help="Language of the queries.")
 @click.option("--tgt", required=True, help="Language of the suggestions.")
 @click.option("--models", required=True, help="Comma-separated text models, two or more (e.g. use-m,e5-small).")
-@click.option("--queries", default=20, show_default=True, help="Number of source-language queries.")
-@click.option("--per-model", default=5, show_default=True, help="Suggestions per model and query (its top-k).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the query / pool sampling and rater orders.")
+@click.option("--queries", type=POSITIVE, default=20, show_default=True, help="Number of source-language queries.")
+@click.option("--per-model", type=POSITIVE, default=5, show_default=True, help="Suggestions per model and query (its top-k).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the query / pool sampling and rater orders.")
 @click.option("--pool", type=click.Choice(["disjoint", "all"]), default="disjoint", show_default=True,
               help="disjoint: the queries' own translations are not in the target pool; all: keep them.")
-@click.option("--pool-size", type=int, default=None, help="Subsample the target pool to this many items (default: all).")
+@click.option("--pool-size", type=POSITIVE, default=None, help="Subsample the target pool to this many items (default: all).")
 @click.option("--images", type=click.Choice(["all", "query", "none"]), default="all", show_default=True,
               help="Show images (when the dataset has image files) for queries and suggestions, queries only, or none.")
-@click.option("--raters", default=1, show_default=True, help="Raters to register now (more with `study add-rater`).")
+@click.option("--raters", type=NON_NEGATIVE, default=1, show_default=True, help="Raters to register now (more with `study add-rater`).")
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The study file to write (SQLite).")
 @click.option("--force", is_flag=True, help="Replace an existing study file (and its ratings).")
@@ -85,7 +85,7 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
 @click.argument("db", type=click.Path(dir_okay=False))
 @click.option("--name", default=None, help="Rater name (default rater<N>).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Host to print in the link.")
-@click.option("--port", default=8765, show_default=True, help="Port to print in the link.")
+@click.option("--port", type=PORT, default=8765, show_default=True, help="Port to print in the link.")
 def add_rater(db, name, host, port) -> None:
     """Register a rater and print the rater's private link."""
     from ..study import store
@@ -104,7 +104,7 @@ def add_rater(db, name, host, port) -> None:
 @study.command()
 @click.argument("db", type=click.Path(dir_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8765, show_default=True)
+@click.option("--port", type=PORT, default=8765, show_default=True)
 def raters(db, host, port) -> None:
     """List raters, their progress and links."""
     from ..study import store
@@ -125,7 +125,7 @@ def raters(db, host, port) -> None:
 @click.argument("db", type=click.Path(dir_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to bind; 127.0.0.1 keeps the study on this machine.")
-@click.option("--port", default=8765, show_default=True, help="Port (0 = any free port).")
+@click.option("--port", type=PORT, default=8765, show_default=True, help="Port (0 = any free port).")
 def serve(db, host, port) -> None:
     """Serve the rating pages until interrupted (Ctrl-C). Prints each rater's link.
 
@@ -182,15 +182,17 @@ def proxy_rate(db, out, terms, force) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Write analysis.md, analysis.json and ratings.csv here.")
 @click.option("--bkr/--no-bkr", default=True, show_default=True, help="Also compute the models' BkR on the study's pair.")
-@click.option("--bkr-n", default=1000, show_default=True, help="N items per side for BkR.")
-@click.option("--bkr-seeds", default=3, show_default=True, help="Seeds for BkR.")
+@click.option("--bkr-n", type=POSITIVE, default=1000, show_default=True, help="N items per side for BkR.")
+@click.option("--bkr-seeds", type=click.IntRange(1, 1000), default=3, show_default=True, help="Seeds for BkR (1 to 1,000).")
 @click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR.")
-@click.option("--n-boot", default=2000, show_default=True, help="Bootstrap resamples of the ratio's interval.")
+@click.option("--n-boot", type=N_BOOT, default=2000, show_default=True, help="Bootstrap resamples of the ratio's interval, 2 to 100,000.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def analyze(db, out, bkr, bkr_n, bkr_seeds, image_model, n_boot, quiet) -> None:
     """Score distributions, ratio of "very relevant", tests, agreement, BkR (Markdown + JSON)."""
     from ..study.analyze import analyze as run, format_markdown, write_outputs
 
+    if bkr:
+        check_image_models([image_model], "--image-model")
     res = run(db, bkr=bkr, bkr_n=bkr_n, bkr_seeds=bkr_seeds, image_model=image_model, n_boot=n_boot,
               progress=not quiet, log=warn)
     click.echo(format_markdown(res))

@@ -19,7 +19,7 @@ import click
 
 from .options import (
     NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
-    check_text_models, parse_list, parse_numbers, parse_options, parse_seeds, warn, main, train,
+    N_BOOT, check_text_models, parse_list, parse_numbers, parse_options, parse_seeds, warn, main, train,
 )
 
 
@@ -171,7 +171,7 @@ def prepare(dataset, langs, holdout, seed, dataset_option, out) -> None:
 @click.option("--k", "k", type=POSITIVE, default=10, show_default=True, help="K of BkR@K; at most --bkr-n.")
 @click.option("--truth-k", type=POSITIVE, default=1, show_default=True, help="K of the ground-truth XLR@K.")
 @click.option("--image-model", default="efficientnet-lite0", show_default=True)
-@click.option("--n-boot", type=click.IntRange(min=2), default=1000, show_default=True, help="Bootstrap resamples, at least 2.")
+@click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000.")
 @click.option("--figure", type=click.Path(dir_okay=False), default=None, help="Where to write the boxplot PNG (default OUT/case_study.png).")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True)
 @click.option("--quiet", is_flag=True)

@@ -12,11 +12,13 @@ work starts, so a run never computes for an hour and then fails to save.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import math
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -130,6 +132,110 @@ def check_writable_file(path: str | os.PathLike, what: str) -> Path:
     return path
 
 
+LOCK_FILE = ".backretrieval.lock"  # in an output folder while a run writes it
+_held: dict[Path, int] = {}  # folder -> depth: the folders this process holds
+_held_guard = threading.Lock()
+
+
+def _lock_holders(lock: Path) -> str:
+    """`` (process 123)``: who holds the ``flock`` on ``lock``, as far as ``/proc/locks`` tells (Linux)."""
+    try:
+        ino = lock.stat().st_ino
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return ""
+    pids = [f[4] for f in (ln.split() for ln in text.splitlines())
+            if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino)]
+    return f" (process {', '.join(dict.fromkeys(pids))})" if pids else ""
+
+
+class _Busy(Exception):
+    """Another process holds the lock."""
+
+
+def _flock(lock: Path) -> int | None:
+    """An exclusive ``flock`` on the file ``lock`` (created if needed), taken without waiting.
+
+    Returns the descriptor that holds it, or None where locks cannot be taken (no ``fcntl``, a
+    file system without ``flock``, a folder that cannot hold the file). Raises :class:`_Busy`
+    when another process holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    for _ in range(10):  # a run ending just now may remove the file: lock the one that is there
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise _Busy() from None
+            return None  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    return None
+
+
+@contextlib.contextmanager
+def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
+    """Hold the output folder ``path`` for one run: an exclusive ``flock`` on ``path/.backretrieval.lock``.
+
+    Two runs that write one folder at once would leave files of both (records of one, a summary
+    of the other); the second is refused at once instead. The folder is created if needed; when
+    the block ends and the folder holds nothing but the lock file, both are removed again (a run
+    refused on its data leaves nothing behind). Re-entrant within a process (``evaluate``
+    inside a command that already holds the folder). Where ``flock`` does not exist or is not
+    supported by the file system the folder is used without a lock.
+
+    Args:
+        path: the output folder.
+        what: how the error names it, e.g. ``"--out"``.
+
+    Yields:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OutputError: another process holds the folder (its process id where the system says).
+    """
+    path = Path(path).expanduser()
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    key = path.resolve()
+    with _held_guard:
+        nested = key in _held
+        _held[key] = _held.get(key, 0) + 1
+    fd = None
+    try:
+        if not nested:
+            try:
+                fd = _flock(key / LOCK_FILE)
+            except _Busy:
+                raise OutputError(f"{what} {path} is being written by another run{_lock_holders(key / LOCK_FILE)}: "
+                                  "wait for it to finish or choose another folder") from None
+        yield path
+    finally:
+        with _held_guard:
+            _held[key] -= 1
+            if not _held[key]:
+                del _held[key]
+        if not nested and created:
+            with contextlib.suppress(OSError):
+                if [p.name for p in key.iterdir()] == [LOCK_FILE]:
+                    (key / LOCK_FILE).unlink()
+                    key.rmdir()
+        if fd is not None:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = False) -> Iterator[io.IOBase]:
     """Open a temporary file beside ``path``; on clean exit fsync it and move it onto ``path``.
@@ -141,7 +247,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = F
             the umask, as ``open()`` would.
 
     Raises:
-        OSError: the file cannot be written; nothing is left at ``path`` from this call.
+        OSError: the file cannot be written; nothing is left at ``path`` from this call. An
+            error of the system that names no file (a full disk, ``File too large``) is raised
+            with ``filename=path``, so its message names the file being written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,9 +262,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = F
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise
 
 

@@ -31,7 +31,9 @@ languages name all 3,786 images; :func:`available_languages` lists every locale.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gzip
 import json
 import os
 import re
@@ -39,7 +41,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,13 +142,23 @@ def _emoji_key(unified: str) -> str:
     return "".join(chr(int(cp, 16)) for cp in unified.split("-")).replace(_FE0F, "")
 
 
+@contextlib.contextmanager
+def _reading(tgz: Path) -> Iterator[None]:
+    """Turn the errors of a damaged or truncated tarball into a :class:`DataError` naming it."""
+    try:
+        yield
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        why = str(e) or type(e).__name__
+        raise DataError(f"{NAME}: {tgz} is damaged or truncated ({why}): delete it and run again to fetch it anew") from None
+
+
 def _extract(tarballs: Sequence[Path], dest: Path) -> None:
     """Extract the needed members of the tarballs into ``dest`` (a fresh folder)."""
     emoji_tgz, *cldr_tgzs = tarballs
     emoji_json: bytes | None = None
     img_dir = dest / "img"
     img_dir.mkdir()
-    with tarfile.open(emoji_tgz, "r:gz") as tf:
+    with _reading(emoji_tgz), tarfile.open(emoji_tgz, "r:gz") as tf:
         for m in tf:
             if not m.isfile():
                 continue
@@ -160,7 +173,7 @@ def _extract(tarballs: Sequence[Path], dest: Path) -> None:
         raise DataError(f"{NAME}: {emoji_tgz} has no package/emoji.json")
     n_ann = 0
     for tgz in cldr_tgzs:
-        with tarfile.open(tgz, "r:gz") as tf:
+        with _reading(tgz), tarfile.open(tgz, "r:gz") as tf:
             for m in tf:
                 match = _ANN_RE.match(m.name) if m.isfile() else None
                 if match is None:

@@ -72,6 +72,8 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             rows = json.loads(raw)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}: invalid JSON: {e}") from None
+        except RecursionError:
+            raise DataError(f"{path}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a JSON array of objects")
         where = [f"item {i + 1}" for i in range(len(rows))]
@@ -84,6 +86,8 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}: line {n}: invalid JSON: {e}") from None
+            except RecursionError:
+                raise DataError(f"{path}: line {n}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
             where.append(f"line {n}")
     for r, w in zip(rows, where):
         if not isinstance(r, dict):

@@ -5,7 +5,10 @@ Layout: ``<root>/<kind>/<model>/<version>/<lang>/shard-<digest>.npz``; a shard h
 Vectors are looked up by content, so a text shared by two datasets is encoded once. Missing
 items are encoded in chunks and each chunk is written as its own shard atomically, so an
 interrupted run keeps every finished chunk and resumes from there; a second identical run
-encodes nothing. Encoders with ``cacheable = False`` (fitted or seeded per run, or Python objects
+encodes nothing. A shard that cannot be read or whose arrays are malformed (keys not a 1-D
+array of strings, vectors not a finite float matrix with one row per key and the width of the
+other shards) is ignored with a :class:`CacheWarning` naming the file, and its items are
+encoded again. Encoders with ``cacheable = False`` (fitted or seeded per run, or Python objects
 without a stable identity) pass through.
 
 Progress. Missing texts are sent to the model in steps of the model's ``batch_size`` (or its
@@ -71,6 +74,28 @@ def _shard_versions(z: Any) -> dict[str, str] | None:
     return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else None
 
 
+class CacheWarning(UserWarning):
+    """A damaged cache shard was ignored (its items are encoded again)."""
+
+
+def _ignore(shard: Path, why: str) -> None:
+    warnings.warn(f"cache shard {shard} ignored ({why}); its items are encoded again", CacheWarning, stacklevel=4)
+
+
+def _shard_problem(keys: np.ndarray, vecs: np.ndarray, dim: int | None) -> str | None:
+    """What is wrong with a shard's arrays (None: nothing): ``keys`` 1-D strings, ``vecs`` a
+    finite float matrix with one row per key and the width of the namespace's other shards."""
+    if keys.ndim != 1 or keys.dtype.kind != "U":
+        return f"keys must be a 1-D array of strings, got {keys.dtype} of shape {keys.shape}"
+    if vecs.ndim != 2 or vecs.dtype.kind != "f" or vecs.shape[0] != len(keys):
+        return f"vecs must be a float matrix with one row per key ({len(keys)}), got {vecs.dtype} of shape {vecs.shape}"
+    if dim is not None and vecs.shape[1] != dim:
+        return f"vectors of width {vecs.shape[1]}, the other shards' are {dim}"
+    if not np.isfinite(vecs).all():
+        return "vecs hold NaN or inf"
+    return None
+
+
 class EmbeddingStore:
     """Content-addressed vectors of one namespace (model, version, language), computed under
     ``versions`` (the model's libraries and settings); vectors of shards written under other
@@ -86,13 +111,20 @@ class EmbeddingStore:
     def _load(self) -> dict[str, np.ndarray]:
         if self._index is None:
             self._index = {}
+            dim: int | None = None
             for shard in sorted(self.path.glob("shard-*.npz")):
                 try:
-                    with np.load(shard) as z:
+                    with np.load(shard, allow_pickle=False) as z:
                         keys, vecs = z["keys"], z["vecs"]
                         old = _shard_versions(z)
-                except Exception:  # unreadable shard (e.g. disk full on another tool): re-encode
+                except Exception as e:  # unreadable shard (e.g. disk full on another tool): re-encode
+                    _ignore(shard, f"unreadable: {type(e).__name__}: {e}")
                     continue
+                why = _shard_problem(keys, vecs, dim)
+                if why is not None:
+                    _ignore(shard, why)
+                    continue
+                dim = vecs.shape[1]
                 # a shard without versions holds current vectors only for a model that has none
                 current = old == self.versions or (old is None and not self.versions)
                 for k, v in zip(keys.tolist(), vecs):

@@ -256,7 +256,18 @@ def analyze(
     progress: bool = True,
     log: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
-    """The full analysis as a JSON-ready dict (see :func:`format_markdown`)."""
+    """The full analysis as a JSON-ready dict (see :func:`format_markdown`).
+
+    Bad parameters (``n_boot`` below 2, ``bkr_n`` or ``bkr_seeds`` below 1, an unknown
+    ``image_model``) raise :class:`BackretrievalError` before the study is read; a BkR
+    comparison that fails on the data (e.g. too few items) is skipped with a log line."""
+    for name, value, low in (("n_boot", n_boot, 2), ("bkr_n", bkr_n, 1), ("bkr_seeds", bkr_seeds, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise BackretrievalError(f"{name} must be an integer >= {low}, got {value!r}")
+    if bkr and image_model != "precomputed":
+        from ..encoders.registry import get_image_encoder
+
+        get_image_encoder(image_model)  # an unknown image model is an error, not a skipped comparison
     with store.opened(path, check=True) as con:
         tables = store.load_tables(con)
         raters = store.list_raters(con)

@@ -21,10 +21,16 @@ whole life the server also keeps one idle connection, which holds a shared lock 
 served. A missing study file is answered with 503, which the rating page retries.
 
 The access log never shows a link token: ``/r/TOKEN`` is logged as ``/r/[rater name]`` when the
-token belongs to a rater, else as ``/r/[4 characters...]``; query strings as ``?[...]``.
+token belongs to a rater, else as ``/r/[4 characters...]``; query strings as ``?[...]``. Odd
+spellings of the route (``/r%2FTOKEN``, ``/r//TOKEN``, ``/R/TOKEN``) are redacted the same way,
+the matched rater's token wherever it appears, and so is any other run of 20 or more base64url
+characters (a token is 43), wherever it stands in the line.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import re
 import socket
 import sqlite3
@@ -32,12 +38,18 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core import BackretrievalError
 from . import page, store
 
 RATER_ENV = "backretrieval.study.rater"  # (token, rater name), set by the app for the access log
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "::0", "0:0:0:0:0:0:0:0")
-_TOKEN_IN_PATH = re.compile(r"(/r/)([^/?#\s\"'()<>]+)")
+_TOKEN_IN_PATH = re.compile(r"(/[rR](?:/|%2[fF])+)([^/?#\s\"'()<>\[\]]+)")  # /r/, /r//, /r%2F, /R/
+_LONG_RUN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{20,}")  # what a token (43 base64url characters) could be
 _QUERY = re.compile(r"\?[^\s\"']*")  # the app reads no query string: never log one
+
+class StudyServerError(BackretrievalError):
+    """The server cannot listen where it was asked to (a port in use, an address not of this machine)."""
+
 
 MAX_BODY = 4096
 _SECURITY_HEADERS = {
@@ -166,17 +178,15 @@ def create_app(db_path: str | Path):
 
 
 def redact(text: str, known: tuple[str, str] | None = None) -> str:
-    """``text`` with every link token after ``/r/`` replaced: by ``[NAME]`` when ``known`` is
-    ``(token, NAME)`` for it, else by ``[first 4 characters...]``; query strings become
-    ``?[...]``."""
-
-    def sub(m: re.Match) -> str:
-        tok = m.group(2)
-        if known is not None and tok == known[0]:
-            return f"{m.group(1)}[{known[1]}]"
-        return f"{m.group(1)}[{tok[:4]}...]"
-
-    return _TOKEN_IN_PATH.sub(sub, _QUERY.sub("?[...]", text))
+    """``text`` with every link token replaced: ``known`` = ``(token, NAME)`` (the matched
+    rater's) by ``[NAME]`` wherever it appears; whatever follows ``/r/`` (also ``/r//``,
+    ``/r%2F``, ``/R/``), and any other run of 20 or more base64url characters, by
+    ``[first 4 characters...]``; query strings become ``?[...]``."""
+    text = _QUERY.sub("?[...]", text)
+    if known is not None and known[0]:
+        text = text.replace(known[0], f"[{known[1]}]")
+    text = _TOKEN_IN_PATH.sub(lambda m: f"{m.group(1)}[{m.group(2)[:4]}...]", text)
+    return _LONG_RUN.sub(lambda m: f"[{m.group(0)[:4]}...]", text)
 
 
 def _request_handler():
@@ -255,8 +265,18 @@ class StudyServer:
         # `create --force` can replace a served study) and keeps SQLite's WAL in place between
         # requests (no checkpoint-and-delete each time the last request connection closes)
         self._keeper: sqlite3.Connection | None = store.connect(self.db_path)
+        said = io.StringIO()  # Werkzeug prints why it cannot listen, then exits: say it our way instead
         try:
-            self.server = make_server(host, port, self.app, threaded=True, request_handler=_request_handler())
+            with contextlib.redirect_stderr(said):
+                self.server = make_server(host, port, self.app, threaded=True, request_handler=_request_handler())
+        except (SystemExit, OSError) as e:
+            self._keeper.close()
+            lines = said.getvalue().strip().splitlines()
+            why = e.strerror if isinstance(e, OSError) and e.strerror else (lines[0] if lines else "the address cannot be used")
+            busy = "in use" in said.getvalue() or (isinstance(e, OSError) and e.errno == errno.EADDRINUSE)
+            hint = (f": another program listens on port {port}; stop it or choose another --port (0 picks a free one)"
+                    if busy else ": choose another --host or --port")
+            raise StudyServerError(f"cannot serve the study on {host}:{port} ({why}){hint}") from None
         except BaseException:
             self._keeper.close()
             raise

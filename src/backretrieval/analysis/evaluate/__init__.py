@@ -4,7 +4,10 @@ resumable stored records (:mod:`.records`), the pure per-sample task (:mod:`.tas
 :func:`evaluate` itself (:mod:`.grid`, whose docstring says how samples, records and resumption
 work, and which versions a record's key names).
 """
-from .config import SUMMARY_METRICS, EvalConfig, EvalResult, RunKey, pair_labels, parse_pairs, slug, summarize
+from .config import (
+    MAX_RECORDS, MAX_SEED, MAX_SEEDS, SUMMARY_METRICS, EvalConfig, EvalResult, RunKey, check_grid_size, check_seeds, pair_labels,
+    parse_pairs, slug, summarize,
+)
 from .features import NEEDS, check_image_model
 from .grid import evaluate
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
@@ -14,8 +17,9 @@ from .tasks import (
 )
 
 __all__ = [
-    "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult",
-    "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult", "approx_ks", "approx_versions", "check_approx", "check_image_model",
+    "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "MAX_RECORDS", "MAX_SEED", "MAX_SEEDS", "NEEDS",
+    "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult",
+    "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",
 ]

@@ -13,6 +13,70 @@ import pandas as pd
 from ...core import BackretrievalError, content_hash
 from ..models import image_model_name
 
+MAX_SEEDS = 1000  # seeds in one grid: each is one sample per pair and one record per model
+MAX_SEED = 2**32 - 1  # the largest seed value (numpy's legacy seed range)
+MAX_RECORDS = 100_000  # models x pairs x seeds x image models in one run
+
+
+def check_seeds(seeds: Sequence[Any]) -> list[int]:
+    """The seeds of a grid, checked.
+
+    Args:
+        seeds: integers (Python or numpy; not bools).
+
+    Returns:
+        The seeds as a list of Python ints, in the order given.
+
+    Raises:
+        BackretrievalError: no seed, more than :data:`MAX_SEEDS`, a seed that is not an integer,
+            is negative or above :data:`MAX_SEED`, or is given twice (each named).
+    """
+    out: list[int] = []
+    seen: set[int] = set()
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise BackretrievalError(f"seed {seed!r} is not an integer")
+        seed = int(seed)
+        if seed < 0:
+            raise BackretrievalError(f"seed {seed} is negative; seeds are integers >= 0")
+        if seed > MAX_SEED:
+            raise BackretrievalError(f"seed {seed} is too large; seeds are integers from 0 to {MAX_SEED} (2**32 - 1)")
+        if seed in seen:
+            raise BackretrievalError(f"seed {seed} is given twice")
+        seen.add(seed)
+        out.append(seed)
+        if len(out) > MAX_SEEDS:
+            raise BackretrievalError(f"more than {MAX_SEEDS:,} seeds; one grid takes at most {MAX_SEEDS:,}")
+    if not out:
+        raise BackretrievalError("no seed given")
+    return out
+
+
+def check_grid_size(n_models: int, n_pairs: int, n_seeds: int, n_image_models: int = 1) -> None:
+    """A grid of at most :data:`MAX_RECORDS` records (one per model, pair, seed and image model).
+
+    Args:
+        n_models: text models.
+        n_pairs: language pairs.
+        n_seeds: seeds.
+        n_image_models: image models (the main one and the extra ones).
+
+    Raises:
+        BackretrievalError: the grid is larger, with its size.
+    """
+    size = n_models * n_pairs * n_seeds * n_image_models
+
+    def count(n: int, what: str) -> str:
+        return f"{n:,} {what}{'s' * (n != 1)}"
+
+    if size > MAX_RECORDS:
+        raise BackretrievalError(
+            f"the grid has {count(n_models, 'model')} x {count(n_pairs, 'pair')} x {count(n_seeds, 'seed')} x "
+            f"{count(n_image_models, 'image model')} = {size:,} records; one run computes at most {MAX_RECORDS:,}: "
+            "split it into several runs"
+        )
+
+
 @dataclasses.dataclass
 class EvalConfig:
     """One evaluation grid: every model on every language pair and seed of one dataset.
@@ -30,7 +94,8 @@ class EvalConfig:
         n: the sample size N per pair and seed: N aligned pairs for XLR, N source and N target
             items with disjoint concepts for BkR. Must be >= 1 and no more than the data holds
             (:func:`evaluate` raises a ``DataError`` naming the pair otherwise).
-        seeds: one sample (and one record per model) per seed.
+        seeds: one sample (and one record per model) per seed: distinct integers from 0 to
+            :data:`MAX_SEED`, at most :data:`MAX_SEEDS` of them.
         k: the K of BkR@K (``bkr_chance`` = K / N) and of hubness; must be <= ``n``.
         sim: ``"cosine"`` or ``"csls"``.
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
@@ -47,6 +112,10 @@ class EvalConfig:
             recomputing them, with a warning naming the difference. Not part of :meth:`key`.
         approx_cost_check: with ``approx``, search exactly where the cost model says exact
             search is cheaper (:mod:`backretrieval.metrics.approx`); False: approximately anyway.
+
+    Raises:
+        BackretrievalError: when the configuration is made: bad seeds (:func:`check_seeds`) or a
+            grid of more than :data:`MAX_RECORDS` records (:func:`check_grid_size`).
     """
 
     dataset: str
@@ -65,6 +134,10 @@ class EvalConfig:
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
     reuse_stale: bool = False  # reuse records / vectors of other versions, with a warning
     approx_cost_check: bool = True  # with approx: exact search where the cost model says it is cheaper
+
+    def __post_init__(self) -> None:
+        self.seeds = check_seeds(self.seeds)
+        check_grid_size(len(self.models), len(self.pairs), len(self.seeds), len(self.image_models))
 
     @property
     def image_models(self) -> list[str]:

@@ -52,7 +52,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...core import BackretrievalError
-from ...core.io import check_writable_dir
+from ...core.io import check_writable_dir, folder_lock
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, run_only_note
@@ -96,12 +96,22 @@ def evaluate(
         The :class:`EvalResult`.
 
     Raises:
-        BackretrievalError: bad configuration or data (named), an output folder that cannot be written.
+        BackretrievalError: bad configuration or data (named), an output folder that cannot be
+            written or that another run is writing (``out_dir`` is locked for the run,
+            :func:`~backretrieval.core.io.folder_lock`).
     """
+    if out_dir is None:
+        return _evaluate(cfg, None, progress=progress, log=log, executor=executor, needs=needs, purpose=purpose)
+    check_writable_dir(out_dir, "output folder")
+    with folder_lock(out_dir, "output folder"):
+        return _evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs, purpose=purpose)
+
+
+def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, log: Callable[[str], None], executor: Any,
+              needs: Sequence[str], purpose: str) -> EvalResult:
+    """:func:`evaluate`, with ``out_dir`` (if any) held by this process."""
     from ..executors import get_executor
 
-    if out_dir is not None:
-        check_writable_dir(out_dir, "output folder")
     if cfg.n < 1:
         raise BackretrievalError(f"n must be positive, got {cfg.n}")
     if cfg.k > cfg.n:

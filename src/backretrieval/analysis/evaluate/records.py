@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import zipfile
 import zlib
 from datetime import datetime, timezone
@@ -411,8 +412,26 @@ def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
 
 
 
+def _strict(x: Any) -> Any:
+    """``x`` with every NaN or infinite float (Python or numpy) as None, lists and dicts recursively."""
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
 def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[str, Any] | None = None) -> None:
     """Write ``results.jsonl``, ``results.csv`` and (given ``run``) ``run.json`` into ``out_dir``, each atomically.
+
+    ``results.jsonl`` and ``run.json`` are strict JSON (any JSON parser reads them): a metric
+    that is undefined for a record (NaN: e.g. the hubness skew of a sample whose k-occurrences
+    are all equal, CORR of constant vectors) is ``null``, and so is an infinite value;
+    ``results.csv`` leaves such a cell empty.
 
     Args:
         records: one dict per record.
@@ -422,6 +441,6 @@ def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[st
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     if run is not None:
-        atomic_write_text(out_dir / "run.json", json.dumps(run, indent=1, default=str) + "\n")
-    atomic_write_text(out_dir / "results.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+        atomic_write_text(out_dir / "run.json", json.dumps(_strict(run), indent=1, default=str, allow_nan=False) + "\n")
+    atomic_write_text(out_dir / "results.jsonl", "".join(json.dumps(_strict(r), allow_nan=False) + "\n" for r in records))
     atomic_write_text(out_dir / "results.csv", pd.DataFrame(records).to_csv(index=False))

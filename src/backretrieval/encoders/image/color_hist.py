@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .batching import BatchedImageEncoder, load_rgb
+from .batching import LOADING, BatchedImageEncoder, load_rgb
 from ..base import EncoderInfo, Example, package_version
 from ..registry import register_image
 
@@ -43,7 +43,7 @@ class ColorHistEncoder(BatchedImageEncoder):
     def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.name = "color-hist"
         self.dim = DIM
-        self.version = f"color-hist/rgb8x8x8/hellinger-l2/native-res/white-bg/pillow{package_version('pillow')}"
+        self.version = f"color-hist/rgb8x8x8/hellinger-l2/native-res/{LOADING}/pillow{package_version('pillow')}"
         super().__init__(batch_size=batch_size, progress=progress)
 
     @property

@@ -38,6 +38,7 @@ import os
 from typing import Any
 
 from ...core import EncoderError
+from .batching import LOADING
 from .cnn import CNNFeatureEncoder
 from ..base import EncoderInfo, Example, package_version
 from ..registry import register_image
@@ -69,7 +70,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
     mean = MEAN
     std = STD
     dim = 1280  # the Lite head is not scaled: 1280 channels for every variant
-    describe = "bicubic-crop/mean127-std128/white-bg/gap1280"
+    describe = f"bicubic-crop/mean127-std128/{LOADING}/gap1280"
 
     def __init__(self, variant: int = 0, **options: Any) -> None:
         if variant not in RESOLUTION:

@@ -28,6 +28,7 @@ import os
 from typing import Any
 
 from ...core import EncoderError
+from .batching import LOADING
 from .cnn import CNNFeatureEncoder
 from ..base import EncoderInfo, Example
 from ..registry import register_image
@@ -112,7 +113,7 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
     resolution = RESOLUTION
     mean = MEAN
     std = STD
-    describe = "bicubic-crop/imagenet-norm/white-bg/gap1280"
+    describe = f"bicubic-crop/imagenet-norm/{LOADING}/gap1280"
 
     def weights_path(self) -> str:
         """Path of the packaged MobileNetV2 ImageNet weights file."""

@@ -156,6 +156,8 @@ class PrecomputedTextEncoder:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise DataError(f"{self.name}: {self.path} line {lineno} is not JSON ({e})") from e
+                except RecursionError:
+                    raise DataError(f"{self.name}: {self.path} line {lineno} is not JSON (nested too deeply)") from None
                 if not isinstance(rec, dict) or any(k not in rec for k in ("lang", "id", "embedding")):
                     raise DataError(f"{self.name}: {self.path} line {lineno} needs keys lang, id and embedding")
                 langs.append(rec["lang"])

@@ -86,6 +86,11 @@ class Cr5Model:
                     f"cr5 model: Phi of {lang!r} has {self.phi[lang].shape[1]} columns for "
                     f"{len(self.bow[lang])} vocabulary entries"
                 )
+        for lang in self.languages:  # a NaN would silently turn every text into the bias-only vector
+            for what, arr in (("Phi", self.phi[lang]), ("the IDF weights", self.bow[lang].idf)):
+                bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+                if bad:
+                    raise DataError(f"cr5 model: {what} of {lang!r} holds NaN or inf ({bad:,} of {arr.size:,} values)")
         self.singular_values = None if singular_values is None else np.asarray(singular_values, dtype=np.float64)
         self.meta = dict(meta or {})
         self._keys = {lang_key(lang): lang for lang in self.languages}

@@ -200,6 +200,8 @@ def _read_json(f: Path) -> Any:
         return json.loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ModelDirError(f"cannot read {f}: {e}") from None
+    except RecursionError:
+        raise ModelDirError(f"cannot read {f}: JSON nested too deeply (arrays or objects inside each other)") from None
 
 
 def load_arrays(f: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:

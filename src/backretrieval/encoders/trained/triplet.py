@@ -48,6 +48,7 @@ whole (``cacheable = False``).
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -206,6 +207,26 @@ def load_model(model_dir: str | Path) -> tuple[ModelDir, Params]:
 
 
 # ----------------------------------------------------------------------------- the encoder
+_building = threading.local()  # the model folders whose base encoders are being built, outermost first
+MAX_BASE_DEPTH = 8  # a trained model on a trained model on ... : more levels than any real stack
+
+
+def _build_base(model_dir: Path, name: str, spec: str, options: Mapping[str, Any]) -> Any:
+    """The base encoder ``spec`` of the model in ``model_dir``; a base that names the model
+    itself, or a cycle of models that are each other's bases, is an error naming the chain."""
+    chain: list[tuple[Path, str]] = getattr(_building, "chain", [])
+    here = model_dir.resolve()
+    if any(d == here for d, _ in chain) or len(chain) >= MAX_BASE_DEPTH:
+        names = " -> ".join(n for _, n in chain) + f" -> {name}"
+        why = "is its own base" if any(d == here for d, _ in chain) else f"stacks more than {MAX_BASE_DEPTH} trained models"
+        raise EncoderError(f"{chain[0][1]}: the model {why} ({names}); its base must be another text model")
+    _building.chain = [*chain, (here, name)]
+    try:
+        return get_text_encoder(spec, **options)
+    finally:
+        _building.chain = chain
+
+
 class TripletEncoder:
     """A trained Triplet / TripletXL model as a text encoder (see the module docstring)."""
 
@@ -228,9 +249,9 @@ class TripletEncoder:
         self._base: Any = None
         self.dim = 2 * int(self.params[-1][0].shape[0])
         self._head_version = f"{method}-f1-{self.model.files_hash()}"
-        base = get_text_encoder(self.base_spec, **self._base_options)
+        base = _build_base(self.model_dir, self.name, self.base_spec, self._base_options)
         if self.progress and not getattr(base, "cacheable", True):  # the cache shows no bar for it: its own does
-            base = get_text_encoder(self.base_spec, **{"progress": True, **self._base_options})
+            base = _build_base(self.model_dir, self.name, self.base_spec, {"progress": True, **self._base_options})
         self.languages = getattr(base, "languages", None)
         self._base_raw = base
 
