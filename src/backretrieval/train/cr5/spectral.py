@@ -13,6 +13,10 @@ from ...core import BackretrievalError, DataError
 from .settings import DEFAULTS
 
 
+#: Rows of ``Phi*^T`` turned into ``Phi`` per product in :meth:`SpectralSteps.embedding`.
+_PHI_ROWS = 2048
+
+
 class SpectralSteps:
     """Eq. 12 eigenvectors and Eq. 14-15 of a :class:`~.problem.Cr5Problem` (mixin)."""
 
@@ -123,6 +127,7 @@ class SpectralSteps:
         r = P.shape[1]
         C = self._warm_coefficients(P) if self.woodbury else None
         m = self._hist_n
+        self._hist_u = None  # the matvec inputs are done with once C is known; only the solutions stay
         Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
         chunk = max(8, 8 * self.n_jobs)
         self.say(f"Cr5: solving Eq. 14 for {'+'.join(self.names)} ({r} right-hand sides each, {chunk} at a time, "
@@ -147,8 +152,14 @@ class SpectralSteps:
         T = Q / np.sqrt(lam_)  # (r x r): Phi = T^T Phi*
         phis = []
         for i in range(len(Zs)):  # one language at a time: Phi*^T is freed as Phi is made
-            phis.append(np.ascontiguousarray((Zs[i] @ T).T))
-            Zs[i] = None
+            # in row blocks of Phi*^T, so that no full-size product and transposed copy exist
+            # beside Phi_l (each entry is the same product of one row with T)
+            z = Zs[i]
+            ph = np.empty((r, z.shape[0]))
+            for a in range(0, z.shape[0], _PHI_ROWS):
+                ph[:, a : a + _PHI_ROWS] = (z[a : a + _PHI_ROWS] @ T).T
+            phis.append(ph)
+            Zs[i] = z = None
         # sign convention: the largest-magnitude entry of each row (over all languages; the first
         # one on ties) is positive
         best, val = np.full(r, -1.0), np.zeros(r)
