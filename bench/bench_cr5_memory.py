@@ -17,6 +17,12 @@ configuration's fitted ``Phi`` blocks (``.npz``) so that two versions of the sol
 (``--compare DIR1 DIR2``: largest absolute difference and whether the bits are equal).
 
     BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp python bench/bench_cr5_memory.py [--configs "en,de:100"] [--no-write]
+
+Before/after a change to the solver, on the same matrices (the first run writes them to DIR):
+
+    PYTHONPATH=<old checkout>/src python bench/bench_cr5_memory.py --matrices DIR --save-phi before --no-write
+    PYTHONPATH=src python bench/bench_cr5_memory.py --matrices DIR --save-phi after --no-write
+    python bench/bench_cr5_memory.py --compare before after
 """
 from __future__ import annotations
 
