@@ -12,7 +12,7 @@ its start (the input matrices are already in memory; the peak is reset through
 directions. The original's figures are quoted from issue #19 as the anchor (same data, 2-core
 machine, measured there, not here).
 
-    BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py [--repeats 1] [--n-jobs 1,2]
+    BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py [--repeats 3] [--n-jobs 1,2]
 
 ``--kernels en,de,fr,it`` prints instead the measurements behind the solver's kernel choices (per-block
 ``X^T X v`` products, the compiled/scipy CG crossover, tiny problems with and without thick restarts;
@@ -237,7 +237,8 @@ def kernels(langs: list[str]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=1, help="Runs per (configuration, solver); min and max are shown.")
+    ap.add_argument("--repeats", type=int, default=3, help="Interleaved runs per (configuration, solver), at least 3; "
+                    "the median and min-max are shown.")
     ap.add_argument("--n-jobs", default="1", help="Comma-separated n_jobs values for the new solver (the old one runs with 1).")
     ap.add_argument("--configs", default=";".join(f"{langs}:{r}" for langs, r in CONFIGS),
                     help="Semicolon-separated LANGS:RANK (default: the three of issue #19).")
@@ -258,27 +259,35 @@ def main() -> None:
         return
     configs = [(c.split(":")[0], int(c.split(":")[1])) for c in args.configs.split(";") if c]
     variants = [("old", 1)] + [("new", int(j)) for j in args.n_jobs.split(",")]
+    from _timing import check_runs, describe, interleaved, ratio_spread, spread
+
+    check_runs(args.repeats)
     results: dict = {}
     up_start = os.getloadavg()
-    for langs, rank in configs:
-        for rep in range(args.repeats):
-            for solver, n_jobs in variants:  # interleaved: old and new see the same machine load
-                cmd = [sys.executable, __file__, "--child", "--langs", langs, "--rank", str(rank), "--solver", solver,
-                       "--n-jobs", str(n_jobs)]
-                out = subprocess.run(cmd, capture_output=True, text=True)
-                if out.returncode != 0:
-                    sys.exit(out.stderr[-4000:])
-                r = json.loads(out.stdout.strip().splitlines()[-1])
-                print(langs, rank, solver, n_jobs, json.dumps(r), file=sys.stderr, flush=True)
-                results.setdefault((langs, rank, solver, n_jobs), []).append(r)
+
+    def run(langs: str, rank: int, solver: str, n_jobs: int):
+        def go() -> dict:
+            cmd = [sys.executable, __file__, "--child", "--langs", langs, "--rank", str(rank), "--solver", solver,
+                   "--n-jobs", str(n_jobs)]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(out.stderr[-4000:])
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            print(langs, rank, solver, n_jobs, json.dumps(r), file=sys.stderr, flush=True)
+            return r
+        return go
+
+    for langs, rank in configs:  # interleaved: old and new alternate, so they see the same machine load
+        runs = interleaved({(solver, n_jobs): run(langs, rank, solver, n_jobs) for solver, n_jobs in variants}, args.repeats)
+        for (solver, n_jobs), rs in runs.items():
+            results[(langs, rank, solver, n_jobs)] = rs
     from _md import machine, write_section
 
     def rng(vals, fmt="{:.1f}"):
-        lo, hi = min(vals), max(vals)
-        return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+        return spread(vals).fmt(fmt.strip("{}:"))
 
     cmdline = "BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py"
-    if args.repeats != 1 or args.n_jobs != "1":
+    if args.repeats != 3 or args.n_jobs != "1":
         cmdline += f" --repeats {args.repeats} --n-jobs {args.n_jobs}"
     loads = [x for rs in results.values() for r in rs for x in r["load"]]
     up_end = os.getloadavg()
@@ -290,7 +299,7 @@ def main() -> None:
         f"at the bench's start {', '.join(f'{x:.1f}' for x in up_start)} and end {', '.join(f'{x:.1f}' for x in up_end)} "
         "(the machine is shared; wall times are "
         "inflated by other processes, CPU times much less). Old = `solve` of commit "
-        f"{OLD_COMMIT} loaded from git; both in fresh child processes, interleaved, {args.repeats} run(s) each.",
+        f"{OLD_COMMIT} loaded from git; every run a fresh child process. {describe(args.repeats)}",
         "",
         "| config | solver | n_jobs | solve wall s | solve CPU s | speed-up wall (CPU) vs old | peak RSS above start MiB "
         "(start) | mean cosine P@1 | CG iterations (Eq. 14 part) |",
@@ -298,17 +307,15 @@ def main() -> None:
     ]
     for langs, rank in configs:
         old = results[(langs, rank, "old", 1)]
-        ow = min(r["solve_s"] for r in old)
-        oc = min(r["solve_cpu_s"] for r in old)
         for solver, n_jobs in variants:
             rs = results[(langs, rank, solver, n_jobs)]
-            w = min(r["solve_s"] for r in rs)
-            c = min(r["solve_cpu_s"] for r in rs)
+            sw = ratio_spread([r["solve_s"] for r in old], [r["solve_s"] for r in rs])
+            sc = ratio_spread([r["solve_cpu_s"] for r in old], [r["solve_cpu_s"] for r in rs])
             s = rs[0]["stats"]
             its = f"{s['cg_iterations']:,}" + (f" ({s['phi_cg_iterations']:,})" if "phi_cg_iterations" in s else "")
             lines.append(
                 f"| {langs} r{rank} | {solver} | {n_jobs} | {rng([r['solve_s'] for r in rs])} | {rng([r['solve_cpu_s'] for r in rs])} | "
-                f"{ow / w:.2f}x ({oc / c:.2f}x) | {rng([r['above_mib'] for r in rs], '{:.0f}')} ({rs[0]['rss_start_mib']}) | "
+                f"{sw.fmt('.2f')}x ({sc.fmt('.2f')}x) | {rng([r['above_mib'] for r in rs], '{:.0f}')} ({rs[0]['rss_start_mib']}) | "
                 f"{rng([r['p1'] for r in rs], '{:.2f}')} | {its} |")
     lines += [
         "",

@@ -3,7 +3,8 @@
 Random unit vectors (512-d text, 1280-d image), N per side. Each N runs in a fresh process so
 peak RSS belongs to that run alone. The baseline is measured in the same process: the float32
 matrix products the metrics cannot avoid, done in the same row blocks with the result
-discarded (XLR in tiles of 1,024 rows above N = 32,768, as the metric) -- XLR: one N x N x 512 product (cosine is symmetric, so one pass over the scores
+discarded (XLR in tiles of 1,024 rows above N = 32,768, as the metric), interleaved with the metrics (bench/_timing.py: median and
+min-max of --repeats rounds, at least 3) -- XLR: one N x N x 512 product (cosine is symmetric, so one pass over the scores
 gives both directions); BkR: one N x N x 512 text product plus one U x N x 1280 image product
 for the U distinct retrieved targets.
 
@@ -24,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-LARGE = 30_000
 
 
 def bare(Q: np.ndarray, D: np.ndarray, block_bytes: int, split_cols: bool = False) -> None:
@@ -37,8 +37,9 @@ def bare(Q: np.ndarray, D: np.ndarray, block_bytes: int, split_cols: bool = Fals
         Q[rows] @ D[cols].T
 
 
-def one(n: int, repeats: int) -> dict:
-    repeats = repeats if n <= LARGE else 1  # one run above LARGE: minutes per product, noise is small
+def one(n: int, runs: int) -> dict:
+    from _timing import interleaved, ratio_spread, spread, timed
+
     from backretrieval.metrics import bkr_ranks, xlr_ranks
     from backretrieval.search import DEFAULT_BLOCK_BYTES, l2_normalize
 
@@ -47,44 +48,52 @@ def one(n: int, repeats: int) -> dict:
     tt = l2_normalize(st + rng.standard_normal((n, 512), dtype=np.float32))
     si = l2_normalize(rng.standard_normal((n, 1280), dtype=np.float32))
     ti = l2_normalize(rng.standard_normal((n, 1280), dtype=np.float32))
-    res = {"n": n}
-    best = {}
-    for name, fn in {
-        "xlr": lambda: xlr_ranks(st, tt),
-        "xlr_bare": lambda: bare(st, tt, DEFAULT_BLOCK_BYTES, split_cols=True),
-        "bkr": lambda: bkr_ranks(st, tt, si, ti),
-    }.items():
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - t)
-        best[name] = min(times)
-        if name == "bkr":
-            uniq = np.unique(out[1])  # the distinct retrieved targets, for the bare image product
-            res["bkr_distinct_targets"] = int(uniq.size)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+    # untimed: compile the kernels (on a few rows), and the distinct retrieved targets for the bare
+    # image product (the same in every run)
+    xlr_ranks(st[:256], tt[:256])
+    uniq = np.unique(bkr_ranks(st, tt, si, ti)[1])
+
+    def bkr_bare() -> None:
         bare(st, tt, DEFAULT_BLOCK_BYTES)
         bare(ti[uniq], si, DEFAULT_BLOCK_BYTES)
-        times.append(time.perf_counter() - t)
-    best["bkr_bare"] = min(times)
-    res.update({f"{k}_s": round(v, 3) for k, v in best.items()})
-    res["xlr_ratio"] = round(best["xlr"] / best["xlr_bare"], 3)
-    res["bkr_ratio"] = round(best["bkr"] / best["bkr_bare"], 3)
-    res["both_ratio"] = round((best["xlr"] + best["bkr"]) / (best["xlr_bare"] + best["bkr_bare"]), 3)
+
+    runs_ = interleaved({
+        "xlr": timed(lambda: xlr_ranks(st, tt)),
+        "xlr_bare": timed(lambda: bare(st, tt, DEFAULT_BLOCK_BYTES, split_cols=True)),
+        "bkr": timed(lambda: bkr_ranks(st, tt, si, ti)),
+        "bkr_bare": timed(bkr_bare),
+    }, runs)
+    res: dict = {"n": n, "runs": runs, "bkr_distinct_targets": int(uniq.size), "times": runs_}
+    for k, v in runs_.items():
+        sp_ = spread(v)
+        res[f"{k}_s"] = [round(sp_.median, 3), round(sp_.lo, 3), round(sp_.hi, 3)]
+    both = [a + b for a, b in zip(runs_["xlr"], runs_["bkr"])]
+    both_bare = [a + b for a, b in zip(runs_["xlr_bare"], runs_["bkr_bare"])]
+    for key, (num, den) in {"xlr_ratio": (runs_["xlr"], runs_["xlr_bare"]), "bkr_ratio": (runs_["bkr"], runs_["bkr_bare"]),
+                            "both_ratio": (both, both_bare)}.items():
+        sp_ = ratio_spread(num, den)
+        res[key] = [round(sp_.median, 3), round(sp_.lo, 3), round(sp_.hi, 3)]
     res["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return res
+
+
+def _cell(v: list[float]) -> str:
+    """``median (min-max)`` of a stored [median, min, max]."""
+    from _timing import Spread
+
+    return Spread(v[0], v[1], v[2], 0).fmt()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[1000, 3000, 10000, 30000, 100000])
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="Interleaved runs per variant (at least 3).")
     ap.add_argument("--child", type=int, help="measure one N and print its JSON row (no BENCHMARKS.md)")
     ap.add_argument("--rows", nargs="+", default=[], help="JSON rows saved by --child runs, kept beside the N measured now")
     args = ap.parse_args()
+    from _timing import check_runs, describe
+
+    check_runs(args.repeats)
     if args.child:
         print(json.dumps(one(args.child, args.repeats)))
         return
@@ -103,20 +112,22 @@ def main() -> None:
         if r["n"] not in target:
             return ""
         ratio, rss = target[r["n"]]
-        ok = r["both_ratio"] <= ratio and r["peak_rss_mib"] <= rss
+        ok = r["both_ratio"][0] <= ratio and r["peak_rss_mib"] <= rss
         return f"{'met' if ok else 'MISSED'} (<= {ratio}x, <= {rss} MiB)"
 
     lines = [
         "## BkR and XLR vs the bare matrix multiplications",
         "",
         f"Command: `python bench/bench_metrics.py --n {' '.join(str(r['n']) for r in rows)} --repeats {args.repeats}` "
-        f"(best of {args.repeats} up to N = {LARGE:,}, one run above; each N in a fresh process). Machine: {machine()}.",
+        f"(each N in a fresh process). Machine: {machine()}.",
+        "",
+        describe(args.repeats),
         "",
         "Random unit vectors, 512-d text (targets = sources + Gaussian noise, so retrieval is meaningful) and",
         "1280-d image features. *bare* = the float32 products the metric needs, in the same blocks (XLR: tiles of",
         "1,024 rows above N = 32,768, as the metric), results",
         "discarded (XLR: N x N x 512 once, which serves both directions; BkR: N x N x 512 + U x N x 1280 for the U distinct",
-        "retrieved targets). Ratio = metric time / bare time. Peak RSS of the whole process, inputs included",
+        "retrieved targets). Ratio = metric time / bare time (per round). Peak RSS of the whole process, inputs included",
         "(N x 3584 floats: 1.43 GB at N = 100,000).",
         "",
         "| N | XLR s | bare s | XLR ratio | BkR s | bare s | BkR ratio | XLR+BkR ratio | peak RSS MiB | target |",
@@ -124,8 +135,8 @@ def main() -> None:
     ]
     for r in rows:
         lines.append(
-            f"| {r['n']:,} | {r['xlr_s']} | {r['xlr_bare_s']} | {r['xlr_ratio']} | {r['bkr_s']} | {r['bkr_bare_s']} "
-            f"| {r['bkr_ratio']} | {r['both_ratio']} | {r['peak_rss_mib']} | {verdict(r)} |"
+            f"| {r['n']:,} | {_cell(r['xlr_s'])} | {_cell(r['xlr_bare_s'])} | {_cell(r['xlr_ratio'])} | {_cell(r['bkr_s'])} "
+            f"| {_cell(r['bkr_bare_s'])} | {_cell(r['bkr_ratio'])} | {_cell(r['both_ratio'])} | {r['peak_rss_mib']} | {verdict(r)} |"
         )
     if len(rows) > 1:
         png = growth_plot(rows, ROOT / "docs" / "img" / "bench_growth.png")
@@ -144,8 +155,8 @@ def growth_plot(rows: list[dict], path: Path) -> Path:
     n = np.array([r["n"] for r in rows], dtype=float)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("xlr_s", "XLR"), ("xlr_bare_s", "XLR bare matmul"), ("bkr_s", "BkR"), ("bkr_bare_s", "BkR bare matmul")):
-        a.loglog(n, [r[key] for r in rows], "o-" if "bare" not in key else "x--", label=label)
-    a.loglog(n, rows[-1]["xlr_s"] * (n / n[-1]) ** 2, ":", color="gray", label="~ N^2")
+        a.loglog(n, [r[key][0] for r in rows], "o-" if "bare" not in key else "x--", label=label)
+    a.loglog(n, rows[-1]["xlr_s"][0] * (n / n[-1]) ** 2, ":", color="gray", label="~ N^2")
     a.set_xlabel("N per side")
     a.set_ylabel("seconds")
     a.legend(fontsize=8)

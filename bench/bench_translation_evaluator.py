@@ -5,8 +5,10 @@ N x N cosine matrix with torch, then loops over its rows in Python (argmax per r
 directions) -- its accuracy is XLR@1. Here it gets the same precomputed embeddings through a
 minimal model object whose ``encode`` returns them, so only the evaluation is timed.
 
-1. Speed at N (default 10,000): best of R runs each, accuracy compared, plus one bare
-   N x N x 512 float32 matrix product for scale.
+1. Speed at N (default 10,000): R rounds (at least 3), each a fresh child process per
+   implementation, the two alternating (bench/_timing.py); the backretrieval child also times one
+   bare N x N x 512 float32 matrix product, in the same blocks, for scale. Reported: the median
+   and min-max of the seconds and of the per-round ratios; accuracies compared.
 2. Memory: each implementation runs in a child process capped at 24 GiB of address space
    (RLIMIT_AS) at growing N until it fails; the largest N that ran is reported.
 
@@ -77,24 +79,24 @@ def run_ours(src: np.ndarray, tgt: np.ndarray) -> dict:
     return {"seconds": time.perf_counter() - t0, "s2t": float(np.mean(fwd == 1)), "t2s": float(np.mean(bwd == 1))}
 
 
-def child(impl: str, n: int, repeats: int) -> dict:
+def child(impl: str, n: int, warm: int) -> dict:
+    """One timed run of ``impl`` in this process (after ``warm`` untimed ones: backretrieval's
+    kernels compile on first use); for backretrieval also one bare product, alternating with it."""
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
     src, tgt = embeddings(n)
     fn = run_ours if impl == "ours" else run_theirs
-    runs = [fn(src, tgt) for _ in range(repeats)]
-    best = min(runs, key=lambda r: r["seconds"])
-    out = {"impl": impl, "n": n, **best, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    for _ in range(warm):
+        fn(src[:256], tgt[:256])
+    out = {"impl": impl, "n": n, **fn(src, tgt)}
     if impl == "ours":
         from backretrieval.search import block_rows
 
         step = block_rows(n)
-        times = []
-        for _ in range(repeats):  # one bare N x N x 512 product, in the same blocks as the metric
-            t0 = time.perf_counter()
-            for s in range(0, n, step):
-                src[s : s + step] @ tgt.T
-            times.append(time.perf_counter() - t0)
-        out["bare_matmul_s"] = min(times)
+        t0 = time.perf_counter()
+        for s in range(0, n, step):  # one bare N x N x 512 product, in the same blocks as the metric
+            src[s : s + step] @ tgt.T
+        out["bare_matmul_s"] = time.perf_counter() - t0
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
@@ -112,7 +114,7 @@ def spawn(impl: str, n: int, repeats: int) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="Interleaved rounds (at least 3).")
     ap.add_argument("--scan", type=int, nargs="*", default=[40000, 60000, 70000, 80000, 100000])
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -120,7 +122,15 @@ def main() -> None:
         impl, n, r = args.child
         print(json.dumps(child(impl, int(n), int(r))))
         return
-    ours, theirs = spawn("ours", args.n, args.repeats), spawn("theirs", args.n, args.repeats)
+    from _timing import describe, interleaved, ratio_spread, spread
+
+    runs = interleaved({"ours": lambda: spawn("ours", args.n, 1), "theirs": lambda: spawn("theirs", args.n, 1)}, args.repeats)
+    if any(r is None for rs in runs.values() for r in rs):
+        sys.exit(f"a run at N = {args.n} failed")
+    ours, theirs = runs["ours"][-1], runs["theirs"][-1]
+    t_ours, t_theirs = [r["seconds"] for r in runs["ours"]], [r["seconds"] for r in runs["theirs"]]
+    t_bare = [r["bare_matmul_s"] for r in runs["ours"]]
+    rss = {k: max(r["peak_rss_mib"] for r in rs) for k, rs in runs.items()}
     largest = {}
     for impl in ("theirs", "ours"):
         largest[impl] = (args.n, None)
@@ -130,7 +140,7 @@ def main() -> None:
         for n in scan:
             if impl == "ours" and largest[impl][0] > args.n:
                 break
-            r = spawn(impl, n, 1)
+            r = spawn(impl, n, 0)
             if impl == "ours":
                 largest[impl] = (n, largest[impl][1]) if r is not None else (largest[impl][0], n)
                 continue
@@ -141,6 +151,7 @@ def main() -> None:
     from _md import machine, write_section
 
     same = ours["s2t"] == theirs["s2t"] and ours["t2s"] == theirs["t2s"]
+    speedup, te_bare, ours_bare = ratio_spread(t_theirs, t_ours), ratio_spread(t_theirs, t_bare), ratio_spread(t_ours, t_bare)
 
     def lim(impl: str) -> str:
         ok, failed = largest[impl]
@@ -157,14 +168,16 @@ def main() -> None:
         "object whose `encode` returns them; its accuracy is XLR@1 (top-1, both directions). Each run is a",
         "fresh process capped at 24 GiB of address space.",
         "",
+        describe(args.repeats),
+        "",
         "| N | implementation | seconds | src->tgt acc | tgt->src acc | peak RSS MiB |",
         "|---|---|---|---|---|---|",
-        f"| {args.n:,} | backretrieval `xlr` | {ours['seconds']:.3f} | {ours['s2t']:.4f} | {ours['t2s']:.4f} | {ours['peak_rss_mib']:.0f} |",
-        f"| {args.n:,} | TranslationEvaluator | {theirs['seconds']:.3f} | {theirs['s2t']:.4f} | {theirs['t2s']:.4f} | {theirs['peak_rss_mib']:.0f} |",
+        f"| {args.n:,} | backretrieval `xlr` | {spread(t_ours).fmt()} | {ours['s2t']:.4f} | {ours['t2s']:.4f} | {rss['ours']:.0f} |",
+        f"| {args.n:,} | TranslationEvaluator | {spread(t_theirs).fmt()} | {theirs['s2t']:.4f} | {theirs['t2s']:.4f} | {rss['theirs']:.0f} |",
         "",
-        f"Accuracies identical: {'yes' if same else 'no, they differ by %d and %d queries (scores within float32 rounding of each other, computed by two BLAS libraries)' % (round(abs(ours['s2t'] - theirs['s2t']) * args.n), round(abs(ours['t2s'] - theirs['t2s']) * args.n))}. Speed-up: {theirs['seconds'] / ours['seconds']:.2f}x "
-        f"(target >= 3x). One bare N x N x 512 product: {ours['bare_matmul_s']:.3f} s, so TranslationEvaluator takes "
-        f"{theirs['seconds'] / ours['bare_matmul_s']:.2f} of them and backretrieval {ours['seconds'] / ours['bare_matmul_s']:.2f} "
+        f"Accuracies identical: {'yes' if same else 'no, they differ by %d and %d queries (scores within float32 rounding of each other, computed by two BLAS libraries)' % (round(abs(ours['s2t'] - theirs['s2t']) * args.n), round(abs(ours['t2s'] - theirs['t2s']) * args.n))}. Speed-up: {speedup.fmt('.2f')}x "
+        f"(target >= 3x). One bare N x N x 512 product: {spread(t_bare).fmt()} s, so TranslationEvaluator takes "
+        f"{te_bare.fmt('.2f')} of them and backretrieval {ours_bare.fmt('.3f')} "
         "(one pass over the scores serves both directions, and it returns every query's full rank, not only the top 1).",
         "",
         f"Largest N in 24 GiB: TranslationEvaluator {lim('theirs')}; backretrieval {lim('ours')}.",

@@ -267,7 +267,7 @@ class Cr5(Estimator):
         self.languages_ = langs
         self.vocabulary_ = vocab
         self.idf_ = idf
-        self.components_ = {lang: ph.astype(np.float32) for lang, ph in zip(langs, sol.phi)}
+        self.components_ = {lang: np.ascontiguousarray(ph, dtype=np.float32) for lang, ph in zip(langs, sol.phi)}
         self.singular_values_ = sol.singular_values
         self.eigenvalues_ = sol.eigenvalues
         self.n_documents_ = ndocs

@@ -79,7 +79,10 @@ class Cr5Problem(SpectralSteps):
         if not lam > 0:
             raise DataError(f"Cr5: lam must be positive, got {lam!r}")
         self.X = [sp.csr_matrix(b, dtype=np.float64) for b in blocks]
-        self.XT = [x.T.tocsr() for x in self.X]
+        # X_l^T as the CSC view of X_l's own arrays (no copy): its products scatter over the rows of
+        # X_l in ascending order, the order in which a CSR copy of X_l^T would gather them, so the
+        # sums are the same bits at none of a copy's memory
+        self.XT = [x.T for x in self.X]
         self.labels = [np.asarray(y, dtype=np.int64) for y in labels]
         for x, y in zip(self.X, self.labels):
             if y.shape != (x.shape[0],):

@@ -27,7 +27,8 @@ class Cr5Solution:
     """What :func:`solve` returns: the factors of the rank-r coefficient matrix ``W = H Phi``.
 
     Attributes:
-        phi: per language (in the order of the blocks) ``Phi_l``, float64 (r x p_l); the rows
+        phi: per language (in the order of the blocks) ``Phi_l``, float64 (r x p_l, the transposed
+            view of a p_l x r array: Fortran order); the rows
             of the stacked ``Phi = [Phi_1 ... Phi_L]`` are orthonormal (not those of one block);
             each row's largest-magnitude entry over all languages (the first on ties) is positive.
         singular_values: the r singular values of W, descending (``Lam^1/2`` of Eq. 15).

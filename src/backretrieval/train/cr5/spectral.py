@@ -13,6 +13,10 @@ from ...core import BackretrievalError, DataError
 from .settings import DEFAULTS
 
 
+#: Rows of ``Phi*^T`` turned into ``Phi`` per product in :meth:`SpectralSteps.embedding`.
+_PHI_ROWS = 2048
+
+
 class SpectralSteps:
     """Eq. 12 eigenvectors and Eq. 14-15 of a :class:`~.problem.Cr5Problem` (mixin)."""
 
@@ -123,20 +127,24 @@ class SpectralSteps:
         r = P.shape[1]
         C = self._warm_coefficients(P) if self.woodbury else None
         m = self._hist_n
-        Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
+        self._hist_u = None  # the matvec inputs are done with once C is known; only the solutions stay
         chunk = max(8, 8 * self.n_jobs)
+        chunks = [slice(j0, min(r, j0 + chunk)) for j0 in range(0, r, chunk)]
+        # every chunk's warm starts (r x p_l float32 in all, where the kept solutions are (2r + 2) x p_l),
+        # then the eigsh history is freed before Phi*^T is allocated; each chunk's are freed once used
+        warms = [None] * len(chunks) if C is None else [[(C[:, cols].T @ h[:m]).T for h in self._hist_x] for cols in chunks]
+        self._hist_u, self._hist_x = None, []  # free the eigsh history
+        Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
         self.say(f"Cr5: solving Eq. 14 for {'+'.join(self.names)} ({r} right-hand sides each, {chunk} at a time, "
                  f"{'warm-started from the eigsh solves' if C is not None else 'cold start'})...")
         bar = tqdm(total=r, desc="Cr5 Eq. 14", unit="rhs", disable=not self.progress, **self.bar_options)
-        for j0 in range(0, r, chunk):
-            cols = slice(j0, min(r, j0 + chunk))
+        for k, cols in enumerate(chunks):
             bs = self.xhat_t(P[self.y, cols])  # Xc^T Y P, these columns
-            warm = None if C is None else [(C[:, cols].T @ h[:m]).T for h in self._hist_x]
+            warm, warms[k] = warms[k], None
             for z, x in zip(Zs, self.solve_A_multi(bs, warm)):
                 z[:, cols] = x
             bar.update(cols.stop - cols.start)
         bar.close()
-        self._hist_u, self._hist_x = None, []  # free the eigsh history
         self.say("Cr5: Eq. 15 (eigendecomposition of Phi* Phi*^T, orthonormal Phi)...")
         G = sum(z.T @ z for z in Zs)  # Phi* Phi*^T
         lam_, Q = np.linalg.eigh(G)
@@ -145,10 +153,13 @@ class SpectralSteps:
         if lam_[-1] <= 0:
             raise BackretrievalError("Cr5: Phi* is rank deficient (an eigenvalue of Phi* Phi*^T is not positive)")
         T = Q / np.sqrt(lam_)  # (r x r): Phi = T^T Phi*
-        phis = []
-        for i in range(len(Zs)):  # one language at a time: Phi*^T is freed as Phi is made
-            phis.append(np.ascontiguousarray((Zs[i] @ T).T))
-            Zs[i] = None
+        # Phi_l^T = Phi*_l^T T in place, in row blocks of Phi*^T (no second p_l x r array); Phi_l is
+        # its transposed view (r x p_l, Fortran order)
+        for z in Zs:
+            for a in range(0, z.shape[0], _PHI_ROWS):
+                z[a : a + _PHI_ROWS] = z[a : a + _PHI_ROWS] @ T
+        phis = [z.T for z in Zs]
+        del Zs
         # sign convention: the largest-magnitude entry of each row (over all languages; the first
         # one on ties) is positive
         best, val = np.full(r, -1.0), np.zeros(r)
