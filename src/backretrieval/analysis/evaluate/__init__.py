@@ -38,16 +38,16 @@ The package's modules: :mod:`.config` (what goes in and out),
 :mod:`.features` (samples and their embeddings), :mod:`.records` (keys, manifest, stored records,
 ``run.json``), :mod:`.tasks` (the per-sample work, a pure function) and :mod:`.grid` (:func:`evaluate`).
 """
-from .config import SUMMARY_METRICS, EvalConfig, EvalResult, RunKey, pair_labels, parse_pairs, slug, summarize
+from .config import EvalConfig, EvalResult, RunKey, pair_labels, parse_pairs, slug, summarize
 from .features import NEEDS, check_image_model
 from .grid import evaluate
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
-    APPROX_METHODS, APPROX_NOT_COMPUTED, XLR_KS, Run, SampleTask, TaskResult, approx_ks, check_approx, run_sample_task,
+    APPROX_METHODS, APPROX_NOT_COMPUTED, Run, SampleTask, TaskResult, approx_ks, check_approx, run_sample_task,
 )
 
 __all__ = [
-    "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult",
+    "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "NEEDS", "EvalConfig", "EvalResult",
     "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult", "approx_ks", "check_approx", "check_image_model",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",
