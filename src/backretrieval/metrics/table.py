@@ -160,17 +160,40 @@ class MetricSpec:
         return self.name.endswith("@K")
 
     def key(self, k: int | None = None) -> str:
-        """The record key of the metric at ``k`` (``"xlr@10"``; ``k`` ignored without ``@K``)."""
+        """The record key of the metric at a cut-off.
+
+        Args:
+            k: the cut-off K (ignored for a metric without ``@K``).
+
+        Returns:
+            ``"xlr@10"``, ``"bkr_mrr"``, ...
+        """
         return f"{self.stem}@{k}" if self.at_k else self.stem
 
     def value(self, ranks: np.ndarray, k: int | None = None) -> float:
-        """The metric of per-query ranks (a rank source only)."""
+        """The metric of per-query ranks (a metric of a rank source).
+
+        Args:
+            ranks: 1-based per-query ranks of the right item (inf: not found).
+            k: the cut-off K (None for a metric without ``@K``).
+
+        Returns:
+            ``aggregate(outcome(ranks, k))`` as a float.
+        """
         return float(self.aggregate(self.outcome(ranks, k)))
 
     def record_ks(self, n: int, k: int, depth: int | None = None) -> tuple[int | None, ...]:
-        """The K a record of sample size ``n`` and configured K ``k`` reports the metric at:
-        ``(None,)`` without ``@K``. On the approximate route (``depth`` given) a metric with
-        ``"depth"`` is taken at the depth, the others at every K of :func:`approx_ks`."""
+        """The K a record reports the metric at.
+
+        Args:
+            n: the sample size N (the exact route drops K above it).
+            k: the configured K.
+            depth: None for the exact route; for the approximate route the depth searched: a
+                metric with ``"depth"`` is taken there, the others at every K of :func:`approx_ks`.
+
+        Returns:
+            The K ascending; ``(None,)`` for a metric without ``@K``.
+        """
         if not self.at_k:
             return (None,)
         if depth is not None:
@@ -275,7 +298,14 @@ def parse_metric(name: str, *, rankable: bool = False) -> tuple[MetricSpec, int 
 
 
 def metric_name(pattern: str, k: int | None = None) -> str:
-    """The record key of the metric ``pattern`` (a name of the table) at ``k``: ``("bkr@K", 5)`` -> ``"bkr@5"``.
+    """The record key of a metric of the table at a cut-off: ``("bkr@K", 5)`` -> ``"bkr@5"``.
+
+    Args:
+        pattern: a name of the table (``"bkr@K"``, ``"corr"``).
+        k: the cut-off K (ignored for a metric without ``@K``).
+
+    Returns:
+        The record key.
 
     Raises:
         BackretrievalError: ``pattern`` is not in the table, or ``k`` is missing for a metric with ``@K``.
@@ -438,7 +468,15 @@ def counterpart(name: str) -> str | None:
 
 
 def describe(specs: Iterable[MetricSpec] = METRICS) -> list[str]:
-    """One line per metric for listings: name, direction, what it needs, where it is computed."""
+    """One line per metric for listings (``backretrieval metrics``).
+
+    Args:
+        specs: the entries to describe (default: the whole table).
+
+    Returns:
+        Lines: name, direction, what it needs, the routes that compute it, whether it can rank
+        models, and its description.
+    """
     lines = []
     for s in specs:
         needs = "ground truth" if s.needs_truth else "images" if s.needs_images else "-"

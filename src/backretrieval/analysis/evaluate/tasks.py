@@ -179,8 +179,8 @@ def _calibration_fields(result: dict[str, Any], renames: dict[str, str]) -> dict
 
 def _run_approx_task(task: SampleTask) -> TaskResult:
     """:func:`run_sample_task` with ``--approx``: XLR@K and BkR@K (and MRR truncated at K) from
-    the positions found in self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`), CORR exact (all pairs
-    up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
+    the positions found in self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`),
+    CORR exact (all pairs up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
     parallel HNSW build depends on thread timing), so the records do not depend on the thread
     count; FAISS's thread count is restored afterwards."""
     import faiss
