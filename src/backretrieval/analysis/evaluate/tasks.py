@@ -11,7 +11,7 @@ import numpy as np
 
 from ...core import BackretrievalError
 from ...metrics import bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, image_side, text_side, xlr_ranks
-from ...metrics.table import BY_NAME, approx_ks, rank_values, text_values
+from ...metrics.table import BY_NAME, approx_ks, known_metrics, rank_values, text_values
 from .config import EvalConfig
 
 _BKR = BY_NAME["bkr@K"]  # its chance level is the record's bkr_chance
@@ -131,8 +131,8 @@ def run_sample_task(task: SampleTask) -> TaskResult:
 
 
 APPROX_METHODS = ("hnsw", "ivf")
-# what the approximate route does not compute (exact search only), for summaries
-APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the untruncated MRR")
+# the metrics the approximate route does not compute (exact search only), by the metric table
+APPROX_NOT_COMPUTED = known_metrics(approx=False)
 
 
 def check_approx(cfg: EvalConfig) -> None:
