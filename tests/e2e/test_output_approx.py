@@ -120,7 +120,7 @@ def test_compare_ranks_by_approximate_recall(tmp_path, approx_run):
 
 @pytest.mark.parametrize("extra, message", [
     (["--approx", "hnsw", "--metric", "bkr_mrr"], "with --approx compare ranks by xlr@K, xlr_t2s@K or bkr@K"),
-    (["--approx", "hnsw", "--metric", "corr"], "MRR and CORR need exact search"),
+    (["--approx", "hnsw", "--metric", "corr"], "xlr_mrr, xlr_t2s_mrr, bkr_mrr and corr need exact search"),
     (["--approx", "hnsw", "--metric", "bkr@20", "--k", "10"], "--approx searches the top 10 only"),
     (["--approx", "hnsw", "--sim", "csls"], "approximate search ranks by cosine only"),
     (["--approx", "annoy"], "'annoy' is not one of 'hnsw', 'ivf'"),

@@ -12,7 +12,6 @@ permutation test over the same queries; p-values are Holm-adjusted within the pa
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,32 +20,69 @@ import pandas as pd
 from scipy import stats
 
 from ..core import BackretrievalError
+from ..metrics.table import MetricSpec, approx_ks, known_metrics, parse_metric
+from ..metrics.table import counterpart  # noqa: F401 (bkr@K <-> xlr@K: offered beside compare, for the reports)
 from .evaluate import EvalConfig, EvalResult
-from .stats import bootstrap_ci, hits, holm, paired_bootstrap_diff, paired_permutation_test, reciprocal
+from .stats import bootstrap_ci, holm, paired_bootstrap_diff, paired_permutation_test
 
-_METRIC = re.compile(r"^(bkr|xlr|xlr_t2s)(?:@(\d+)|_(mrr))$")
-METRICS_HELP = "bkr@K, bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, xlr_t2s_mrr, corr"
+
+def _listed(names: tuple[str, ...], last: str) -> str:
+    return ", ".join(names[:-1]) + f" {last} " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def check_metric(metric: str, *, approx_depth: int | None = None) -> tuple[MetricSpec, int | None]:
+    """The table entry and K of a metric models can be ranked by (the rankable metrics of
+    :mod:`backretrieval.metrics.table`).
+
+    Args:
+        metric: a metric name, e.g. ``"bkr@10"``, ``"xlr_mrr"``, ``"corr"``.
+        approx_depth: for records of the approximate route, the depth searched (the largest K):
+            only metrics of per-query ranks that route computes are accepted, with K up to it.
+
+    Returns:
+        ``(spec, K)`` as :func:`~backretrieval.metrics.table.parse_metric` gives them.
+
+    Raises:
+        BackretrievalError: naming ``metric``: unknown, not rankable, or not available from
+            approximate search.
+    """
+    spec, k = parse_metric(metric, rankable=True)
+    if approx_depth is not None:
+        ok = known_metrics(rankable=True, approx=True, ranks=True)
+        if spec.name not in ok:
+            rest = tuple(m for m in known_metrics(rankable=True) if m not in ok)
+            raise BackretrievalError(f"{metric}: with --approx compare ranks by {_listed(ok, 'or')} (K <= {approx_depth}); "
+                                     f"{_listed(rest, 'and')} need exact search")
+        if k > approx_depth:
+            raise BackretrievalError(f"{metric}: --approx searches the top {approx_depth} only; give K <= {approx_depth}")
+    return spec, k
+
+
+def _depth(cfg: EvalConfig) -> int | None:
+    """The depth the approximate route searches for ``cfg`` (None: exact search)."""
+    return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
 
 
 def outcome_fn(metric: str):
     """``"bkr@10"`` -> (ranks key, function ranks -> per-query outcomes).
 
     Args:
-        metric: ``bkr@K``, ``bkr_mrr``, ``xlr@K``, ``xlr_mrr``, ``xlr_t2s@K`` or ``xlr_t2s_mrr``
-            (not ``corr``, which has no per-query outcomes).
+        metric: a rankable metric of per-query ranks (``bkr@K``, ``bkr_mrr``, ``xlr@K``,
+            ``xlr_mrr``, ``xlr_t2s@K``, ``xlr_t2s_mrr``; not ``corr``, which has none).
 
     Returns:
-        ``(key, fn)``: the key of the per-query ranks in ``EvalResult.ranks[...]`` (``"bkr"``,
-        ``"xlr"``, ``"xlr_t2s"``) and :func:`.stats.hits` at K or :func:`.stats.reciprocal`.
+        ``(key, fn)``: the key of the per-query ranks in ``EvalResult.ranks[...]`` (the metric's
+        source: ``"bkr"``, ``"xlr"``, ``"xlr_t2s"``) and its per-query outcome at K
+        (:func:`~backretrieval.metrics.table.hits`, :func:`~backretrieval.metrics.table.reciprocal`).
 
     Raises:
-        BackretrievalError: any other metric name.
+        BackretrievalError: an unknown metric, one that cannot rank models, or one without
+            per-query outcomes.
     """
-    m = _METRIC.match(metric)
-    if not m:
-        raise BackretrievalError(f"unknown metric {metric!r}: use {METRICS_HELP}")
-    key, k, mrr = m.groups()
-    return key, (reciprocal if mrr else (lambda r, k=int(k): hits(r, k)))
+    spec, k = check_metric(metric)
+    if spec.outcome is None:
+        raise BackretrievalError(f"metric {metric!r} has no per-query outcomes; use compare(), which ranks it by its bootstrap")
+    return spec.source, (lambda r, spec=spec, k=k: spec.outcome(r, k))
 
 
 @dataclasses.dataclass
@@ -110,7 +146,8 @@ def compare(
         result: a finished grid, or an :class:`EvalConfig` to evaluate first (its ``models`` may
             name Python objects: ``models={"ours-v2": model, "use-m": "use-m"}``; with
             ``metric="corr"`` and ``corr_boot=0`` it gets 200 CORR bootstrap resamples).
-        metric: ``bkr@K``, ``bkr_mrr``, ``xlr@K``, ``xlr_mrr``, ``xlr_t2s@K``, ``xlr_t2s_mrr`` or ``corr``.
+        metric: a rankable metric of the metric table: ``bkr@K``, ``bkr_mrr``, ``xlr@K``,
+            ``xlr_mrr``, ``xlr_t2s@K``, ``xlr_t2s_mrr`` or ``corr`` (:func:`check_metric`).
         n_boot, n_perm: bootstrap resamples and permutations.
         level, alpha: the intervals' confidence level and the significance level of the gaps.
         seed: the resampling seed.
@@ -120,20 +157,20 @@ def compare(
         The :class:`Comparison` (``per_pair`` and ``across_pairs`` name models as the records do).
 
     Raises:
-        BackretrievalError: an unknown metric, or a pair without what the metric needs.
+        BackretrievalError: an unknown metric, one that the records of approximate search do not
+            hold (:func:`check_metric`), or a pair without what the metric needs.
     """
+    spec, _ = check_metric(metric, approx_depth=_depth(result if isinstance(result, EvalConfig) else result.config))  # a metric it cannot rank by fails before anything is computed
     if isinstance(result, EvalConfig):
         from .evaluate import evaluate
 
         cfg = result
-        if metric == "corr" and cfg.corr_boot == 0:
+        if spec.outcome is None and cfg.corr_boot == 0:
             cfg = dataclasses.replace(cfg, corr_boot=200)
-        elif metric != "corr":
-            outcome_fn(metric)  # an unknown metric fails before anything is computed
-        needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
+        needs = ("xlr",) if spec.needs_truth else ("bkr",)
         result = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
                           purpose=f"compare by {metric}")
-    if metric == "corr":
+    if spec.outcome is None:
         return dataclasses.replace(_compare_corr(result, level=level, alpha=alpha), run=result.run)
     key, fn = outcome_fn(metric)
     models, pairs, seeds = _extent(result)
@@ -258,23 +295,6 @@ def _compare_corr(result: EvalResult, *, level: float, alpha: float) -> Comparis
     return _finish("corr", level, alpha, rows)
 
 
-def counterpart(metric: str) -> str | None:
-    """The same measure on the other side: ``bkr@10`` <-> ``xlr@10``, ``bkr_mrr`` <-> ``xlr_mrr``
-    (what a report shows beside the ranked metric where ground truth exists); None otherwise.
-
-    Args:
-        metric: a metric name.
-
-    Returns:
-        The counterpart's name, or None for ``xlr_t2s*``, ``corr`` and unknown names.
-    """
-    m = _METRIC.match(metric)
-    if not m or m.group(1) == "xlr_t2s":
-        return None
-    other = "xlr" if m.group(1) == "bkr" else "bkr"
-    return f"{other}@{m.group(2)}" if m.group(2) else f"{other}_mrr"
-
-
 def has_metric(result: EvalResult, metric: str) -> bool:
     """Whether every record of ``result`` has what ranking by ``metric`` needs (per-query ranks,
     or CORR bootstrap replicates).
@@ -284,15 +304,14 @@ def has_metric(result: EvalResult, metric: str) -> bool:
         metric: a metric name (an unknown one has nothing).
 
     Returns:
-        False for an unknown metric or a result without records.
+        False for an unknown metric, one the records of approximate search do not hold, or a
+        result without records.
     """
-    if metric == "corr":
-        key = "corr_boot"
-    else:
-        try:
-            key, _ = outcome_fn(metric)
-        except BackretrievalError:
-            return False
+    try:
+        spec, _ = check_metric(metric, approx_depth=_depth(result.config))
+    except BackretrievalError:
+        return False
+    key = "corr_boot" if spec.outcome is None else spec.source
     return bool(result.records) and all(
         result.ranks.get((r["model"], r["src_lang"], r["tgt_lang"], r["seed"]), {}).get(key) is not None
         for r in result.records
@@ -336,10 +355,11 @@ def pairwise(
     Raises:
         BackretrievalError: an unknown metric.
     """
+    spec, _ = check_metric(metric)
     models, pairs, seeds = _extent(result)
     rows = []
     for src, tgt in pairs:
-        if metric == "corr":
+        if spec.outcome is None:
             gaps = _corr_gaps(*_corr_replicates(result, models, src, tgt, seeds), level=level)
         else:
             key, fn = outcome_fn(metric)

@@ -19,12 +19,19 @@ import pandas as pd
 from scipy import stats
 
 from ..core import BackretrievalError
+from ..metrics.table import metric_name, parse_metric
 from .evaluate import pair_labels
 from .models import RUN_ONLY_NOTE
 from .stats import correlations
 
 TRUTH = "xlr@10"
 CANDIDATES = {"bkr": "bkr@10", "corr": "corr"}
+
+
+def _check_metrics(*names: str) -> None:
+    """Each name is a metric that can rank models (the metric table's rankable ones)."""
+    for name in names:
+        parse_metric(name, rankable=True)
 
 
 def per_seed_correlations(
@@ -38,13 +45,19 @@ def per_seed_correlations(
             ``image_model``, ``src_lang``, ``tgt_lang`` (or ``pair``), ``seed`` and the metric keys.
         truth: the ground-truth metric key (default ``"xlr@10"``).
         candidates: short name -> metric key of each metric judged against ``truth``.
+            ``truth`` and the candidates are metrics that can rank models (the metric table's
+            rankable ones).
 
     Returns:
         A frame with columns ``image_model``, ``pair``, ``seed``, ``n_models`` and
         ``pearson_<name>``, ``spearman_<name>`` per candidate, in the records' first-seen order.
         A correlation is NaN when the group has fewer than 3 models or either metric is constant
         across them.
+
+    Raises:
+        BackretrievalError: ``truth`` or a candidate is not a metric that can rank models (named).
     """
+    _check_metrics(truth, *candidates.values())
     df = pd.DataFrame(records)
     df["pair"] = pair_labels(df)
     rows = []
@@ -176,7 +189,11 @@ def calibrate_leave_one_pair_out(
 
     Returns:
         A :class:`Calibration` (``rows`` empty when no pair could be held out).
+
+    Raises:
+        BackretrievalError: ``x`` or ``y`` is not a metric that can rank models (named).
     """
+    _check_metrics(x, y)
     df = pd.DataFrame(records)
     df["pair"] = pair_labels(df)
     means = df.groupby(["pair", "model"], sort=False)[[x, y]].mean().reset_index()
@@ -306,7 +323,7 @@ def _meta(cfg, results: dict[str, Any], datasets: list[str]) -> MetaResult:
     """The meta-evaluation of finished grids (``results[image_model]``, the main one first)."""
     res = results[cfg.image_model_name]
     records = [r for sub in results.values() for r in sub.records]
-    bkr_key = f"bkr@{cfg.k}"
+    bkr_key = metric_name("bkr@K", cfg.k)
     missing = [r for r in records if r.get(TRUTH) is None or r.get(bkr_key) is None]
     if missing:
         r = missing[0]

@@ -1,7 +1,7 @@
 """Statistics over per-query outcomes: bootstrap confidence intervals and paired tests.
 
 Outcomes are per-query numbers whose mean is the metric: ``hits(ranks, K)`` (0/1, mean =
-Recall@K / BkR@K) or ``reciprocal(ranks)`` (mean = MRR). With several seeds the samples are
+Recall@K / BkR@K) or ``reciprocal(ranks)`` (mean = MRR), from :mod:`backretrieval.metrics.table`. With several seeds the samples are
 stacked as rows of a (seeds, N) array; resampling is *stratified by seed* (queries are drawn
 with replacement within each seed's sample), so the interval is that of the mean over seeds.
 
@@ -22,30 +22,7 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
-
-def hits(ranks: np.ndarray, k: int) -> np.ndarray:
-    """Per-query 0/1 outcomes whose mean is Recall@K (or BkR@K).
-
-    Args:
-        ranks: 1-based pessimistic ranks of the right item, any shape.
-        k: the cut-off K.
-
-    Returns:
-        float64 array of the shape of ``ranks``: 1.0 where the rank is <= ``k``, else 0.0.
-    """
-    return (np.asarray(ranks) <= k).astype(np.float64)
-
-
-def reciprocal(ranks: np.ndarray) -> np.ndarray:
-    """Per-query outcomes whose mean is the MRR.
-
-    Args:
-        ranks: 1-based ranks of the right item, any shape (a 0 gives inf).
-
-    Returns:
-        float64 array ``1 / ranks`` of the shape of ``ranks``.
-    """
-    return 1.0 / np.asarray(ranks, dtype=np.float64)
+from ..metrics.table import hits, reciprocal  # the per-query outcomes of the metric table
 
 
 def _as_strata(x: np.ndarray) -> np.ndarray:

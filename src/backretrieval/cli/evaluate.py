@@ -1,7 +1,6 @@
-"""Evaluation commands: evaluate, compare, meta, and the datasets / models listings."""
+"""Evaluation commands: evaluate, compare, meta, and the datasets / models / metrics listings."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
@@ -11,37 +10,19 @@ from ..core.io import folder_lock
 from .options import N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main, warn
 
 
-def _summary_metrics(k: int, approx_k: int | None = None) -> tuple[str, ...]:
-    """The columns of a summary table for BkR@K and hubness at ``k`` (with approximate search:
-    the MRR truncated at ``approx_k``, no hubness)."""
-    if approx_k is not None:
-        return ("xlr@1", "xlr@10", "xlr_t2s@10", f"bkr@{k}", f"bkr_mrr@{approx_k}", "corr")
-    return ("xlr@1", "xlr@10", "xlr_t2s@10", f"bkr@{k}", "bkr_mrr", "corr", f"hubness_skew@{k}")
-
-
-def _check_metric(metric: str, n: int, approx_k: int | None = None) -> None:
-    """``--metric`` names a metric compare can rank by, with 1 <= K <= N (with ``--approx``:
-    a Recall@K with K <= ``approx_k``, the depth searched)."""
-    if approx_k is not None and not re.fullmatch(r"(xlr|xlr_t2s|bkr)@\d+", metric):
-        bad_option("--metric", f"{metric}: with --approx compare ranks by xlr@K, xlr_t2s@K or bkr@K (K <= {approx_k}); "
-             "MRR and CORR need exact search")
-    if metric == "corr":
-        return
-    from ..analysis.compare import outcome_fn
+def _check_metric(metric: str, n: int, approx_k: int | None = None):
+    """The table entry of ``--metric``: a metric compare can rank by (the metric table's rankable
+    ones), with K <= N (with ``--approx``: a metric of that route with K <= ``approx_k``, the
+    depth searched)."""
+    from ..analysis.compare import check_metric
 
     try:
-        outcome_fn(metric)
+        spec, k = check_metric(metric, approx_depth=approx_k)
     except BackretrievalError as e:
         bad_option("--metric", str(e))
-    m = re.search(r"@(\d+)$", metric)
-    if m:
-        k = int(m.group(1))
-        if k < 1:
-            bad_option("--metric", f"{metric}: K must be at least 1")
-        if k > n:
-            bad_option("--metric", f"{metric}: K={k} is larger than N={n}")
-        if approx_k is not None and k > approx_k:
-            bad_option("--metric", f"{metric}: --approx searches the top {approx_k} only; give K <= {approx_k}")
+    if k is not None and k > n:
+        bad_option("--metric", f"{metric}: K={k} is larger than N={n}")
+    return spec
 
 
 _TARGET = click.FloatRange(0, 1, min_open=True)
@@ -94,13 +75,14 @@ def _approx_config(cfg, approx: str | None, target: float, always: bool = False)
 
 
 def _approx_k(cfg) -> int | None:
-    from ..analysis.evaluate import approx_ks
+    from ..metrics.table import approx_ks
 
     return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
 
 
 def _header(cfg, result) -> str:
     """The lines above a summary table: what was computed, on what, and what to keep in mind."""
+    from ..metrics.table import chance_level
     from ..report.table import approx_note
 
     what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model}"
@@ -108,7 +90,7 @@ def _header(cfg, result) -> str:
     if result.text_only:
         lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
     else:
-        lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {cfg.k / cfg.n:.4f}.")
+        lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {chance_level(f'bkr@{cfg.k}', cfg.n):.4f}.")
     note = approx_note(result.records)
     for extra in ([note] if note else []) + [f"Note: {n}." for n in result.notes]:
         lines += ["", extra]
@@ -135,12 +117,12 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
 def _evaluate(cfg, out, quiet, executor) -> None:
     from ..analysis import evaluate as run, summarize
     from ..core import atomic_write_text
+    from ..metrics.table import shown_columns, summary_columns
     from ..report import format_summary
 
     result = run(cfg, out, progress=not quiet, log=warn, executor=executor)
     ak = _approx_k(cfg)
-    mrr = "bkr_mrr" if ak is None else f"bkr_mrr@{ak}"
-    table = format_summary(summarize(result.records, _summary_metrics(cfg.k, ak)), ("xlr@1", "xlr@10", f"bkr@{cfg.k}", mrr, "corr"))
+    table = format_summary(summarize(result.records, summary_columns(cfg.k, ak)), shown_columns(cfg.k, ak))
     header = _header(cfg, result)
     atomic_write_text(Path(out) / "summary.md", header + table + "\n")
     click.echo(header + table)
@@ -152,7 +134,7 @@ def _evaluate(cfg, out, quiet, executor) -> None:
 @device_option
 @approx_options
 @reuse_stale_option
-@click.option("--metric", default=None, help="Metric to rank by: bkr@K (default), bkr_mrr, xlr@K, xlr_mrr, xlr_t2s@K, corr.")
+@click.option("--metric", default=None, help="Metric to rank by (default bkr@K); `backretrieval metrics` lists those that can rank models.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
@@ -168,18 +150,18 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
     """
     cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     metric = (metric or f"bkr@{cfg.k}").strip()
-    _check_metric(metric, cfg.n, _approx_k(cfg))
-    if metric == "corr":
+    spec = _check_metric(metric, cfg.n, _approx_k(cfg))
+    if spec.outcome is None:  # ranked by bootstrap replicates of the records (CORR)
         import dataclasses
 
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     check_grid(cfg, out, executor)
     with folder_lock(out):
-        _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report)
+        _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report)
 
 
-def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report) -> None:
+def _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report) -> None:
     import json
 
     from ..analysis import evaluate as run
@@ -188,7 +170,7 @@ def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report) ->
     from ..report import format_comparison
     from ..report.table import approx_note
 
-    needs = ("xlr",) if metric.startswith("xlr") else ("bkr",)
+    needs = ("xlr",) if spec.needs_truth else ("bkr",)
     result = run(cfg, out, progress=not quiet, log=warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
     c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
     md = format_comparison(c)
@@ -274,3 +256,11 @@ def models(markdown: bool) -> None:
     for info in list_image_encoders():
         click.echo(f"  {info.name:<22} {info.description}")
 
+
+@main.command()
+def metrics() -> None:
+    """List the metrics a record can carry (the metric table); compare ranks by the rankable ones."""
+    from ..metrics.table import describe
+
+    for line in describe():
+        click.echo(line)

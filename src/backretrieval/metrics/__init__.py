@@ -6,6 +6,8 @@
 * :func:`hubness` -- k-occurrence skewness
 * :func:`retrieval_ranks` -- ranks of the true candidate for queries against a candidate pool
   (cosine, CSLS with a query pool, Euclidean): the training code's evaluations
+* :data:`METRICS` -- the metric table (:class:`MetricSpec`: one entry per metric a record carries)
+  and :func:`parse_metric`, the one parser of metric names (``"xlr@10"`` -> (entry, 10))
 * :func:`csls` -- cross-domain similarity local scaling scores (small inputs; the metrics take
   ``sim="csls"`` and compute it blockwise)
 """
@@ -16,6 +18,7 @@ from .bkr import bkr, bkr_ranks
 from .corr import CorrSide, bootstrap_row_weights, corr, corr_bootstrap, corr_details, corr_from_sides, image_side, text_side
 from .hubness import hubness
 from .retrieval import RANK_SIMILARITIES, retrieval_ranks
+from .table import METRICS, MetricSpec, hits, parse_metric, reciprocal
 from .xlr import xlr, xlr_ranks
 
 
@@ -47,4 +50,5 @@ def csls(src: np.ndarray, tgt: np.ndarray, k: int = 10) -> np.ndarray:
 __all__ = [
     "SIMILARITIES", "CorrSide", "bootstrap_row_weights", "corr_bootstrap", "rank_summary", "bkr", "bkr_ranks", "corr", "corr_details", "corr_from_sides",
     "csls", "image_side", "text_side", "hubness", "xlr", "xlr_ranks", "RANK_SIMILARITIES", "retrieval_ranks",
+    "METRICS", "MetricSpec", "hits", "parse_metric", "reciprocal",
 ]

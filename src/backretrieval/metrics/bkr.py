@@ -18,7 +18,8 @@ import numpy as np
 
 from ..core import MetricInputError
 from ..search import nearest_with_ties, ranks_against_rows, unit_rows
-from ._inputs import check_ks, check_pair, rank_summary, similarity
+from ._inputs import check_ks, check_pair, similarity
+from .table import source_summary
 
 
 def _checked(src_text, tgt_text, src_img, tgt_img):
@@ -98,7 +99,8 @@ def bkr(
         block_bytes: memory bound of one block of scores (None: the default).
 
     Returns:
-        ``bkr@K`` per K, ``bkr_mrr``, ``bkr_median_rank`` (floats).
+        ``bkr@K`` per K, ``bkr_mrr``, ``bkr_median_rank`` (floats): the exact metrics of the
+        table (:mod:`backretrieval.metrics.table`) computed from these ranks.
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
@@ -113,4 +115,4 @@ def bkr(
     src_text, tgt_text, src_img, tgt_img = _checked(src_text, tgt_text, src_img, tgt_img)
     ks = check_ks(ks, src_img.shape[0])
     ranks, _ = bkr_ranks(src_text, tgt_text, src_img, tgt_img, sim=sim, csls_k=csls_k, block_bytes=block_bytes)
-    return rank_summary(ranks, ks, "bkr")
+    return source_summary(ranks, ks, "bkr")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..search import ranks_both_ways
-from ._inputs import check_ks, check_pair, rank_summary, similarity
+from ._inputs import check_ks, check_pair, similarity
+from .table import source_summary
 
 
 def xlr_ranks(
@@ -65,7 +66,8 @@ def xlr(
 
     Returns:
         ``xlr@K``, ``xlr_mrr``, ``xlr_median_rank`` (source->target) and the same with
-        ``xlr_t2s`` (target->source), floats.
+        ``xlr_t2s`` (target->source), floats: the exact metrics of the table
+        (:mod:`backretrieval.metrics.table`) computed from these ranks.
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
@@ -79,4 +81,4 @@ def xlr(
     """
     ks = check_ks(ks, np.asarray(src).shape[0])
     fwd, bwd = xlr_ranks(src, tgt, sim=sim, csls_k=csls_k, block_bytes=block_bytes)
-    return {**rank_summary(fwd, ks, "xlr"), **rank_summary(bwd, ks, "xlr_t2s")}
+    return {**source_summary(fwd, ks, "xlr"), **source_summary(bwd, ks, "xlr_t2s")}

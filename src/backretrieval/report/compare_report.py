@@ -28,6 +28,7 @@ from ..analysis.evaluate import EvalResult, slug
 from ..analysis.stats import correlations
 from ..core import atomic_write_text, json_ready
 from ..core.env import environment
+from ..metrics import table
 from . import compare_figures as F
 from .html import img_tag, page
 
@@ -45,15 +46,10 @@ pre { background: #f4f4f4; padding: .6em; white-space: pre-wrap; word-break: bre
 
 
 def chance_level(metric: str, n: int) -> float | None:
-    """The expected value of ``metric`` for a model that ranks at random among ``n`` candidates:
-    K/N for ``...@K``, the mean of 1/r over r = 1..N for ``..._mrr``, 0 for CORR."""
-    if metric == "corr":
-        return 0.0
-    if "@" in metric:
-        return min(1.0, int(metric.rsplit("@", 1)[1]) / n)
-    if metric.endswith("_mrr"):
-        return sum(1.0 / r for r in range(1, n + 1)) / n
-    return None
+    """The expected value of ``metric`` for a model that ranks at random among ``n`` candidates,
+    as the metric table declares it (:func:`backretrieval.metrics.table.chance_level`): K/N for
+    ``...@K``, the mean of 1/r over r = 1..N for ``..._mrr``, 0 for CORR; None when it declares none."""
+    return table.chance_level(metric, n)
 
 
 def _gap(pw: pd.DataFrame, pair: str, a: str, b: str) -> dict[str, float]:

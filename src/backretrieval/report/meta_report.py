@@ -11,6 +11,7 @@ from ..analysis.evaluate import pair_labels, slug, summarize, write_results
 from ..analysis.meta import TRUTH, MetaResult
 from ..analysis.models import image_model_name, model_names
 from ..core import atomic_write_text, json_ready
+from ..metrics.table import metric_name
 from .table import format_meta_table, format_summary
 
 
@@ -26,8 +27,8 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     """Write the meta-evaluation outputs into ``out``; return the Markdown summary."""
     out.mkdir(parents=True, exist_ok=True)
     main_g = image_model_name(cfg.image_model)
-    bkr_key = f"bkr@{cfg.k}"
-    columns = (TRUTH, bkr_key, "corr", f"hubness_skew@{cfg.k}")
+    bkr_key = metric_name("bkr@K", cfg.k)
+    columns = (TRUTH, bkr_key, "corr", metric_name("hubness_skew@K", cfg.k))
     datasets = res.datasets or [cfg.dataset]
     name = " + ".join(datasets)
     if len(datasets) > 1:  # the merged records (each dataset's own are in OUT/datasets/<name>/)
@@ -100,7 +101,7 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
     fig_dir.mkdir(exist_ok=True)
     records = res.main.records
     pair0 = str(pair_labels(pd.DataFrame(records[:1])).iloc[0])
-    bkr_key = f"bkr@{cfg.k}"
+    bkr_key = metric_name("bkr@K", cfg.k)
     pngs = {
         "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png", bkr=bkr_key),
         "box": F.boxplot_by_model(records, bkr_key, fig_dir / "boxplot_bkr.png"),

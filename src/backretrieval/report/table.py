@@ -1,7 +1,6 @@
 """Plain-text / Markdown tables of evaluation summaries."""
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -9,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.compare import Comparison
-
-DEFAULT_COLUMNS = ("xlr@10", "bkr@10", "bkr_mrr", "corr")
+from ..core import BackretrievalError
+from ..metrics.table import parse_metric, shown_columns
 
 
 def _cell(row: pd.Series, m: str) -> str:
@@ -22,12 +21,14 @@ def _cell(row: pd.Series, m: str) -> str:
     return f"{row[m]:.3f} ± {sd:.3f}"
 
 
-def format_summary(summary: pd.DataFrame, columns: Sequence[str] = DEFAULT_COLUMNS) -> str:
+def format_summary(summary: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
     """One Markdown table per language pair, models sorted by the first BkR@K column (else XLR@10,
     else the first column), best first. Cells are mean ± sd over seeds; a column missing from
-    ``summary`` or empty in it is left out."""
+    ``summary`` or empty in it is left out. ``columns`` None: the metric table's columns shown
+    by default at K = 10 (:func:`backretrieval.metrics.table.shown_columns`)."""
     if summary.empty:
         return "(no results)"
+    columns = shown_columns() if columns is None else columns
     cols = [c for c in columns if c in summary.columns and summary[c].notna().any()]
     key = next((c for c in cols if c.startswith("bkr@")), "xlr@10" if "xlr@10" in cols else (cols[0] if cols else None))
     blocks = []
@@ -39,6 +40,15 @@ def format_summary(summary: pd.DataFrame, columns: Sequence[str] = DEFAULT_COLUM
             lines.append(f"| {row['model']} | " + " | ".join(_cell(row, c) for c in cols) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _truncated_mrr(key: str) -> bool:
+    """Whether a record key names a metric taken at the approximate search depth (an MRR truncated at K)."""
+    try:
+        spec, _ = parse_metric(key)
+    except BackretrievalError:
+        return False
+    return "depth" in spec.ks
 
 
 def approx_note(records: Sequence[dict[str, Any]]) -> str | None:
@@ -55,7 +65,7 @@ def approx_note(records: Sequence[dict[str, Any]]) -> str | None:
     searches = sum(1 for r in approx for key in r if key.startswith("approx_") and key.endswith("_exact_fallback"))
     by_cost = sum(str(v).startswith("cost") for r in approx for key, v in r.items()
                   if key.startswith("approx_") and key.endswith("_route_reason"))
-    mrr = sorted({key for r in approx for key in r if re.fullmatch(r"(xlr|xlr_t2s|bkr)_mrr@\d+", key)})
+    mrr = sorted({key for r in approx for key in r if _truncated_mrr(key)})
     low = f"{min(agreement):.4f} (95% lower bound {min(lows):.4f})" if agreement and lows else "-"
     return (
         f"Approximate search ({r0['approx']}, each search calibrated until its top-1 agreement and top-K recall "

@@ -5,20 +5,20 @@ resumable stored records (:mod:`.records`), the pure per-sample task (:mod:`.tas
 work, and which versions a record's key names).
 """
 from .config import (
-    MAX_RECORDS, MAX_SEED, MAX_SEEDS, SUMMARY_METRICS, EvalConfig, EvalResult, RunKey, check_grid_size, check_seeds, pair_labels,
-    parse_pairs, slug, summarize,
+    MAX_RECORDS, MAX_SEED, MAX_SEEDS, EvalConfig, EvalResult, RunKey, check_grid_size, check_seeds, pair_labels, parse_pairs,
+    slug, summarize,
 )
 from .features import NEEDS, check_image_model
 from .grid import evaluate
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
-    APPROX_CHECK_SAMPLE, APPROX_METHODS, APPROX_NOT_COMPUTED, XLR_KS, Run, SampleTask, TaskResult, approx_ks,
-    approx_versions, check_approx, run_sample_task,
+    APPROX_CHECK_SAMPLE, APPROX_METHODS, APPROX_NOT_COMPUTED, Run, SampleTask, TaskResult, approx_ks, approx_versions,
+    check_approx, run_sample_task,
 )
 
 __all__ = [
     "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "MAX_RECORDS", "MAX_SEED", "MAX_SEEDS", "NEEDS",
-    "SUMMARY_METRICS", "XLR_KS", "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult",
+    "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult",
     "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",

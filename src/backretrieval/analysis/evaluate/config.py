@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...core import BackretrievalError, content_hash
+from ...metrics.table import summary_columns
 from ..models import image_model_name
 
 MAX_SEEDS = 1000  # seeds in one grid: each is one sample per pair and one record per model
@@ -272,15 +273,14 @@ def pair_labels(df: pd.DataFrame) -> pd.Series:
     return df["pair"].where(df["pair"].notna(), plain)
 
 
-SUMMARY_METRICS = ("xlr@1", "xlr@10", "xlr_t2s@10", "bkr@10", "bkr_mrr", "corr", "hubness_skew@10")
-
-
-def summarize(records: Sequence[dict[str, Any]], metrics: Sequence[str] = SUMMARY_METRICS) -> pd.DataFrame:
+def summarize(records: Sequence[dict[str, Any]], metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """Mean and standard deviation over seeds for each (pair, model): columns ``M`` and ``M_sd``.
 
     Args:
         records: the grid's records (``EvalResult.records``, or read back from ``results.jsonl``).
-        metrics: the record fields to summarise; those no record has are left out.
+        metrics: the record fields to summarise; those no record has are left out (None: the
+            summary columns of the metric table at K = 10,
+            :func:`~backretrieval.metrics.table.summary_columns`).
 
     Returns:
         One row per (pair, model), in the order they first occur: ``pair`` (:func:`pair_labels`),
@@ -292,7 +292,7 @@ def summarize(records: Sequence[dict[str, Any]], metrics: Sequence[str] = SUMMAR
     if df.empty:
         return df
     df["pair"] = pair_labels(df)
-    present = [m for m in metrics if m in df.columns]
+    present = [m for m in (summary_columns() if metrics is None else metrics) if m in df.columns]
     g = df.groupby(["pair", "model"], sort=False)[present]
     mean, sd = g.mean(), g.std(ddof=1).fillna(0.0)
     out = mean.copy()

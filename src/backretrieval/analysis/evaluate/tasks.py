@@ -10,13 +10,11 @@ from typing import Any
 import numpy as np
 
 from ...core import BackretrievalError
-from ...metrics import (
-    bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, hubness, image_side, rank_summary, text_side,
-    xlr_ranks,
-)
+from ...metrics import bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, image_side, text_side, xlr_ranks
+from ...metrics.table import BY_NAME, approx_ks, known_metrics, rank_values, text_values
 from .config import EvalConfig
 
-XLR_KS = (1, 5, 10)
+_BKR = BY_NAME["bkr@K"]  # its chance level is the record's bkr_chance
 
 
 @dataclasses.dataclass
@@ -76,10 +74,12 @@ def run_sample_task(task: SampleTask) -> TaskResult:
     Returns:
         ``((src, tgt, seed), runs)``: one run ``(model, g, values, ranks)`` per model and image
         model ``g`` (``g`` None and one run per model when there are no images). ``values`` holds
-        the record's metrics: exact search gives ``xlr@K`` / ``xlr_t2s@K`` for K in 1, 5, 10 up
-        to N and ``bkr@K`` for K in 1, 5 and ``k``, each with its MRR and median rank, CORR,
-        hubness, ``bkr_chance`` (K / N) and ``seconds`` (the model's whole share of the task);
-        with ``approx`` Recall@K and the MRR truncated at K for K in :func:`approx_ks`, the
+        the record's metrics, those the metric table (:mod:`backretrieval.metrics.table`) lists
+        for the route: exact search gives ``xlr@K`` / ``xlr_t2s@K`` for K in 1, 5, 10 up to N
+        and ``bkr@K`` for K in 1, 5 and ``k``, each with its MRR and median rank, CORR (with
+        ``corr_pairs``, ``corr_subsampled``), hubness at ``k``, ``bkr_chance`` (K / N) and
+        ``seconds`` (the model's whole share of the task); with ``approx`` Recall@K for K in
+        :func:`~backretrieval.metrics.table.approx_ks` and the MRR truncated at the largest, the
         calibration fields ``approx_*`` and ``approximate``, and no hubness or median ranks.
         ``ranks`` holds the per-query ranks behind them (``"xlr"``, ``"xlr_t2s"``, ``"bkr"``:
         1-based pessimistic int64 ranks; with ``approx`` float64, inf for a query not found in
@@ -88,8 +88,6 @@ def run_sample_task(task: SampleTask) -> TaskResult:
     if task.approx is not None:
         return _run_approx_task(task)
     opts = {"sim": task.sim, "csls_k": task.csls_k}
-    xks = tuple(k for k in XLR_KS if k <= task.n)
-    bks = tuple(sorted({1, 5, task.k} & set(range(1, task.n + 1))))
     boot = task.corr_boot if task.bkr is not None else 0
     image_sides = (
         {g: image_side(si, ti, seed=task.seed, keep_order=boot > 0) for g, (si, ti) in task.images.items()}
@@ -106,21 +104,21 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         if task.xlr is not None:
             fwd, bwd = xlr_ranks(*task.xlr[model], **opts)
             shared_ranks["xlr"], shared_ranks["xlr_t2s"] = fwd, bwd
-            shared.update(rank_summary(fwd, xks, "xlr"))
-            shared.update(rank_summary(bwd, xks, "xlr_t2s"))
+            for source in ("xlr", "xlr_t2s"):
+                shared.update(rank_values(source, shared_ranks[source], task.n, task.k))
         if task.bkr is None:
             shared["seconds"] = round(time.perf_counter() - t0, 4)
             out.append((model, None, shared, shared_ranks))
             continue
         st, tt = task.bkr[model]
-        shared.update(hubness(st, tt, task.k, **opts))
+        shared.update(text_values(st, tt, task.k, **opts))
         text_corr = text_sides[model] if boot else text_side(st, tt, seed=task.seed)
         for g, (si, ti) in task.images.items():
             values, ranks = dict(shared), dict(shared_ranks)
             ranks["bkr"], _ = bkr_ranks(st, tt, si, ti, **opts)
-            values.update(rank_summary(ranks["bkr"], bks, "bkr"))
+            values.update(rank_values("bkr", ranks["bkr"], task.n, task.k))
             values.update(corr_from_sides(text_corr, image_sides[g]))
-            values["bkr_chance"] = task.k / task.n
+            values["bkr_chance"] = _BKR.chance(task.k, task.n)
             out.append((model, g, values, ranks))
         seconds = round(time.perf_counter() - t0, 4)  # the model's whole share of the task
         for _, _, values, _ in out[len(out) - len(task.images):]:
@@ -136,8 +134,8 @@ def run_sample_task(task: SampleTask) -> TaskResult:
 
 APPROX_METHODS = ("hnsw", "ivf")
 APPROX_CHECK_SAMPLE = 1000  # queries of each search's self-check (seeded by the sample's seed)
-# what the approximate route does not compute (exact search only), for summaries
-APPROX_NOT_COMPUTED = ("hubness", "bkr_median_rank", "xlr_median_rank", "the untruncated MRR")
+# the metrics the approximate route does not compute (exact search only), by the metric table
+APPROX_NOT_COMPUTED = known_metrics(approx=False)
 
 
 def check_approx(cfg: EvalConfig) -> None:
@@ -187,19 +185,6 @@ def approx_versions() -> dict[str, str]:
     }
 
 
-def approx_ks(n: int, k: int) -> tuple[int, ...]:
-    """The K of every Recall@K the approximate route reports (it searches the top max(K) only).
-
-    Args:
-        n: the sample size N.
-        k: the configured K (``EvalConfig.k``).
-
-    Returns:
-        The union of 1, 5, 10 and ``k``, without values above ``n``, ascending.
-    """
-    return tuple(sorted({*XLR_KS, k} & set(range(1, n + 1))))
-
-
 def _found_ranks(found_at: np.ndarray) -> np.ndarray:
     """Per-query ranks from positions within the top K found (0: not found -> rank inf), so that
     ``hits(ranks, K')`` is exact for every K' <= K and ``1 / rank`` is the MRR truncated at K."""
@@ -223,8 +208,8 @@ def _calibration_fields(result: dict[str, Any], renames: dict[str, str]) -> dict
 
 def _run_approx_task(task: SampleTask) -> TaskResult:
     """:func:`run_sample_task` with ``--approx``: XLR@K and BkR@K (and MRR truncated at K) from
-    self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`), CORR exact (all pairs
-    up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
+    the positions found in self-calibrated FAISS top-K lists (:mod:`backretrieval.metrics.approx`),
+    CORR exact (all pairs up to its 4M-pair subsample); no hubness, no median ranks. FAISS runs single-threaded (a
     parallel HNSW build depends on thread timing), so the records do not depend on the thread
     count; FAISS's thread count is restored afterwards."""
     import faiss
@@ -240,6 +225,7 @@ def _approx_runs(task: SampleTask) -> TaskResult:
     from ...metrics.approx import bkr_approx, xlr_approx
 
     ks = approx_ks(task.n, task.k)
+    depth = max(ks)
     common = {"method": task.approx, "target_agreement": task.approx_target, "seed": task.seed,
               "options": _approx_options(task.seed), "check_sample": APPROX_CHECK_SAMPLE, "found_at": True,
               "cost_check": task.approx_cost_check}
@@ -253,9 +239,10 @@ def _approx_runs(task: SampleTask) -> TaskResult:
         flags = []
         if task.xlr is not None:
             x = xlr_approx(*task.xlr[model], ks, both_directions=True, **common)
-            shared.update({key: v for key, v in x.items() if key.startswith(("xlr@", "xlr_mrr@", "xlr_t2s@", "xlr_t2s_mrr@"))})
-            shared.update(_calibration_fields(x, {"text_": "approx_xlr_", "t2s_": "approx_xlr_t2s_"}))
             shared_ranks["xlr"], shared_ranks["xlr_t2s"] = _found_ranks(x["found_at"]), _found_ranks(x["t2s_found_at"])
+            for source in ("xlr", "xlr_t2s"):
+                shared.update(rank_values(source, shared_ranks[source], task.n, task.k, depth))
+            shared.update(_calibration_fields(x, {"text_": "approx_xlr_", "t2s_": "approx_xlr_t2s_"}))
             flags.append(bool(x["approximate"]))
         if task.bkr is None:
             shared["approximate"] = any(flags)
@@ -267,10 +254,10 @@ def _approx_runs(task: SampleTask) -> TaskResult:
         for g, (si, ti) in task.images.items():
             values, ranks = dict(shared), dict(shared_ranks)
             b = bkr_approx(st, tt, si, ti, ks, **common)
-            values.update({key: v for key, v in b.items() if key.startswith(("bkr@", "bkr_mrr@"))})
+            ranks["bkr"] = _found_ranks(b["found_at"])
+            values.update(rank_values("bkr", ranks["bkr"], task.n, task.k, depth))
             values.update(_calibration_fields(b, {"text_": "approx_bkr_text_", "image_": "approx_bkr_image_"}))
             values["approximate"] = any(flags) or bool(b["approximate"])
-            ranks["bkr"] = _found_ranks(b["found_at"])
             values.update(corr_from_sides(text_corr, image_sides[g]))
             values["bkr_chance"] = task.k / task.n
             out.append((model, g, values, ranks))
