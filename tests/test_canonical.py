@@ -72,3 +72,38 @@ def test_tanh_is_correctly_rounded():
     np.testing.assert_array_equal(got, want)
     assert np.isnan(tanh(np.array([np.nan], np.float32)))[0]
     np.testing.assert_array_equal(tanh(np.array([np.inf, -np.inf], np.float32)), [1.0, -1.0])
+
+
+def _layers(rng, widths):
+    return [(rng.standard_normal((o, i)).astype(np.float32) / np.sqrt(i), rng.standard_normal(o).astype(np.float32) * 0.1)
+            for i, o in zip(widths[:-1], widths[1:])]
+
+
+def test_the_triplet_and_m3l_readers_multiply_canonically():
+    """The numpy forward passes of the Triplet tower and the M3L mapping use the canonical product
+    in every layer (float32 BLAS gives other bits here), so their vectors are the same on every
+    BLAS kernel."""
+    from backretrieval.encoders.m3l import NORM_EPS
+    from backretrieval.encoders.m3l import forward as m3l_forward
+    from backretrieval.encoders.triplet import head_forward
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((50, 96)).astype(np.float32)
+    params = _layers(rng, [96, 128, 64])
+    h = x
+    for i, (w, b) in enumerate(params):
+        h = _canonical_product(h, w.T) + b
+        if i < len(params) - 1:
+            np.maximum(h, 0, out=h)
+    np.testing.assert_array_equal(head_forward(params, x, final_relu=False), h)
+    assert np.count_nonzero(np.maximum(x @ params[0][0].T + params[0][1], 0) @ params[1][0].T + params[1][1] != h) > 0
+
+    layers = _layers(rng, [96, 80, 80, 40])
+    y = x
+    for i, (w, b) in enumerate(layers):
+        y = _canonical_product(y, w.T)
+        y += b
+        np.maximum(y, 0.0, out=y)
+        if i < len(layers) - 1:
+            y /= np.maximum(np.linalg.norm(y, axis=1, keepdims=True), NORM_EPS)
+    np.testing.assert_array_equal(m3l_forward(x, layers), y)
