@@ -62,6 +62,73 @@ def scores(Q, D, scale=1.0, q_bias=None, d_bias=None):
     return out
 
 
+def dots_matrix(Q, D, rows_per_chunk=64):
+    """``dot(Q_i, D_j)`` for every pair, vectorised: the float64 products accumulated with
+    ``np.add.accumulate`` (a running sum, one addition after another in index order), so every
+    element is the canonical :func:`dot`, not a BLAS product. For inputs too large for the loops."""
+    Q = np.asarray(Q, np.float32).astype(np.float64)
+    D = np.asarray(D, np.float32).astype(np.float64)
+    out = np.empty((len(Q), len(D)), dtype=np.float64)
+    if not Q.shape[1]:
+        out[:] = 0.0
+        return out
+    for s in range(0, len(Q), rows_per_chunk):
+        prods = Q[s : s + rows_per_chunk, None, :] * D[None, :, :]  # exact: float32 x float32 in float64
+        out[s : s + rows_per_chunk] = np.add.accumulate(prods, axis=2)[:, :, -1]
+    return out
+
+
+def unit_vec(x, tol=UNIT_TOL):
+    """:func:`unit`, vectorised (the same IEEE operations: a sequential float64 sum of squares,
+    one correctly rounded sqrt and division per element)."""
+    x = np.asarray(x, dtype=np.float32)
+    x64 = x.astype(np.float64)
+    ssq = np.add.accumulate(x64 * x64, axis=1)[:, -1] if x.shape[1] else np.zeros(len(x))
+    keep = np.abs(ssq - 1.0) <= tol
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (x64 / np.sqrt(ssq)[:, None]).astype(np.float32)
+    out[keep] = x[keep]
+    out[ssq == 0.0] = 0.0
+    return out
+
+
+def scores_vec(Q, D, scale=1.0, q_bias=None, d_bias=None):
+    """:func:`scores`, vectorised (:func:`dots_matrix`): the canonical score matrix of rows as given."""
+    w = dots_matrix(Q, D)
+    if scale != 1.0:
+        w = w * float(scale)
+    if q_bias is not None or d_bias is not None:
+        b = np.zeros(w.shape)
+        if q_bias is not None:
+            b = b + np.asarray(q_bias, np.float64)[:, None]
+        if d_bias is not None:
+            b = b + np.asarray(d_bias, np.float64)[None, :]
+        w = w - b
+    return w.astype(np.float32)
+
+
+def knn_mean_vec(a, b, k):
+    """:func:`knn_mean`, vectorised: the k largest canonical cosines added in ascending order."""
+    top = np.sort(scores_vec(a, b), axis=1)[:, -k:].astype(np.float64)  # ascending
+    acc = np.zeros(len(top))
+    for col in range(top.shape[1]):
+        acc = acc + top[:, col]
+    return acc / k
+
+
+def rank_of_true_vec(q, d, truth, sim="cosine", k=10, q_pool=None, tol=0.0):
+    """Pessimistic ranks of ``d[truth[i]]`` for query ``q[i]`` on canonical scores (rows made unit
+    by :func:`unit_vec` with ``tol``; CSLS penalties over ``d`` and over ``q_pool``, default ``q``)."""
+    Q, D = unit_vec(q, tol), unit_vec(d, tol)
+    if sim == "cosine":
+        s = scores_vec(Q, D)
+    else:
+        P = Q if q_pool is None else unit_vec(q_pool, tol)
+        s = scores_vec(Q, D, 2.0, knn_mean_vec(Q, D, min(k, len(D))), knn_mean_vec(D, P, min(k, len(P))))
+    t = s[np.arange(len(Q)), np.asarray(truth)]
+    return (s >= t[:, None]).sum(1)
+
+
 def knn_mean(a, b, k):
     """For each (unit) row of a: mean of its k largest canonical cosines to the rows of b."""
     s = scores(a, b)

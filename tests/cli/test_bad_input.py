@@ -589,8 +589,8 @@ def test_compare_n_boot_is_bounded_before_the_evaluation(tmp_path, feature_data,
 def test_cr5_model_with_non_finite_weights_is_refused(tmp_path, bad):
     """A NaN in Phi would make every text the bias-only vector (the Triplet reader refuses the same)."""
     from backretrieval.core import EncoderError
-    from backretrieval.encoders.base import get_text_encoder
-    from backretrieval.encoders.cr5 import Cr5Model
+    from backretrieval.encoders import get_text_encoder
+    from backretrieval.encoders.trained.cr5 import Cr5Model
 
     vocab = {"en": ["cat", "dog", "red"], "de": ["katze", "hund", "rot"]}
     rng = np.random.default_rng(0)
@@ -655,7 +655,7 @@ def _png_claiming(path: Path, width: int, height: int) -> Path:
 def test_huge_images_are_refused_from_their_header(tmp_path):
     """A 13,300 x 13,300 PNG would cost color-hist 7.8 GB; every image model reads through load_rgb."""
     from backretrieval.encoders.image.batching import MAX_PIXELS, preprocess_batch
-    from backretrieval.encoders.base import get_image_encoder
+    from backretrieval.encoders import get_image_encoder
 
     bomb = _png_claiming(tmp_path / "bomb.png", 13_300, 13_300)
     assert bomb.stat().st_size < 1000
@@ -679,7 +679,7 @@ def test_16_bit_and_float_grey_images_are_rescaled(tmp_path):
     from PIL import Image
 
     from backretrieval.encoders.image.batching import load_rgb
-    from backretrieval.encoders.color_hist import color_histogram
+    from backretrieval.encoders.image.color_hist import color_histogram
 
     ramp8 = np.tile(np.arange(256, dtype=np.uint8), (8, 1))
     Image.fromarray(ramp8, "L").save(tmp_path / "g8.png")
@@ -876,7 +876,7 @@ def test_atomic_write_names_the_file_of_an_anonymous_os_error(tmp_path):
 # --------------------------------------------------------------------------------- nesting, cycles
 def test_deeply_nested_json_is_a_named_error_not_a_recursion_error(tmp_path):
     from backretrieval.core import EncoderError
-    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders import get_text_encoder
 
     deep = "[" * 100_000 + "]" * 100_000
     jsonl = tmp_path / "deep.jsonl"
@@ -901,8 +901,8 @@ def test_deeply_nested_json_is_a_named_error_not_a_recursion_error(tmp_path):
 
 def test_a_triplet_model_whose_base_names_itself_is_refused(tmp_path):
     from backretrieval.core import EncoderError
-    from backretrieval.encoders.base import get_text_encoder
-    from backretrieval.encoders.triplet import save_model
+    from backretrieval.encoders import get_text_encoder
+    from backretrieval.encoders.trained.triplet import save_model
 
     params = [(np.eye(4, dtype=np.float32), np.zeros(4, np.float32))]
     a, b = tmp_path / "a", tmp_path / "b"
@@ -934,9 +934,9 @@ def test_a_triplet_model_whose_base_names_itself_is_refused(tmp_path):
 def test_a_damaged_cache_shard_is_ignored_by_file_and_re_encoded(tmp_path, damage, why):
     """A crafted or damaged shard (2-D keys, NaN vectors, ...) is the cache's fault, not the
     data's: it is ignored with a warning naming the file, and its items are encoded again."""
-    from backretrieval.encoders.base import get_text_encoder
+    from backretrieval.encoders import get_text_encoder
     from backretrieval.encoders.cache import CacheWarning, CachedTextEncoder
-    from backretrieval.encoders.cr5 import Cr5Model
+    from backretrieval.encoders.trained.cr5 import Cr5Model
 
     vocab = ["cat", "dog", "red", "tea", "green", "text", "more"]
     rng = np.random.default_rng(0)

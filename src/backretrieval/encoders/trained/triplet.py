@@ -55,6 +55,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...core import DataError, EncoderError, normalize_rows
+from ...core.canonical import matmul
 from .modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
 from ..text_batching import as_texts, check_options
 from ..base import EncoderInfo, Example, check_embeddings
@@ -106,7 +107,8 @@ Params = list[tuple[np.ndarray, np.ndarray]]  # [(W (out, in), b (out,)), ...]
 
 
 def head_forward(params: Params, x: np.ndarray, final_relu: bool = True, tower: str = "mlp") -> np.ndarray:
-    """The siamese tower in numpy.
+    """The siamese tower in numpy, with canonical products (:func:`backretrieval.core.canonical.matmul`:
+    the same bits on every BLAS kernel).
 
     Args:
         params: ``[(W (out, in), b (out,)), ...]`` of the dense layers, input first.
@@ -126,7 +128,7 @@ def head_forward(params: Params, x: np.ndarray, final_relu: bool = True, tower: 
     x = np.asarray(x, dtype=np.float32)
     h = x
     for i, (w, b) in enumerate(params):
-        h = h @ w.T + b
+        h = matmul(h, w.T) + b  # canonical: the same bits on every BLAS kernel
         if i < len(params) - 1 or (final_relu and tower == "mlp"):
             np.maximum(h, 0, out=h)
     if tower == "residual":
@@ -248,7 +250,7 @@ class TripletEncoder:
         self._base_options = dict(base_options or {})
         self._base: Any = None
         self.dim = 2 * int(self.params[-1][0].shape[0])
-        self._head_version = f"{method}-f1-{self.model.files_hash()}"
+        self._head_version = f"{method}-f2-{self.model.files_hash()}"
         base = _build_base(self.model_dir, self.name, self.base_spec, self._base_options)
         if self.progress and not getattr(base, "cacheable", True):  # the cache shows no bar for it: its own does
             base = _build_base(self.model_dir, self.name, self.base_spec, {"progress": True, **self._base_options})
