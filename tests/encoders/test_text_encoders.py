@@ -305,7 +305,7 @@ def test_use_m_vectors_do_not_depend_on_the_thread_count_or_the_batch(names_de):
 _KERNEL_CHILD = """
 import hashlib, sys
 from backretrieval.data import load_dataset
-from backretrieval.encoders.base import get_text_encoder
+from backretrieval.encoders import get_text_encoder
 texts = load_dataset("emoji-cldr", langs=["de"])["de"].texts[:120]
 print(hashlib.sha256(get_text_encoder(sys.argv[1], threads=1).encode(texts, "de").tobytes()).hexdigest())
 """
