@@ -155,9 +155,9 @@ def test_old_triplet_directory_loads_with_identical_vectors(tmp_path, tower_key)
     est = Triplet.load(old)
     np.testing.assert_array_equal(est.transform(xt, xb), got_old)
     assert est.method == "tripletxl" and est.tower == "mlp" and est.k == 5 and est.languages_ == ["de", "en"]
-    # the head's version of a legacy directory is the one its legacy reader computed
+    # the head's version of a legacy directory: the forward rule (f2: canonical products) and the files' hash as the legacy reader computed it
     want = content_hash((old / "model.json").read_bytes() + b"\0" + (old / "weights.npz").read_bytes(), 8)
-    assert TripletEncoder(old, "tripletxl")._head_version == f"tripletxl-f1-{want}"
+    assert TripletEncoder(old, "tripletxl")._head_version == f"tripletxl-f2-{want}"
     with pytest.raises(EncoderError, match="holds a 'tripletxl' model"):
         get_text_encoder(f"triplet:{old}")
     np.savez(old / "weights.npz", w0=params[0][0], b0=params[0][1])  # the second layer is gone
@@ -200,7 +200,7 @@ def test_old_m3l_directory_loads_with_identical_vectors(tmp_path):
             h /= np.linalg.norm(h, axis=1, keepdims=True)
     np.testing.assert_allclose(got_old, h, rtol=1e-4, atol=1e-5)
     want = content_hash((old / "config.json").read_bytes() + b"\0" + (old / "weights.npz").read_bytes(), 8)
-    assert M3LTextEncoder(old).version.startswith(f"m3l-{want}+")
+    assert M3LTextEncoder(old).version.startswith(f"m3l-f2-{want}+")  # f2: canonical products
     with pytest.raises(EncoderError, match=r"patr:.* is a model trained with the M3L loss: use m3l:"):
         get_text_encoder(f"patr:{old}")
     (old / "config.json").write_text(json.dumps({**json.loads((old / "config.json").read_text()), "format_version": 3}))

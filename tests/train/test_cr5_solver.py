@@ -182,7 +182,7 @@ def test_warm_started_eq14_equals_cold(rank, eig_tol):
 _CHILD = """
 import hashlib, json, sys
 import numpy as np
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {shared!r}]  # test_cr5 and the helpers it imports (tests/reference.py)
 from test_cr5 import synthetic
 from backretrieval.train.cr5 import _cg as _cr5_cg
 from backretrieval.train.cr5 import SolverSettings, solve
@@ -199,7 +199,8 @@ def test_same_bits_for_any_blas_threads_and_n_jobs(compiled_max_nnz):
     """The solution's bits do not depend on OPENBLAS_NUM_THREADS / OMP_NUM_THREADS nor n_jobs (each
     run in a fresh interpreter, so the thread settings take effect), with either product (all
     blocks compiled / all through scipy)."""
-    code = _CHILD.format(tests=str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    code = _CHILD.format(tests=str(here), shared=str(here.parent))
     out = []
     for threads, n_jobs in (("1", 1), ("2", 1), ("2", 2), ("1", 2)):
         env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
