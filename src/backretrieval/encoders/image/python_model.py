@@ -29,13 +29,13 @@ import contextlib
 import inspect
 import os
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ...core import EncoderError, first_bad_row
 from .batching import load_rgb
-from ..text.python_model import torch_fingerprint
+from ..text.python_model import encode_call, torch_fingerprint
 
 
 def object_name(model: Any) -> str:
@@ -49,28 +49,6 @@ def object_name(model: Any) -> str:
 def _is_torch_module(model: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(model, torch.nn.Module)
-
-
-def _call(model: Any) -> Callable[[list[Any]], Any]:
-    """The encoding function: ``model.encode`` (numpy output, no progress bar of its own where its
-    signature takes those options), or the callable itself."""
-    if hasattr(model, "encode") and callable(model.encode):
-        fn = model.encode
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            params = {}
-        kw: dict[str, Any] = {}
-        for key, value in (("convert_to_numpy", True), ("show_progress_bar", False)):
-            if key in params:
-                kw[key] = value
-        return lambda images: fn(images, **kw)
-    if callable(model):
-        return model
-    raise EncoderError(
-        f"an image model object needs an encode(images) method or must be callable (a torch module, a function); "
-        f"got {type(model).__name__}"
-    )
 
 
 @contextlib.contextmanager
@@ -115,7 +93,8 @@ class PythonImageModel:
             raise EncoderError(f"image model {name!r}: batch_size must be positive, got {batch_size}")
         self.name = name
         self.model = model
-        self._encode = _call(model)
+        self._encode = encode_call(
+            model, "an image model object needs an encode(images) method or must be callable (a torch module, a function)")
         self.batch_size = int(batch_size)
         identity = version if version is not None else torch_fingerprint(model)
         self.cacheable = identity is not None

@@ -43,9 +43,17 @@ def torch_fingerprint(model: Any) -> str | None:
     return f"{h.hexdigest()}@{'+'.join(devices)}"
 
 
-def _call(model: Any) -> Callable[[list[str]], Any]:
-    """The encoding function: ``model.encode`` with numpy output and no progress bar where the
-    signature takes those options, or the callable itself."""
+def encode_call(model: Any, needs: str) -> Callable[[list[Any]], Any]:
+    """The encoding function of a user's model object: ``model.encode`` with numpy output and no
+    progress bar where its signature takes those options, or the callable itself.
+
+    Args:
+        model: an object with an ``encode`` method, or a callable.
+        needs: the error's sentence on what such an object needs (the type found follows it).
+
+    Raises:
+        EncoderError: ``model`` has no ``encode`` method and is not callable.
+    """
     if hasattr(model, "encode") and callable(model.encode):
         fn = model.encode
         try:
@@ -56,10 +64,10 @@ def _call(model: Any) -> Callable[[list[str]], Any]:
         for key, value in (("convert_to_numpy", True), ("show_progress_bar", False)):
             if key in params:
                 kw[key] = value
-        return lambda texts: fn(texts, **kw)
+        return lambda items: fn(items, **kw)
     if callable(model):
         return model
-    raise EncoderError(f"a model object needs an encode(list[str]) method or must be callable; got {type(model).__name__}")
+    raise EncoderError(f"{needs}; got {type(model).__name__}")
 
 
 class PythonTextModel:
@@ -85,7 +93,7 @@ class PythonTextModel:
             raise EncoderError(f"{name}: batch_size must be positive, got {batch_size}")
         self.name = name
         self.model = model
-        self._encode = _call(model)
+        self._encode = encode_call(model, "a model object needs an encode(list[str]) method or must be callable")
         self.languages = tuple(languages) if languages else None
         self.batch_size = int(batch_size)
         identity = version if version is not None else torch_fingerprint(model)
