@@ -1,0 +1,129 @@
+"""Galleries (report/gallery.py): which queries are shown, in which order, on hand-built per-query
+frames with known answers; how a cell reads; each image embedded once."""
+from __future__ import annotations
+
+import base64
+import io
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from backretrieval.core import DataError
+from backretrieval.report.gallery import ALL_FAIL, DISAGREE, RANDOM, Thumbnails, gallery_table, select_queries
+
+COLUMNS = ["pair", "src_lang", "tgt_lang", "model", "seed", "query_id", "query_text", "retrieved_id", "retrieved_ids",
+           "retrieved_text", "bkr_rank", "xlr_rank", "is_translation", "query_image", "retrieved_image"]
+
+
+def frame(ranks: dict[str, dict[str, int]], *, pair=("en", "de"), seed=0, retrieved=None, truth=None) -> pd.DataFrame:
+    """ranks[query][model] = the round-trip rank; retrieved[query][model] = the retrieved id
+    (default: the query itself when the rank is 1, else 'x-<model>-<query>')."""
+    rows = []
+    for q, per_model in ranks.items():
+        for m, r in per_model.items():
+            got = (retrieved or {}).get(q, {}).get(m) or (q if r == 1 else f"x-{q}")
+            rows.append({"pair": f"{pair[0]}->{pair[1]}", "src_lang": pair[0], "tgt_lang": pair[1], "model": m,
+                         "seed": seed, "query_id": q, "query_text": f"text {q}", "retrieved_id": got,
+                         "retrieved_ids": [got], "retrieved_text": f"target {got}", "bkr_rank": float(r),
+                         "xlr_rank": np.nan if truth is None else float(truth[q][m]),
+                         "is_translation": pd.NA if truth is None else truth[q][m] == 1,
+                         "query_image": None, "retrieved_image": None})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_disagreement_first_by_spread_then_all_fail_hardest_first_then_random():
+    ranks = {
+        "agree": {"a": 1, "b": 1, "c": 1},
+        "split-wide": {"a": 1, "b": 64, "c": 2},  # log2 spread 6
+        "split-narrow": {"a": 1, "b": 2, "c": 1},  # log2 spread 1
+        "split-mid": {"a": 4, "b": 32, "c": 4},  # log2 spread 3
+        "fail-hard": {"a": 50, "b": 50, "c": 50},
+        "fail-easy": {"a": 3, "b": 3, "c": 3},
+        "fail-harder": {"a": 90, "b": 90, "c": 90},
+        "agree-2": {"a": 1, "b": 1, "c": 1},
+    }
+    sel = select_queries(frame(ranks), n=6, seed=0)
+    assert list(sel["why"]) == [DISAGREE] * 3 + [ALL_FAIL] * 1 + [RANDOM] * 2
+    assert list(sel["query_id"][:4]) == ["split-wide", "split-mid", "split-narrow", "fail-harder"]
+    rest = set(sel["query_id"][4:])
+    assert rest <= {"agree", "agree-2", "fail-hard", "fail-easy"} and len(rest) == 2
+
+
+def test_same_ranks_different_items_is_a_disagreement_ranked_after_rank_spread():
+    ranks = {"q1": {"a": 1, "b": 1}, "q2": {"a": 2, "b": 2}, "q3": {"a": 1, "b": 3}}
+    retrieved = {"q1": {"a": "q1", "b": "q1"}, "q2": {"a": "u", "b": "v"}}
+    sel = select_queries(frame(ranks, retrieved=retrieved), n=4, seed=0)
+    assert list(sel["query_id"][:2]) == ["q3", "q2"] and list(sel["why"][:2]) == [DISAGREE, DISAGREE]
+    assert list(sel["query_id"][2:]) == ["q1"] and list(sel["why"][2:]) == [RANDOM]
+
+
+def test_groups_short_of_queries_leave_their_places_to_the_next():
+    ranks = {f"f{i}": {"a": 5 + i, "b": 5 + i} for i in range(5)}  # every model fails, no disagreement
+    ranks["ok"] = {"a": 1, "b": 1}
+    sel = select_queries(frame(ranks), n=4, seed=0)  # 2 disagree + 1 fail + 1 random, no disagreement
+    assert list(sel["why"]) == [ALL_FAIL] * 3 + [RANDOM]
+    assert list(sel["query_id"][:3]) == ["f4", "f3", "f2"] and sel["query_id"].iloc[3] in ("f1", "f0", "ok")
+    assert len(select_queries(frame(ranks), n=50)) == 6  # never more than there are
+
+
+def test_random_part_is_seeded_and_per_pair():
+    ranks = {f"q{i:02d}": {"a": 1, "b": 1} for i in range(40)}
+    df = pd.concat([frame(ranks), frame(ranks, pair=("en", "ar"))])
+    a, b, c = (select_queries(df, n=5, seed=s) for s in (7, 7, 8))
+    pd.testing.assert_frame_equal(a, b)
+    assert list(a["pair"]) == ["en->de"] * 5 + ["en->ar"] * 5 and set(a["why"]) == {RANDOM}
+    assert list(a["query_id"]) != list(c["query_id"])
+    want = [f"q{i:02d}" for i in np.random.default_rng(7).permutation(40)[:5]]
+    assert list(a["query_id"][:5]) == want
+
+
+def test_a_query_drawn_by_two_seeds_is_shown_once():
+    df = pd.concat([frame({"q": {"a": 1, "b": 9}}, seed=1), frame({"q": {"a": 1, "b": 9}, "r": {"a": 1, "b": 1}}, seed=0)])
+    sel = select_queries(df, n=4)
+    assert sorted(zip(sel["query_id"], sel["seed"])) == [("q", 0), ("r", 0)]
+
+
+def emoji_png(color) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGBA", (64, 64), color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_table_cells_escape_direction_and_images_once(tmp_path):
+    red, blue = tmp_path / "red.png", tmp_path / "blue.png"
+    red.write_bytes(emoji_png((255, 0, 0, 255)))
+    blue.write_bytes(emoji_png((0, 0, 255, 128)))
+    (tmp_path / "red-copy.png").write_bytes(red.read_bytes())
+    df = frame({"q": {"a": 1, "b": 7}}, pair=("en", "he"), truth={"q": {"a": 1, "b": 3}})
+    df["query_text"] = "<b>pizza</b> & co"
+    df["retrieved_text"] = ["פיצה", "זה <script>"]
+    df["query_image"] = str(red)
+    df["retrieved_image"] = [str(tmp_path / "red-copy.png"), str(blue)]
+    thumbs = Thumbnails()
+    sel = select_queries(df, n=1)
+    out = gallery_table(df, sel, thumbs, models=["b", "a"])
+    assert "&lt;b&gt;pizza&lt;/b&gt; &amp; co" in out and "<script>" not in out and "&lt;script&gt;" in out
+    assert re.findall(r"<th>(.*?)</th>", out) == ["query", "b", "a"]
+    assert '<div dir="auto" lang="he">פיצה</div>' in out and '<div dir="auto" lang="en">' in out
+    assert "round trip: rank 7; not the translation" in out and "leads back (rank 1); the translation" in out
+    classes = re.findall(r'class="th (i[0-9a-f]+)"', out)
+    assert len(classes) == 3 and len(set(classes)) == 2 == len(thumbs)  # red and its copy: one image
+    css = thumbs.style()
+    assert css.count("data:image/webp;base64,") == 2
+    for cls in set(classes):
+        uri = re.search(rf"\.{cls}\{{background-image:url\(data:image/webp;base64,([^)]+)\)\}}", css).group(1)
+        from PIL import Image
+
+        with Image.open(io.BytesIO(base64.b64decode(uri))) as im:
+            assert im.format == "WEBP" and max(im.size) <= 96
+
+
+def test_a_missing_image_is_named(tmp_path):
+    df = frame({"q": {"a": 1}})
+    df["query_image"] = str(tmp_path / "gone.png")
+    with pytest.raises(DataError, match=r"image of en item q not found or unreadable: .*gone\.png"):
+        gallery_table(df, select_queries(df, n=1), Thumbnails())
