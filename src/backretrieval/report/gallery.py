@@ -67,14 +67,17 @@ def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame
         seed: seed of the random draw.
 
     Returns:
-        One row per selected query: ``pair``, ``seed``, ``query_id``, ``why`` (one of
-        ``"models disagree"``, ``"every model fails"``, ``"random"``), pairs in order of first
-        appearance.
+        One row per selected query: ``pair``, ``sample``, ``seed``, ``query_id``, ``why`` (one of
+        ``"models disagree"``, ``"every model fails"``, ``"random"``); each (pair, sample) is
+        selected on its own, in order of first appearance (``sample``: BkR's non-matching or
+        XLR's matching sample, None where ``df`` has no such column).
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rows = []
-    for pair, g in df.groupby("pair", sort=False):
+    if "sample" not in df.columns:
+        df = df.assign(sample=None)
+    for (pair, sample), g in df.groupby(["pair", "sample"], sort=False, dropna=False):
         g = g[g["seed"] == g.groupby("query_id", sort=False)["seed"].transform("min")]
         g = g.assign(_r=_outcome(g))
         per_q = g.groupby(["seed", "query_id"], sort=False).agg(
@@ -93,8 +96,8 @@ def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame
         rest = [k for k in keys if k not in taken]
         draw = np.random.default_rng(seed).permutation(len(rest))[: max(0, n - len(chosen))]
         chosen += [(rest[i], RANDOM) for i in draw]
-        rows += [{"pair": pair, "seed": k[0], "query_id": k[1], "why": why} for k, why in chosen]
-    return pd.DataFrame(rows, columns=["pair", "seed", "query_id", "why"])
+        rows += [{"pair": pair, "sample": _or_none(sample), "seed": k[0], "query_id": k[1], "why": why} for k, why in chosen]
+    return pd.DataFrame(rows, columns=["pair", "sample", "seed", "query_id", "why"])
 
 
 class Thumbnails:
@@ -162,19 +165,23 @@ def _known(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v)) and v is not pd.NA
 
 
+def _or_none(v: Any) -> Any:
+    return v if _known(v) else None
+
+
 def _cell(r: Any, thumbs: Thumbnails) -> str:
-    """One model's answer to one query: the retrieved item, its round-trip rank, and with
-    ground truth whether it is the translation."""
-    rank = r.bkr_rank if _known(r.bkr_rank) else None
-    notes = []
-    if rank is not None:
-        notes.append("leads back (rank 1)" if rank == 1 else f"round trip: rank {int(rank)}")
-    if _known(r.is_translation):
-        notes.append("the translation" if bool(r.is_translation) else "not the translation")
+    """One model's answer to one query: the retrieved item and, on BkR's sample, its round-trip
+    rank, on XLR's (with ground truth), whether it is the translation."""
+    notes, hit = [], None
+    if _known(r.bkr_rank):
+        hit = r.bkr_rank == 1
+        notes.append("leads back (rank 1)" if hit else f"round trip: rank {int(r.bkr_rank)}")
+    if _known(r.xlr_rank):  # a row of the matching sample: the translation is among the targets
+        hit = bool(r.is_translation)
+        notes.append("the translation" if hit else f"not the translation (it ranks {int(r.xlr_rank)})")
     ties = r.retrieved_ids if isinstance(r.retrieved_ids, (list, tuple, np.ndarray)) else []
     if len(ties) > 1:
         notes.append(f"{len(ties) - 1} more tied")
-    hit = (rank == 1) if rank is not None else (bool(r.is_translation) if _known(r.is_translation) else None)
     cls = "" if hit is None else (' class="hit"' if hit else ' class="miss"')
     return (f"<td{cls}>{thumbs.tag(r.retrieved_image, f'{r.tgt_lang} item {r.retrieved_id}')}"
             f"{_text(r.retrieved_text, r.tgt_lang)}<small>{html.escape(str(r.retrieved_id))}: "
@@ -182,12 +189,12 @@ def _cell(r: Any, thumbs: Thumbnails) -> str:
 
 
 def gallery_table(df: pd.DataFrame, selected: pd.DataFrame, thumbs: Thumbnails, models: Sequence[str] | None = None) -> str:
-    """One pair's gallery as an HTML table: a row per selected query (in the order of
-    ``selected``), the query in the first column, each model's retrieval in the next.
+    """A gallery as an HTML table: a row per selected query (in the order of ``selected``), the
+    query in the first column, each model's retrieval in the next.
 
     Args:
-        df: the per-query frame of one pair (see the module docstring).
-        selected: rows of :func:`select_queries` for that pair (``seed``, ``query_id``, ``why``).
+        df: the per-query frame (see the module docstring).
+        selected: rows of :func:`select_queries` (usually of one pair and sample).
         thumbs: the page's images (each image is added once).
         models: the models' column order (default: their order in ``df``).
 
@@ -197,11 +204,13 @@ def gallery_table(df: pd.DataFrame, selected: pd.DataFrame, thumbs: Thumbnails, 
     if selected.empty:
         return ""
     models = list(models) if models is not None else list(dict.fromkeys(df["model"]))
-    by = {(r.seed, r.query_id, r.model): r for r in df.itertuples(index=False)}
+    if "sample" not in df.columns:
+        df = df.assign(sample=None)
+    by = {(r.pair, _or_none(r.sample), r.seed, r.query_id, r.model): r for r in df.itertuples(index=False)}
     head = "<th>query</th>" + "".join(f"<th>{html.escape(str(m))}</th>" for m in models)
     body = []
     for s in selected.itertuples(index=False):
-        rows = [by.get((s.seed, s.query_id, m)) for m in models]
+        rows = [by.get((s.pair, _or_none(s.sample), s.seed, s.query_id, m)) for m in models]
         q = next(r for r in rows if r is not None)
         src = (f"<td>{thumbs.tag(q.query_image, f'{q.src_lang} item {q.query_id}')}{_text(q.query_text, q.src_lang)}"
                f"<small>{html.escape(str(q.query_id))} ({html.escape(s.why)}, seed {html.escape(str(s.seed))})</small></td>")
