@@ -6,6 +6,8 @@
 self-contained file: inline CSS, figures embedded as base64 PNG, no script, nothing fetched),
 ``OUT/report.json`` (the verdicts and every pairwise gap, machine-readable) and the figures as
 PNG and SVG under ``OUT/figures/``. :func:`compare_report` runs the comparison(s) first.
+Per pair, an example gallery (:mod:`.gallery`) shows what each model retrieved for a few
+queries, from the result's per-query table, with each image embedded once as a thumbnail.
 
 Verdicts: for each language pair, each model against the next in the ranking, the gap with its
 paired bootstrap interval (:func:`~backretrieval.analysis.compare.pairwise`) and the significance
@@ -26,10 +28,11 @@ import pandas as pd
 from ..analysis.compare import Comparison, compare, counterpart, has_metric, pairwise, wins
 from ..analysis.evaluate import EvalResult, slug
 from ..analysis.stats import correlations
-from ..core import atomic_write_text, json_ready
+from ..core import BackretrievalError, atomic_write_text, json_ready
 from ..core.env import environment
 from ..metrics import table
 from . import compare_figures as F
+from . import gallery as G
 from .html import img_tag, page
 
 _CSS = """
@@ -144,7 +147,7 @@ def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None =
 
 def write_compare_report(comparisons: Comparison | Sequence[Comparison], result: EvalResult, out_dir: str | Path, *,
                          command: str | Sequence[str] | None = None, n_boot: int = 1000, n_perm: int = 5000,
-                         seed: int = 0) -> Path:
+                         seed: int = 0, examples: int = 12) -> Path:
     """Write ``report.html``, ``report.json`` and ``figures/*.png|svg`` into ``out_dir``.
 
     Args:
@@ -154,7 +157,11 @@ def write_compare_report(comparisons: Comparison | Sequence[Comparison], result:
         out_dir: the folder (created).
         command: what produced it, shown verbatim (a list is shell-quoted); default: this
             Python call with its arguments.
-        n_boot, n_perm, seed: bootstrap resamples, permutations and seed of the pairwise gaps.
+        n_boot, n_perm, seed: bootstrap resamples, permutations and seed of the pairwise gaps
+            (``seed`` also draws the galleries' random queries).
+        examples: queries per pair and sample in the example galleries (0: no galleries), from
+            the result's per-query table (:meth:`EvalResult.queries`,
+            :func:`backretrieval.report.gallery.select_queries`).
 
     Returns:
         The path of ``report.html`` (written last, atomically: figures and report.json first).
@@ -195,10 +202,41 @@ def write_compare_report(comparisons: Comparison | Sequence[Comparison], result:
     if len(blocks) > 1 and blocks[1][0].metric.startswith("xlr"):  # the ranked metric against the ground truth
         agree = agreement(blocks[0][0], blocks[0][2], blocks[1][0], blocks[1][2])
         doc["agreement"] = {"metric": blocks[0][0].metric, "truth": blocks[1][0].metric, "per_pair": agree}
+    gallery = _galleries(result, cs[0], examples, seed) if examples else None
+    if gallery is not None:
+        doc["examples"] = gallery["selected"].to_dict(orient="records") if "selected" in gallery else gallery["note"]
     atomic_write_text(out / "report.json", json.dumps(json_ready(doc), indent=1))
     path = out / "report.html"
-    atomic_write_text(path, _html(blocks, result, command, n_seeds, agree))
+    atomic_write_text(path, _html(blocks, result, command, n_seeds, agree, gallery))
     return path
+
+
+_SAMPLE_TITLE = {
+    "non-matching": "BkR's queries (no translation among the targets): does the retrieved item's image lead back?",
+    "matching": "XLR's queries (the translation is among the targets): is the retrieved item the translation?",
+}
+
+
+def _galleries(result: EvalResult, c: Comparison, n: int, seed: int) -> dict[str, Any]:
+    """Per pair, the example gallery of each sample, models in ``c``'s order on that pair:
+    ``{"html": ..., "css": ..., "selected": frame}``, or ``{"note": why}`` where the records
+    keep no per-query results (approximate search)."""
+    try:
+        q = result.queries()
+    except BackretrievalError as e:
+        return {"note": f"no example gallery: {e}"}
+    sel = G.select_queries(q, n=n, seed=seed)
+    thumbs = G.Thumbnails()
+    parts = []
+    for pair, g in sel.groupby("pair", sort=False):
+        order = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank")["model"].tolist() or None
+        parts.append(f"<h3>{_e(pair)}</h3>")
+        for sample, s in g.groupby("sample", sort=False, dropna=False):
+            title = _SAMPLE_TITLE.get(sample)
+            if title:
+                parts.append(f"<p><b>{_e(title)}</b></p>")
+            parts.append(G.gallery_table(q, s, thumbs, order))
+    return {"html": "\n".join(parts), "css": G.CSS + thumbs.style(), "selected": sel}
 
 
 def _e(x: Any) -> str:
@@ -224,7 +262,8 @@ def _figures(items: Sequence[tuple[Path, str]], wide: bool = False) -> str:
     return f'<div class="{"stack" if wide else "row"}">{figs}</div>'
 
 
-def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[dict[str, Any]] | None) -> str:
+def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[dict[str, Any]] | None,
+          gallery: dict[str, Any] | None = None) -> str:
     cfg = result.config
     c0, chance0 = blocks[0][0], blocks[0][1]
     names = [b[0].metric for b in blocks]
@@ -279,6 +318,10 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
         h.append(f"<h3>By {_e(c.metric)}</h3>")
         h.append(_table(["model", "mean", "sd over pairs", "min", "max", "mean rank", "rank-1 pairs",
                          "significant wins", "ties", "losses"], rows))
+    if gallery is not None:
+        h.append("<h2>Examples: what each model retrieved</h2>")
+        h.append(f"<p>{_e(G.HOW_TO_READ)} Models in the order of {_e(c0.metric)} on each pair.</p>")
+        h.append(gallery.get("html") or f"<p>{_e(gallery['note'])}</p>")
     h.append("<h2>How to read this</h2><ul>"
              "<li>An interval is where the score would land on most other samples of N queries from the same data; "
              "two overlapping intervals do not mean a tie: the gap's own (paired) interval and its test decide.</li>"
@@ -298,4 +341,5 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
     inputs = result.run.get("inputs")
     if inputs:
         h.append(f"<p>Inputs (fingerprints):</p><pre>{_e(json.dumps(inputs, indent=1, default=str))}</pre>")
-    return page(f"Backretrieval comparison: {' and '.join(names)} on {cfg.dataset}", "\n".join(h), _CSS)
+    css = _CSS + (gallery.get("css", "") if gallery else "")
+    return page(f"Backretrieval comparison: {' and '.join(names)} on {cfg.dataset}", "\n".join(h), css)
