@@ -174,6 +174,17 @@ def bkr_ranks(src_text, tgt_text, src_img, tgt_img, sim="cosine", k=10):
     return np.array(ranks)
 
 
+def nearest_with_ties(src, tgt, sim="cosine", k=10):
+    """For each source row, every target attaining its best canonical score (ascending): the
+    targets BkR's first step follows and XLR's top-1 list."""
+    s = sim_matrix(src, tgt, sim, k)
+    out = []
+    for q in range(len(src)):
+        best = max(float(v) for v in s[q])
+        out.append([t for t in range(len(tgt)) if float(s[q, t]) == best])
+    return out
+
+
 def recall(ranks, k):
     return float(np.mean([r <= k for r in ranks]))
 

@@ -78,6 +78,38 @@ def test_xlr_ranks_match_reference(n, d, seed, block, ties):
     assert bwd.tolist() == rb.tolist()
 
 
+def csr_lists(offsets, targets):
+    """CSR arrays as one list of target rows per query."""
+    assert offsets[0] == 0 and offsets[-1] == len(targets) and (np.diff(offsets) >= 1).all()
+    return [targets[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 30), d=st.sampled_from([4, 16]), seed=st.integers(0, 10**6),
+       block=st.sampled_from([16, 256, 10**9]), ties=st.booleans(), sim=st.sampled_from(["cosine", "csls"]))
+def test_xlr_nearest_targets_match_reference(n, d, seed, block, ties, sim):
+    rng = np.random.default_rng(seed)
+    src = tied(rng, n, d, 3) if ties else rand(rng, n, d)
+    tgt = tied(rng, n, d, 3) if ties else src + 0.8 * rand(rng, n, d)
+    k = min(3, n)
+    fwd, bwd, offsets, targets = xlr_ranks(src, tgt, sim=sim, csls_k=k, block_bytes=block, return_nearest=True)
+    assert csr_lists(offsets, targets) == ref.nearest_with_ties(src, tgt, sim, k)
+    # the ranks are the default call's, and rank 1 means the partner is the one nearest target
+    f0, b0 = xlr_ranks(src, tgt, sim=sim, csls_k=k, block_bytes=block)
+    assert fwd.tolist() == f0.tolist() and bwd.tolist() == b0.tolist()
+    assert [r == 1 for r in fwd.tolist()] == [lst == [i] for i, lst in enumerate(csr_lists(offsets, targets))]
+
+
+def test_xlr_nearest_keeps_every_forced_tie():
+    src = np.array([[1, 0], [0, 1]], np.float32)
+    tgt = np.array([[1, 0], [1, 0], [0, 1]], np.float32)[[0, 2]]  # no tie: each source its own target
+    _, _, off, tg = xlr_ranks(src, tgt, return_nearest=True)
+    assert csr_lists(off, tg) == [[0], [1]]
+    tgt = np.array([[2, 0], [1, 0]], np.float32)  # same direction, so equal cosines: both tie for source 0
+    fwd, _, off, tg = xlr_ranks(src, tgt, return_nearest=True)
+    assert csr_lists(off, tg)[0] == [0, 1] and fwd[0] == 2
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_xlr_csls_matches_reference(seed):
     rng = np.random.default_rng(seed)
@@ -139,6 +171,26 @@ def test_bkr_ranks_match_reference(n_s, n_t, seed, block, ties):
     assert fast.tolist() == ref.bkr_ranks(st_, tt, si, ti).tolist()
 
 
+@settings(max_examples=30, deadline=None)
+@given(n_s=st.integers(2, 25), n_t=st.integers(2, 25), seed=st.integers(0, 10**6),
+       block=st.sampled_from([16, 256, 10**9]), ties=st.booleans(), sim=st.sampled_from(["cosine", "csls"]))
+def test_bkr_retrieved_ties_match_reference(n_s, n_t, seed, block, ties, sim):
+    rng = np.random.default_rng(seed)
+    if ties:  # few distinct rows: many queries retrieve several tied targets
+        st_, tt = tied(rng, n_s, 16, 3), tied(rng, n_t, 16, 3)
+        si, ti = tied(rng, n_s, 4, 3), tied(rng, n_t, 4, 3)
+    else:
+        st_, tt, si, ti = rand(rng, n_s, 8), rand(rng, n_t, 8), rand(rng, n_s, 6), rand(rng, n_t, 6)
+    k = min(3, n_s, n_t)
+    ranks, offsets, targets = bkr_ranks(st_, tt, si, ti, sim=sim, csls_k=k, block_bytes=block, return_ties=True)
+    expected = ref.nearest_with_ties(st_, tt, sim, k)
+    assert csr_lists(offsets, targets) == expected
+    assert ranks.tolist() == ref.bkr_ranks(st_, tt, si, ti, sim=sim, k=k).tolist()
+    # the default return: the same ranks and the first (lowest-index) tied target
+    r0, first = bkr_ranks(st_, tt, si, ti, sim=sim, csls_k=k, block_bytes=block)
+    assert r0.tolist() == ranks.tolist() and first.tolist() == [lst[0] for lst in expected]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_bkr_csls_matches_reference(seed):
     rng = np.random.default_rng(seed)
@@ -167,6 +219,8 @@ def test_bkr_tie_in_retrieval_takes_worst_target():
     # target 1's image equals source image 1: query 0 ranks behind it, the tie ranks 0 and 2 last
     assert ranks[0] == ref.bkr_ranks(src_text, tgt_text, src_img, tgt_img)[0] == 3
     assert retrieved[0] == 0
+    _, offsets, targets = bkr_ranks(src_text, tgt_text, src_img, tgt_img, return_ties=True)
+    assert targets[offsets[0]:offsets[1]].tolist() == [0, 1]  # both tied targets, as step 3 follows them
 
 
 def test_bkr_random_model_near_k_over_n():

@@ -48,6 +48,32 @@ def reuse_stale_option(fn):
                              "model libraries, FAISS) instead of recomputing them; a warning names what differs.")(fn)
 
 
+def save_queries_option(fn):
+    """--save-queries (evaluate and compare)."""
+    return click.option("--save-queries", is_flag=True,
+                        help="Also write OUT/queries.parquet: per record and query, what it retrieved (ids, texts, "
+                             "image paths; every tied top target), its BkR rank and, with ground truth, its XLR rank "
+                             "(docs/usage.md, 'What each query retrieved'). Exact search only.")(fn)
+
+
+def _check_save_queries(save_queries: bool, cfg) -> None:
+    if save_queries and cfg.approx is not None:
+        bad_option("--save-queries", "approximate search keeps no per-query results; use exact search (no --approx)")
+
+
+def _write_queries(result, out) -> str:
+    """OUT/queries.parquet of every record (and OUT/image-models/G/queries.parquet per extra image
+    model); the line that says so."""
+    from ..analysis.evaluate import slug, write_queries
+
+    path = Path(out) / "queries.parquet"
+    write_queries(result.queries(), path)
+    for g, res in result.others.items():
+        write_queries(res.queries(), Path(out) / "image-models" / slug(g) / "queries.parquet")
+    extra = f" (and per extra image model in {Path(out) / 'image-models'})" if result.others else ""
+    return f"wrote {path}{extra}"
+
+
 def _with_reuse(cfg, reuse_stale: bool):
     import dataclasses
 
@@ -102,19 +128,21 @@ def _header(cfg, result) -> str:
 @device_option
 @approx_options
 @reuse_stale_option
-def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, **grid) -> None:
+@save_queries_option
+def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
-    OUT/summary.md, and prints the summary table.
+    OUT/summary.md, and prints the summary table; with --save-queries also OUT/queries.parquet.
     """
     cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    _check_save_queries(save_queries, cfg)
     check_grid(cfg, out, executor)
     with folder_lock(out):
-        _evaluate(cfg, out, quiet, executor)
+        _evaluate(cfg, out, quiet, executor, save_queries)
 
 
-def _evaluate(cfg, out, quiet, executor) -> None:
+def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
     from ..analysis import evaluate as run, summarize
     from ..core import atomic_write_text
     from ..metrics.table import shown_columns, summary_columns
@@ -127,6 +155,8 @@ def _evaluate(cfg, out, quiet, executor) -> None:
     atomic_write_text(Path(out) / "summary.md", header + table + "\n")
     click.echo(header + table)
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
+    if save_queries:
+        click.echo(_write_queries(result, out))
 
 
 @main.command()
@@ -134,21 +164,25 @@ def _evaluate(cfg, out, quiet, executor) -> None:
 @device_option
 @approx_options
 @reuse_stale_option
+@save_queries_option
 @click.option("--metric", default=None, help="Metric to rank by (default bkr@K); `backretrieval metrics` lists those that can rank models.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
               "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, metric, level, alpha, n_boot, report, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, metric, level, alpha, n_boot,
+            report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
     OUT/compare.md, OUT/compare.json and the evaluation records. With --metric corr the CORR
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
-    --report also OUT/report.html, a page to share (see docs/your-data.md).
+    --report also OUT/report.html, a page to share (see docs/your-data.md); with --save-queries
+    also OUT/queries.parquet.
     """
     cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    _check_save_queries(save_queries, cfg)
     metric = (metric or f"bkr@{cfg.k}").strip()
     spec = _check_metric(metric, cfg.n, _approx_k(cfg))
     if spec.outcome is None:  # ranked by bootstrap replicates of the records (CORR)
@@ -158,10 +192,10 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     check_grid(cfg, out, executor)
     with folder_lock(out):
-        _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report)
+        _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report, save_queries)
 
 
-def _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report) -> None:
+def _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report, save_queries: bool = False) -> None:
     import json
 
     from ..analysis import evaluate as run
@@ -180,6 +214,8 @@ def _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, repo
     atomic_write_text(Path(out) / "compare.md", md + "\n")
     atomic_write_text(Path(out) / "compare.json", json.dumps(c.to_json(), indent=1, default=float))
     click.echo(md)
+    if save_queries:
+        click.echo(_write_queries(result, out))
     if report:
         from ..report.compare_report import comparisons_for, write_compare_report
         from .options import command_line

@@ -22,7 +22,7 @@ from typing import Mapping
 # CORR's pair subsample and bootstrap, the K sets of XLR@K / BkR@K, what a record holds.
 # Bump it (an integer) with any change that can change a stored record for the same inputs;
 # every stored record of another metrics version is then recomputed, and the run says so.
-METRICS_VERSION = 1
+METRICS_VERSION = 2
 NOT_INSTALLED = "not installed"
 
 

@@ -40,9 +40,11 @@ def bkr_ranks(
     sim: str = "cosine",
     csls_k: int = 10,
     block_bytes: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+    return_ties: bool = False,
+) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-query pessimistic rank of the query's own image, and the retrieved target per query
-    (the lowest-index one where several tie; the rank already accounts for all of them).
+    (the lowest-index one where several tie; the rank already accounts for all of them), or
+    with ``return_ties`` every tied retrieved target.
 
     Args:
         src_text: (N, d) source text embeddings (the queries).
@@ -53,10 +55,15 @@ def bkr_ranks(
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default); images are
             always compared by cosine, whatever ``sim``.
+        return_ties: also return every target that ties for a query's best canonical score
+            (step 2's ties, all of which step 3 follows).
 
     Returns:
         ``(ranks, retrieved)``: int64 (N,) 1-based ranks of each query's own image among the
         source images, seen from the retrieved target's image; int64 (N,) retrieved target rows.
+        With ``return_ties``: ``(ranks, offsets, targets)`` instead, the retrieved targets as
+        CSR arrays: query ``i`` retrieved the target rows ``targets[offsets[i]:offsets[i+1]]``
+        (ascending, at least one; int64, ``offsets`` of length N + 1).
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
@@ -73,6 +80,8 @@ def bkr_ranks(
     pair_ranks = ranks_against_rows(tgt_img, distinct, row_of_pair, unit_rows(src_img), query_of_pair, block_bytes=block_bytes)
     ranks = np.zeros(n, dtype=np.int64)
     np.maximum.at(ranks, query_of_pair, pair_ranks)
+    if return_ties:
+        return ranks, indptr, retrieved
     return ranks, retrieved[indptr[:-1]]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..search import ranks_both_ways
+from ..search import nearest_with_ties, ranks_both_ways
 from ._inputs import check_ks, check_pair, similarity
 from .table import source_summary
 
@@ -21,8 +21,10 @@ def xlr_ranks(
     sim: str = "cosine",
     csls_k: int = 10,
     block_bytes: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pessimistic 1-based ranks ``(source->target, target->source)`` of the true partners.
+    return_nearest: bool = False,
+) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pessimistic 1-based ranks ``(source->target, target->source)`` of the true partners,
+    and with ``return_nearest`` the targets each source retrieves.
 
     Args:
         src: (N, d) source embeddings; row i is the translation of ``tgt`` row i.
@@ -30,9 +32,16 @@ def xlr_ranks(
         sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default).
+        return_nearest: also return, for each source, every target attaining its best
+            canonical score (the same tie rule as BkR's first step), from one more pass over
+            the scores.
 
     Returns:
         Two int64 arrays of N ranks (1 = the partner is the nearest; ties count against it).
+        With ``return_nearest``: ``(fwd, bwd, offsets, targets)``, the nearest targets as CSR
+        arrays: source ``i`` retrieved the target rows ``targets[offsets[i]:offsets[i+1]]``
+        (ascending, at least one; int64, ``offsets`` of length N + 1). ``fwd[i] == 1`` exactly
+        when source ``i`` retrieved its partner alone.
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
@@ -42,7 +51,11 @@ def xlr_ranks(
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"), same_rows=True)
     sc = similarity(src, tgt, sim, csls_k, block_bytes)
     # cosine and CSLS are symmetric: one pass over the N x N scores serves both directions
-    return ranks_both_ways(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
+    fwd, bwd = ranks_both_ways(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
+    if not return_nearest:
+        return fwd, bwd
+    offsets, targets = nearest_with_ties(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
+    return fwd, bwd, offsets, targets
 
 
 def xlr(

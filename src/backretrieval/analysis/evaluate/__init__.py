@@ -1,6 +1,7 @@
 """The evaluation grid: every (model, source language, target language, seed), with its
 configuration and results (:mod:`.config`), samples and their embeddings (:mod:`.features`),
-resumable stored records (:mod:`.records`), the pure per-sample task (:mod:`.tasks`) and
+resumable stored records (:mod:`.records`), the pure per-sample task (:mod:`.tasks`), what each
+query retrieved (:mod:`.queries`: ``EvalResult.queries``, ``queries.parquet``) and
 :func:`evaluate` itself (:mod:`.grid`, whose docstring says how samples, records and resumption
 work, and which versions a record's key names).
 """
@@ -10,6 +11,7 @@ from .config import (
 )
 from .features import NEEDS, check_image_model
 from .grid import evaluate
+from .queries import QUERY_COLUMNS, SAMPLES, SampleItems, SideItems, query_table, sample_items, write_queries
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
     APPROX_CHECK_SAMPLE, APPROX_METHODS, APPROX_NOT_COMPUTED, Run, SampleTask, TaskResult, approx_ks, approx_versions,
@@ -18,7 +20,8 @@ from .tasks import (
 
 __all__ = [
     "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "MAX_RECORDS", "MAX_SEED", "MAX_SEEDS", "NEEDS",
-    "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleTask", "TaskResult",
+    "QUERY_COLUMNS", "SAMPLES", "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleItems", "SampleTask",
+    "SideItems", "TaskResult", "query_table", "sample_items", "write_queries",
     "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",

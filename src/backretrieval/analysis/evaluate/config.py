@@ -230,6 +230,8 @@ class EvalResult:
         run: what ``OUT/run.json`` holds (:func:`~backretrieval.analysis.evaluate.records.run_info`).
         text_only: True when the dataset has no images: XLR only, records carry no image fields.
         notes: what a summary of the records must say (e.g. seeds that all draw the same sample).
+        items: (src, tgt, seed) -> ``"non-matching"`` / ``"matching"`` -> the items of that
+            sample (:class:`~.queries.SampleItems`), which :meth:`queries` names.
     """
 
     config: EvalConfig
@@ -239,6 +241,63 @@ class EvalResult:
     run: dict[str, Any] = dataclasses.field(default_factory=dict)  # what OUT/run.json holds
     text_only: bool = False  # the dataset has no images: XLR only, records carry no image fields
     notes: list[str] = dataclasses.field(default_factory=list)  # what a summary of the records must say
+    items: dict[tuple[str, str, int], dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def queries(self, pair: Any = None, model: Any = None, seed: Any = None, sample: Any = None) -> pd.DataFrame:
+        """What each query retrieved: one row per (record, sample, query).
+
+        BkR's queries are the source side of the non-matching sample (``sample_kind ==
+        "non-matching"``): the row names the targets BkR's first step retrieved (every target
+        tied for the best canonical score, all of which BkR follows) and the round-trip rank
+        of the query's own image. Where the dataset links languages, XLR's queries are the
+        source side of the matching sample (``sample_kind == "matching"``): the row names the
+        nearest targets by the same tie rule and the rank of the query's true translation.
+        For a given pair and seed every model sees the same samples, so rows of two models
+        align by ``(sample_kind, query_id)``.
+
+        Columns, in this order:
+
+        * ``pair`` (``"en->de"``), ``src_lang``, ``tgt_lang``, ``model``, ``seed``;
+        * ``query_id``, ``query_text``: the source item;
+        * ``retrieved_id``, ``retrieved_text``: the first (lowest sample position) of the
+          tied top targets; ``retrieved_ids``: the ids of all of them (a list, at least one);
+        * ``bkr_rank``: BkR's pessimistic round-trip rank (Int64; <NA> on matching rows);
+        * ``xlr_rank``: the pessimistic rank of the true translation among the matching
+          sample's targets (Int64; <NA> on non-matching rows and without links);
+        * ``is_translation``: every tied top target has the query's concept (boolean; <NA>
+          without links; always False on non-matching rows, whose samples hold no
+          translation of any query by construction; on matching rows True exactly when
+          ``xlr_rank == 1``);
+        * ``query_image``, ``retrieved_image``: the path of the item's image file (of the
+          first tied target), None where the dataset has no image files (no images, or only
+          a precomputed feature file);
+        * ``sample_kind``: ``"non-matching"`` or ``"matching"`` (not ``sample``, which is a
+          ``DataFrame`` method).
+
+        Args:
+            pair: keep these pairs only: ``"en-de"``, ``"en-de,de-en"``, ``("en", "de")`` or
+                a list of them (None: all).
+            model: keep this model (name) or these models only (None: all).
+            seed: keep this seed or these seeds only (None: all).
+            sample: keep ``"non-matching"`` or ``"matching"`` rows only (None: both).
+
+        Returns:
+            The frame (columns above; records in grid order, per record the non-matching
+            sample's queries, then the matching sample's). Rows are of this result's image
+            model; ``others[g].queries()`` gives those of an extra image model ``g``.
+
+        Raises:
+            BackretrievalError: a filter that matches no record, an unknown sample, or a
+                record without per-query results (approximate search, or a result assembled
+                without its samples' items), named.
+        """
+        from .queries import query_table
+
+        pairs = None
+        if pair is not None:
+            given = [pair] if isinstance(pair, (str, tuple)) else list(pair)
+            pairs = [p for g in given for p in (parse_pairs(g) if isinstance(g, str) else [tuple(g)])]
+        return query_table(self.records, self.ranks, self.items, pairs, model, seed, sample)
 
 
 

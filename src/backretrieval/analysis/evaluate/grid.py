@@ -60,6 +60,7 @@ from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
 from .features import check_needs, draw_samples, Features, same_sample_note, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
+from .queries import MATCHING, NON_MATCHING, sample_items
 from .tasks import SampleTask, check_approx
 
 Sample = tuple[str, str, int]  # (src, tgt, seed)
@@ -227,6 +228,8 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             bar.update(1)
     bar.close()
 
+    items = {(s, t, seed): sample_items(ds[s], ds[t], {NON_MATCHING: sm.bkr, MATCHING: sm.xlr})
+             for (s, t, seed), sm in samples.items()}
     info = run_info(cfg, ds, feats, inputs, ex.name)
     order = {m: i for i, m in enumerate(names)}
     results = {}
@@ -239,6 +242,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             run=info,
             text_only=not has_bkr,
             notes=list(notes),
+            items=items,
         )
     main, *rest = image_models
     result = results[main]

@@ -84,6 +84,12 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         ``ranks`` holds the per-query ranks behind them (``"xlr"``, ``"xlr_t2s"``, ``"bkr"``:
         1-based pessimistic int64 ranks; with ``approx`` float64, inf for a query not found in
         the top K) and, with ``corr_boot``, CORR's bootstrap replicates (``"corr_boot"``).
+        Exact search also keeps what each query retrieved, as CSR arrays of target positions
+        in its sample (every target tied for the query's best canonical score, ascending):
+        ``"bkr_retrieved_offsets"`` / ``"bkr_retrieved_flat"`` (BkR's first step on the
+        non-matching sample: query ``i`` retrieved ``flat[offsets[i]:offsets[i+1]]``) and
+        ``"xlr_retrieved_offsets"`` / ``"xlr_retrieved_flat"`` (the nearest targets on the
+        matching sample).
     """
     if task.approx is not None:
         return _run_approx_task(task)
@@ -102,8 +108,9 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         shared: dict[str, Any] = {}
         shared_ranks: dict[str, np.ndarray] = {}
         if task.xlr is not None:
-            fwd, bwd = xlr_ranks(*task.xlr[model], **opts)
+            fwd, bwd, offsets, flat = xlr_ranks(*task.xlr[model], **opts, return_nearest=True)
             shared_ranks["xlr"], shared_ranks["xlr_t2s"] = fwd, bwd
+            shared_ranks["xlr_retrieved_offsets"], shared_ranks["xlr_retrieved_flat"] = offsets, flat
             for source in ("xlr", "xlr_t2s"):
                 shared.update(rank_values(source, shared_ranks[source], task.n, task.k))
         if task.bkr is None:
@@ -115,7 +122,8 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         text_corr = text_sides[model] if boot else text_side(st, tt, seed=task.seed)
         for g, (si, ti) in task.images.items():
             values, ranks = dict(shared), dict(shared_ranks)
-            ranks["bkr"], _ = bkr_ranks(st, tt, si, ti, **opts)
+            ranks["bkr"], ranks["bkr_retrieved_offsets"], ranks["bkr_retrieved_flat"] = bkr_ranks(
+                st, tt, si, ti, **opts, return_ties=True)
             values.update(rank_values("bkr", ranks["bkr"], task.n, task.k))
             values.update(corr_from_sides(text_corr, image_sides[g]))
             values["bkr_chance"] = _BKR.chance(task.k, task.n)
