@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, check_image_models, parse_options, warn, main
+from ..core import BackretrievalError
+from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_image_models, parse_options, warn, main
 
 
 @main.group()
@@ -47,20 +48,49 @@ def _wildcard_note(host: str, shown: str | None) -> None:
 @click.option("--pool-size", type=POSITIVE, default=None, help="Subsample the target pool to this many items (default: all).")
 @click.option("--images", type=click.Choice(["all", "query", "none"]), default="all", show_default=True,
               help="Show images (when the dataset has image files) for queries and suggestions, queries only, or none.")
+@click.option("--from-queries", "from_queries", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Take the queries from an evaluation's per-query results (OUT/queries.parquet of evaluate/compare "
+                   "--save-queries): those of --src/--tgt on which the --disagree models retrieved different targets "
+                   "(at most --queries of them, drawn with --seed).")
+@click.option("--disagree", default=None,
+              help="With --from-queries: the models (as the file names them, two or more, comma-separated) whose "
+                   "retrieved targets must differ; default: --models.")
 @click.option("--raters", type=NON_NEGATIVE, default=1, show_default=True, help="Raters to register now (more with `study add-rater`).")
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The study file to write (SQLite).")
 @click.option("--force", is_flag=True, help="Replace an existing study file (and its ratings).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size, images, raters, dataset_option, out, force, quiet) -> None:
-    """Build the blinded, randomised study file."""
+def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size, images, from_queries, disagree, raters,
+           dataset_option, out, force, quiet) -> None:
+    """Build the blinded, randomised study file.
+
+    With --from-queries the queries are those of an evaluation on which models disagree, so raters
+    judge exactly the cases that decide which model wins.
+    """
     from ..study import StudyConfig, create_study
 
+    model_list = [m for m in models.split(",") if m.strip()]
+    query_ids = None
+    if disagree is not None and from_queries is None:
+        bad_option("--disagree", "needs --from-queries (the per-query results the models disagree in)")
+    if from_queries is not None:
+        from ..study import disagreeing_queries, read_query_table
+
+        names = [m.strip() for m in (disagree.split(",") if disagree is not None else model_list) if m.strip()]
+        try:
+            query_ids = disagreeing_queries(read_query_table(from_queries), src, tgt, names)
+        except BackretrievalError as e:
+            bad_option("--disagree" if disagree is not None else "--from-queries", str(e))
+        if not query_ids:
+            bad_option("--from-queries", f"{', '.join(names)} retrieved the same targets for every {src}-{tgt} query in "
+                       f"{from_queries}: no query to study")
+        shown = min(len(query_ids), queries)
+        warn(f"{len(query_ids)} {src} queries on which {', '.join(names)} disagree in {from_queries}; the study takes {shown}")
     cfg = StudyConfig(
         dataset=dataset,
         src=src,
         tgt=tgt,
-        models=[m for m in models.split(",") if m.strip()],
+        models=model_list,
         queries=queries,
         per_model=per_model,
         seed=seed,
@@ -68,6 +98,7 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
         pool_size=pool_size,
         images=images,
         dataset_options=parse_options(dataset_option),
+        query_ids=query_ids,
     )
     summary = create_study(cfg, out, raters=raters, force=force, progress=not quiet, log=warn)
     click.echo(

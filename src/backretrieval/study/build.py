@@ -8,7 +8,10 @@ model suggested what (:mod:`.store`, :mod:`.server`).
 
 Sampling (all from ``numpy.random.default_rng(seed)``, so the same seed gives the same study):
 
-* queries: ``Q`` distinct rows of the source corpus, uniformly;
+* queries: ``Q`` distinct rows of the source corpus, uniformly; or, given ``query_ids`` (e.g. the
+  queries on which models disagree in an evaluation's per-query results, :mod:`.from_queries`),
+  those items, all of them in the order given when there are at most ``Q``, else ``Q`` of them
+  drawn uniformly (kept in the order given);
 * pool (the searchable target items): the whole target corpus, less, with ``pool="disjoint"``
   (the default), every item whose concept is the concept of a sampled query -- so the query's
   own translation is never a suggestion. This is the setting of the paper's study (independent
@@ -54,6 +57,7 @@ class StudyConfig:
     pool_size: int | None = None
     images: str = "all"
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    query_ids: list[str] | None = None  # the queries by source item id (see the module doc); None: sampled
 
     def validate(self) -> None:
         """Check every setting before any work; a clear error naming the first bad one."""
@@ -74,6 +78,8 @@ class StudyConfig:
             raise BackretrievalError(f"images must be one of {', '.join(IMAGE_MODES)}, got {self.images!r}")
         if self.pool_size is not None and (not isinstance(self.pool_size, int) or self.pool_size < 1):
             raise BackretrievalError(f"pool_size must be a positive integer, got {self.pool_size!r}")
+        if self.query_ids is not None and (isinstance(self.query_ids, str) or not list(self.query_ids)):
+            raise BackretrievalError(f"query_ids must be a non-empty list of source item ids, got {self.query_ids!r}")
 
 
 @dataclasses.dataclass
@@ -86,10 +92,13 @@ class Retrieved:
 
 def sample(cfg: StudyConfig, src: Corpus, tgt: Corpus) -> tuple[np.ndarray, np.ndarray]:
     """``(query_rows, pool_rows)``: rows of the source and target corpora (see module doc)."""
-    if cfg.queries > len(src):
-        raise DataError(f"{src.dataset}/{src.lang}: {cfg.queries} queries asked for, the corpus has {len(src)} items")
     rng = np.random.default_rng(cfg.seed)
-    q_rows = rng.choice(len(src), size=cfg.queries, replace=False).astype(np.int64)
+    if cfg.query_ids is not None:
+        q_rows = _given_queries(cfg, src, rng)
+    else:
+        if cfg.queries > len(src):
+            raise DataError(f"{src.dataset}/{src.lang}: {cfg.queries} queries asked for, the corpus has {len(src)} items")
+        q_rows = rng.choice(len(src), size=cfg.queries, replace=False).astype(np.int64)
     if cfg.pool == "disjoint":
         taken = {src.concept_of(int(i)) for i in q_rows}
         pool = np.array([j for j, c in enumerate(tgt.concept_keys()) if c not in taken], dtype=np.int64)
@@ -104,6 +113,20 @@ def sample(cfg: StudyConfig, src: Corpus, tgt: Corpus) -> tuple[np.ndarray, np.n
     if cfg.per_model > len(pool):
         raise DataError(f"{tgt.dataset}/{tgt.lang}: per_model={cfg.per_model} exceeds the pool of {len(pool)} items")
     return q_rows, pool
+
+
+def _given_queries(cfg: StudyConfig, src: Corpus, rng: np.random.Generator) -> np.ndarray:
+    """The rows of ``cfg.query_ids`` in ``src`` (at most ``cfg.queries``, see the module doc)."""
+    row_of = {item: i for i, item in enumerate(src.ids)}
+    ids = list(dict.fromkeys(str(q) for q in cfg.query_ids))
+    missing = [q for q in ids if q not in row_of]
+    if missing:
+        raise DataError(f"{src.dataset}/{src.lang}: query id {missing[0]!r} is not in the corpus ({len(missing)} of the "
+                        f"{len(ids)} given are not); were the per-query results computed on this dataset?")
+    if len(ids) > cfg.queries:
+        keep = np.sort(rng.choice(len(ids), size=cfg.queries, replace=False))
+        ids = [ids[i] for i in keep]
+    return np.array([row_of[q] for q in ids], dtype=np.int64)
 
 
 def retrieve(spec: str, queries: Corpus, pool: Corpus, k: int, progress: bool = False) -> Retrieved:
@@ -247,7 +270,8 @@ def _write(
         "src": cfg.src,
         "tgt": cfg.tgt,
         "models": cfg.models,
-        "queries": cfg.queries,
+        "queries": len(qc),
+        "query_ids": cfg.query_ids,
         "per_model": cfg.per_model,
         "seed": cfg.seed,
         "pool": cfg.pool,

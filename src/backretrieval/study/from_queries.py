@@ -1,0 +1,78 @@
+"""A study's queries taken from an evaluation's per-query results (``queries.parquet``, written by
+``evaluate --save-queries`` / ``compare --save-queries``; the columns of ``EvalResult.queries``,
+docs/usage.md "What each query retrieved"): the queries on which some models retrieved different
+targets, so raters judge exactly the cases that decide which model wins.
+
+Which rows count: those of the study's pair; of BkR's queries (``sample_kind == "non-matching"``)
+where the file has them for the pair, else of XLR's (``"matching"``). A query *disagrees* when,
+for some seed, the models do not all retrieve the same set of tied top targets
+(``retrieved_ids``); every named model must have rows for the pair.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ..core import BackretrievalError, DataError
+
+NEEDED = ("src_lang", "tgt_lang", "model", "seed", "query_id", "retrieved_ids", "sample_kind")
+
+
+def read_query_table(path: str | Path) -> pd.DataFrame:
+    """Read a ``queries.parquet`` and check it has the columns a selection needs.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The table.
+
+    Raises:
+        DataError: the file cannot be read as Parquet, or lacks a needed column (named).
+    """
+    path = Path(path)
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError, ImportError) as e:
+        raise DataError(f"{path}: cannot read per-query results ({type(e).__name__}: {e}); write them with "
+                        "evaluate --save-queries") from None
+    missing = [c for c in NEEDED if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: not per-query results of evaluate --save-queries: no column {missing[0]!r}")
+    return df
+
+
+def disagreeing_queries(table: pd.DataFrame, src: str, tgt: str, models: Sequence[str]) -> list[str]:
+    """The source item ids of the queries on which ``models`` retrieved different targets.
+
+    Args:
+        table: per-query results (:func:`read_query_table`).
+        src, tgt: the pair.
+        models: two or more model names as the table's ``model`` column has them.
+
+    Returns:
+        The ids, each once, in the order the table first lists them (by seed, then query).
+
+    Raises:
+        BackretrievalError: fewer than two distinct models, a pair the table does not hold, or
+            a model without rows for the pair (each named, with what the table holds).
+    """
+    models = list(dict.fromkeys(m.strip() for m in models))
+    if len(models) < 2:
+        raise BackretrievalError(f"disagreement needs two or more models, got {models!r}")
+    rows = table[(table["src_lang"] == src) & (table["tgt_lang"] == tgt)]
+    if rows.empty:
+        held = sorted({f"{s}-{t}" for s, t in zip(table["src_lang"], table["tgt_lang"])})
+        raise BackretrievalError(f"the per-query results hold no pair {src}-{tgt}; they hold {', '.join(held) or 'nothing'}")
+    kinds = set(rows["sample_kind"])
+    rows = rows[rows["sample_kind"] == ("non-matching" if "non-matching" in kinds else "matching")]
+    held = sorted(set(rows["model"]))
+    for m in models:
+        if m not in held:
+            raise BackretrievalError(f"model {m!r} has no per-query results for {src}-{tgt}; they hold {', '.join(held)}")
+    rows = rows[rows["model"].isin(models)]
+    targets = rows.assign(retrieved=[frozenset(ids) for ids in rows["retrieved_ids"]])
+    per_query = targets.groupby(["seed", "query_id"], sort=False)["retrieved"].agg(lambda s: len(set(s)) > 1)
+    return list(dict.fromkeys(q for (_, q), differ in per_query.items() if differ))
