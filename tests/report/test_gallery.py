@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+from backretrieval.cli import main
 from backretrieval.core import DataError
 from backretrieval.report.gallery import ALL_FAIL, DISAGREE, RANDOM, Thumbnails, gallery_table, select_queries
 
@@ -127,3 +131,92 @@ def test_a_missing_image_is_named(tmp_path):
     df["query_image"] = str(tmp_path / "gone.png")
     with pytest.raises(DataError, match=r"image of en item q not found or unreadable: .*gone\.png"):
         gallery_table(df, select_queries(df, n=1), Thumbnails())
+
+
+# ------------------------------------------------------- a real report, 5 models x 3 pairs x 12 queries
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+MODELS = ["use-m", "tfidf-char", "random", "use-m@mix=0.5", "tfidf-char@noise=1"]
+PAIRS = ["en->ar", "he->en", "en->de"]
+MAX_PAGE = 15 * 2**20
+
+
+@pytest.fixture(scope="module")
+def gallery_report(tmp_path_factory, shared_data):
+    out = tmp_path_factory.mktemp("gallery-report")
+    args = ["compare", "--dataset", "emoji-cldr", "--pairs", "en-ar,he-en,en-de", "--models", ",".join(MODELS),
+            "--image-model", "color-hist", "--n", "120", "--seeds", "0,", "--n-boot", "100", "--out", str(out),
+            "--quiet", "--report"]
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_real_report_has_a_gallery_per_pair_and_sample_within_the_size_bound(gallery_report):
+    path = gallery_report / "report.html"
+    text = path.read_text(encoding="utf-8")
+    assert path.stat().st_size <= MAX_PAGE
+    tables = re.findall(r'<table class="gallery">.*?</table>', text, flags=re.S)
+    assert len(tables) == 3 * 2  # per pair: BkR's sample and XLR's (emoji-cldr links the languages)
+    for t in tables:
+        assert len(re.findall(r"<tr>", t)) == 1 + 12
+        assert len(re.findall(r"<th>", t)) == 1 + len(MODELS)
+    assert sorted(h for h in re.findall(r"<h3>(.*?)</h3>", text) if "-&gt;" in h) == sorted(p.replace(">", "&gt;") for p in PAIRS)
+    uris = re.findall(r"url\((data:image/webp;base64,[^)]+)\)", text)
+    assert len(uris) == len(set(uris)) > 0  # each image's bytes once
+    used = set(re.findall(r'class="th (i[0-9a-f]+)"', text))
+    assert used == set(re.findall(r"\.(i[0-9a-f]+)\{background-image", text))
+    doc = json.loads((gallery_report / "report.json").read_text())
+    assert len(doc["examples"]) == 3 * 2 * 12 and {e["why"] for e in doc["examples"]} <= {DISAGREE, ALL_FAIL, RANDOM}
+
+
+def test_gallery_in_headless_chromium(gallery_report):
+    """Every thumbnail decodes, nothing is fetched, no console error, Arabic and Hebrew run right
+    to left. Fails (never skips) when Chromium or Playwright is missing."""
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (scripts/setup.sh does: apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright (Python) is not installed: pip install -e '.[study,test]' (scripts/setup.sh does)")
+    url = (gallery_report / "report.html").resolve().as_uri()
+    fetched, console, errors = [], [], []
+
+    def route(r):  # anything but the page itself and data: URIs is recorded and refused
+        if r.request.url == url or r.request.url.startswith("data:"):
+            return r.continue_()
+        fetched.append(r.request.url)
+        return r.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.route("**/*", route)
+            page.on("console", lambda m: console.append((m.type, m.text)))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url, wait_until="load")
+            thumbs = page.evaluate("""async () => {
+                const urls = [...document.querySelectorAll('i.th')].map(e => getComputedStyle(e).backgroundImage);
+                const out = [];
+                for (const u of new Set(urls)) {
+                    const img = new Image();
+                    img.src = u.slice(5, -2);  // url("...")
+                    try { await img.decode(); } catch (e) {}
+                    out.push([u.slice(0, 40), img.naturalWidth]);
+                }
+                return [urls.length, out];
+            }""")
+            directions = page.evaluate("""() => Object.fromEntries(['ar', 'he', 'en'].map(l =>
+                [l, [...document.querySelectorAll(`table.gallery div[lang="${l}"]`)].map(e => getComputedStyle(e).direction)]))""")
+        finally:
+            browser.close()
+    n_used, decoded = thumbs
+    assert n_used >= 3 * 2 * 12 * (1 + len(MODELS))  # every cell shows its image
+    assert decoded and all(u.startswith('url("data:image/webp;base64,') and w > 0 for u, w in decoded), decoded
+    assert fetched == [] and not errors and not [c for c in console if c[0] in ("error", "warning")], (fetched, errors, console)
+    assert directions["ar"] and set(directions["ar"]) == {"rtl"}
+    assert directions["he"] and set(directions["he"]) == {"rtl"}
+    assert directions["en"] and set(directions["en"]) == {"ltr"}

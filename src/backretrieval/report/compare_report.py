@@ -228,14 +228,13 @@ def _galleries(result: EvalResult, c: Comparison, n: int, seed: int) -> dict[str
     sel = G.select_queries(q, n=n, seed=seed)
     thumbs = G.Thumbnails()
     parts = []
-    for pair, g in sel.groupby("pair", sort=False):
-        order = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank")["model"].tolist() or None
+    for pair in dict.fromkeys(c.per_pair["pair"]):
+        order = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank")["model"].tolist()
         parts.append(f"<h3>{_e(pair)}</h3>")
-        for sample, s in g.groupby("sample", sort=False, dropna=False):
-            title = _SAMPLE_TITLE.get(sample)
-            if title:
-                parts.append(f"<p><b>{_e(title)}</b></p>")
-            parts.append(G.gallery_table(q, s, thumbs, order))
+        for sample, title in _SAMPLE_TITLE.items():
+            s = sel[(sel["pair"] == pair) & (sel["sample_kind"] == sample)]
+            if len(s):
+                parts += [f"<p><b>{_e(title)}</b></p>", G.gallery_table(q, s, thumbs, order)]
     return {"html": "\n".join(parts), "css": G.CSS + thumbs.style(), "selected": sel}
 
 

@@ -37,7 +37,7 @@ TEXT_CHARS = 240  # longer texts are cut, with an ellipsis
 
 CSS = """
 table.gallery { table-layout: fixed; width: 100%; font-size: .85em; }
-table.gallery td { vertical-align: top; text-align: left; overflow-wrap: anywhere; }
+table.gallery td, table.gallery th { vertical-align: top; text-align: left; overflow-wrap: anywhere; }
 table.gallery td.hit { background: #eef8ee; }
 table.gallery td.miss { background: #fbefef; }
 table.gallery small { display: block; color: #555; margin-top: .2em; }
@@ -49,7 +49,8 @@ table.gallery small { display: block; color: #555; margin-top: .2em; }
 def _outcome(df: pd.DataFrame) -> pd.Series:
     """The rank a query is judged by: its round-trip rank (BkR), or where the records have no
     BkR (text-only data) the rank of the translation (XLR)."""
-    return pd.to_numeric(df["bkr_rank"], errors="coerce").fillna(pd.to_numeric(df["xlr_rank"], errors="coerce"))
+    bkr, xlr = (pd.to_numeric(df[c], errors="coerce").astype("float64") for c in ("bkr_rank", "xlr_rank"))
+    return bkr.fillna(xlr)
 
 
 def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame:
@@ -67,17 +68,17 @@ def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame
         seed: seed of the random draw.
 
     Returns:
-        One row per selected query: ``pair``, ``sample``, ``seed``, ``query_id``, ``why`` (one of
+        One row per selected query: ``pair``, ``sample_kind``, ``seed``, ``query_id``, ``why`` (one of
         ``"models disagree"``, ``"every model fails"``, ``"random"``); each (pair, sample) is
-        selected on its own, in order of first appearance (``sample``: BkR's non-matching or
+        selected on its own, in order of first appearance (``sample_kind``: BkR's non-matching or
         XLR's matching sample, None where ``df`` has no such column).
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rows = []
-    if "sample" not in df.columns:
-        df = df.assign(sample=None)
-    for (pair, sample), g in df.groupby(["pair", "sample"], sort=False, dropna=False):
+    if "sample_kind" not in df.columns:
+        df = df.assign(sample_kind=None)
+    for (pair, sample), g in df.groupby(["pair", "sample_kind"], sort=False, dropna=False):
         g = g[g["seed"] == g.groupby("query_id", sort=False)["seed"].transform("min")]
         g = g.assign(_r=_outcome(g))
         per_q = g.groupby(["seed", "query_id"], sort=False).agg(
@@ -96,8 +97,8 @@ def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame
         rest = [k for k in keys if k not in taken]
         draw = np.random.default_rng(seed).permutation(len(rest))[: max(0, n - len(chosen))]
         chosen += [(rest[i], RANDOM) for i in draw]
-        rows += [{"pair": pair, "sample": _or_none(sample), "seed": k[0], "query_id": k[1], "why": why} for k, why in chosen]
-    return pd.DataFrame(rows, columns=["pair", "sample", "seed", "query_id", "why"])
+        rows += [{"pair": pair, "sample_kind": _or_none(sample), "seed": k[0], "query_id": k[1], "why": why} for k, why in chosen]
+    return pd.DataFrame(rows, columns=["pair", "sample_kind", "seed", "query_id", "why"])
 
 
 class Thumbnails:
@@ -204,13 +205,13 @@ def gallery_table(df: pd.DataFrame, selected: pd.DataFrame, thumbs: Thumbnails, 
     if selected.empty:
         return ""
     models = list(models) if models is not None else list(dict.fromkeys(df["model"]))
-    if "sample" not in df.columns:
-        df = df.assign(sample=None)
-    by = {(r.pair, _or_none(r.sample), r.seed, r.query_id, r.model): r for r in df.itertuples(index=False)}
+    if "sample_kind" not in df.columns:
+        df = df.assign(sample_kind=None)
+    by = {(r.pair, _or_none(r.sample_kind), r.seed, r.query_id, r.model): r for r in df.itertuples(index=False)}
     head = "<th>query</th>" + "".join(f"<th>{html.escape(str(m))}</th>" for m in models)
     body = []
     for s in selected.itertuples(index=False):
-        rows = [by.get((s.pair, _or_none(s.sample), s.seed, s.query_id, m)) for m in models]
+        rows = [by.get((s.pair, _or_none(s.sample_kind), s.seed, s.query_id, m)) for m in models]
         q = next(r for r in rows if r is not None)
         src = (f"<td>{thumbs.tag(q.query_image, f'{q.src_lang} item {q.query_id}')}{_text(q.query_text, q.src_lang)}"
                f"<small>{html.escape(str(q.query_id))} ({html.escape(s.why)}, seed {html.escape(str(s.seed))})</small></td>")
