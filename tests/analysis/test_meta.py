@@ -64,6 +64,7 @@ def test_meta_results_and_figures(meta_run):
             assert im.format == "PNG" and im.size[0] > 500 and im.size[1] > 250
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 6 and "<table>" in html and "src=\"http" not in html
+    assert "bkr@10 and xlr@10 disagree: example queries</h2>" in html
 
 
 def _records():

@@ -220,3 +220,55 @@ def test_gallery_in_headless_chromium(gallery_report):
     assert directions["ar"] and set(directions["ar"]) == {"rtl"}
     assert directions["he"] and set(directions["he"]) == {"rtl"}
     assert directions["en"] and set(directions["en"]) == {"ltr"}
+
+
+def test_thumbnail_budget_implies_the_page_bound(tmp_path):
+    """The worst case for a thumbnail is a large photo of pure noise: it still stays within the
+    byte budget that keeps 5 models x 3 pairs x 12 queries under 15 MB even with no image shared
+    (2 samples x 12 queries x 6 images per pair, beside the report's own figures)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    noise = tmp_path / "noise.png"
+    Image.fromarray(rng.integers(0, 256, (900, 1200, 3), dtype=np.uint8)).save(noise)
+    thumbs = Thumbnails()
+    thumbs.tag(str(noise), "photo")
+    uri = re.search(r"url\(([^)]+)\)", thumbs.style()).group(1)
+    budget = 24_000
+    assert len(uri) <= budget
+    assert 3 * 2 * 12 * (1 + 5) * budget < MAX_PAGE - 2 * 2**20  # 2 MiB left for figures and tables
+
+
+def test_rank_disagreements_known_places():
+    from backretrieval.report.meta_report import rank_disagreements
+
+    recs = []
+    for seed in (0, 1):
+        for m, (b, x) in {"a": (0.9, 0.1), "b": (0.5, 0.5), "c": (0.1, 0.9)}.items():
+            recs.append({"model": m, "src_lang": "en", "tgt_lang": "de", "seed": seed, "bkr@10": b, "xlr@10": x})
+            recs.append({"model": m, "src_lang": "en", "tgt_lang": "ar", "seed": seed, "bkr@10": b, "xlr@10": b + seed})
+    r = rank_disagreements(recs, "bkr@10").set_index(["pair", "model"])
+    assert r.loc[("en->de", "a"), ["by_bkr", "by_truth", "gap"]].tolist() == [1, 3, 2]
+    assert r.loc[("en->de", "b"), "gap"] == 0 and r.loc[("en->de", "c"), "by_truth"] == 1
+    assert r.xs("en->ar")["gap"].tolist() == [0, 0, 0]
+
+
+def test_meta_examples_show_the_two_models_that_trade_places(gallery_report):
+    """On the real grid behind the report: the pairs BkR and XLR order most differently, each with
+    a gallery of the two models that trade places, on the queries where the two differ."""
+    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.report.meta_report import disagreement_examples, rank_disagreements
+
+    cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "ar"), ("he", "en"), ("en", "de")], models=MODELS,
+                     image_model="color-hist", n=120, seeds=[0])
+    res = evaluate(cfg, gallery_report, progress=False)
+    text, css = disagreement_examples(res, "bkr@10", pairs=2, n=4)
+    ranks = rank_disagreements(res.records, "bkr@10")
+    worst = ranks.groupby("pair", sort=False)["gap"].sum().sort_values(ascending=False, kind="stable")
+    assert worst.iloc[0] > 0  # these five models are placed differently somewhere
+    shown = re.findall(r"<h3>(.*?)</h3>", text)
+    assert shown and shown[0] == worst.index[0].replace(">", "&gt;")
+    for t in re.findall(r'<table class="gallery">.*?</table>', text, flags=re.S):
+        assert len(re.findall(r"<th>", t)) == 3 and 2 <= len(re.findall(r"<tr>", t)) <= 1 + 4
+        assert t.count(f"({DISAGREE}, seed") == len(re.findall(r"<tr>", t)) - 1
+    assert set(re.findall(r'class="th (i[0-9a-f]+)"', text)) == set(re.findall(r"\.(i[0-9a-f]+)\{", css))

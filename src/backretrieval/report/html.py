@@ -40,23 +40,30 @@ def page(title: str, body: str, css: str = "") -> str:
     )
 
 
+class Html(str):
+    """A part of :func:`build_html` that is HTML already (written as is, not read as Markdown)."""
+
+
 def _render(part: str | Path) -> str:
-    """A :class:`~pathlib.Path` is a PNG to embed; a str is Markdown."""
+    """A :class:`~pathlib.Path` is a PNG to embed; an :class:`Html` is written as is; a str is Markdown."""
     if isinstance(part, Path):
         return f"<figure>{img_tag(part)}</figure>"
+    if isinstance(part, Html):
+        return str(part)
     import markdown
 
     return markdown.markdown(part, extensions=["tables", "fenced_code"])
 
 
-def build_html(title: str, sections: Sequence[tuple[str, Sequence[str | Path]]], path: str | Path) -> Path:
+def build_html(title: str, sections: Sequence[tuple[str, Sequence[str | Path]]], path: str | Path, css: str = "") -> Path:
     """Write ``path``: a title, then for each ``(heading, parts)`` the heading and its parts
-    (Markdown text as ``str``, PNG figures as :class:`~pathlib.Path`)."""
+    (Markdown text as ``str``, HTML as :class:`Html`, PNG figures as :class:`~pathlib.Path`);
+    ``css`` is added to the house style."""
     body = [f"<h1>{html.escape(title)}</h1>"]
     for heading, parts in sections:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         body.extend(_render(p) for p in parts)
-    doc = page(title, "\n".join(body))
+    doc = page(title, "\n".join(body), css)
     path = Path(path)
     atomic_write_text(path, doc)
     return path

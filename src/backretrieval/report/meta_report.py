@@ -1,16 +1,18 @@
 """Files of the ``meta`` command: meta.json, meta.md, figures and a self-contained report.html."""
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..analysis.evaluate import pair_labels, slug, summarize, write_results
 from ..analysis.meta import TRUTH, MetaResult
 from ..analysis.models import image_model_name, model_names
-from ..core import atomic_write_text, json_ready
+from ..core import BackretrievalError, atomic_write_text, json_ready
 from ..metrics.table import metric_name
 from .table import format_meta_table, format_summary
 
@@ -93,9 +95,87 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     return md
 
 
+def rank_disagreements(records: Sequence[dict[str, Any]], bkr_key: str, truth: str = TRUTH) -> pd.DataFrame:
+    """Per pair and model, its place among the pair's models by BkR and by the ground truth.
+
+    Args:
+        records: the evaluation records (one per model, pair and seed).
+        bkr_key: BkR's column, e.g. ``"bkr@10"``.
+        truth: the ground truth's column.
+
+    Returns:
+        One row per (pair, model): ``pair``, ``model``, the two means over seeds, ``by_bkr`` and
+        ``by_truth`` (1 = best, ties share the best place) and ``gap`` (their absolute difference);
+        pairs in record order.
+    """
+    df = pd.DataFrame(records)
+    df["pair"] = pair_labels(df)
+    m = df.groupby(["pair", "model"], sort=False)[[bkr_key, truth]].mean().reset_index()
+    for col, name in ((bkr_key, "by_bkr"), (truth, "by_truth")):
+        m[name] = m.groupby("pair", sort=False)[col].rank(ascending=False, method="min").astype(int)
+    m["gap"] = (m["by_bkr"] - m["by_truth"]).abs()
+    return m
+
+
+def disagreement_examples(result: Any, bkr_key: str, *, pairs: int = 2, n: int = 6, seed: int = 0) -> tuple[str, str]:
+    """Example queries behind the largest disagreements of BkR and the ground truth.
+
+    For the ``pairs`` language pairs where the two place the models most differently (the sum of
+    :func:`rank_disagreements`' gaps), the model they place most differently and the model it
+    trades places with: the queries on which the two models differ (:func:`.gallery.select_queries`,
+    its "models disagree" group, up to ``n`` per sample), on BkR's sample and on XLR's.
+
+    Args:
+        result: the evaluation (:class:`~backretrieval.analysis.evaluate.EvalResult`).
+        bkr_key: BkR's column, e.g. ``"bkr@10"``.
+        pairs: how many pairs to show.
+        n: queries per pair and sample.
+        seed: seed of :func:`.gallery.select_queries`.
+
+    Returns:
+        ``(html, css)``: the section's HTML (a sentence where nothing can be shown) and the CSS
+        of its gallery and thumbnails.
+    """
+    from . import gallery as G
+
+    ranks = rank_disagreements(result.records, bkr_key)
+    total = ranks.groupby("pair", sort=False)["gap"].sum()
+    chosen = [p for p in total.sort_values(ascending=False, kind="stable").index[:pairs] if total[p] > 0]
+    if not chosen:
+        return "<p>BkR and the ground truth place the models alike on every pair.</p>", ""
+    try:
+        q = result.queries()
+    except BackretrievalError as e:
+        return f"<p>No examples: {html.escape(str(e))}</p>", ""
+    thumbs, parts = G.Thumbnails(), []
+    for pair in chosen:
+        r = ranks[ranks["pair"] == pair].set_index("model")
+        focus = r["gap"].idxmax()
+        f = r.loc[focus]
+        swapped = r[(np.sign(r["by_bkr"] - f["by_bkr"]) * np.sign(r["by_truth"] - f["by_truth"])) < 0]
+        if swapped.empty:
+            continue
+        other = swapped["gap"].idxmax()
+        o = r.loc[other]
+        parts.append(f"<h3>{html.escape(pair)}</h3><p>{html.escape(bkr_key)} places {html.escape(focus)} "
+                     f"{f['by_bkr']} and {html.escape(other)} {o['by_bkr']} of {len(r)} models; {TRUTH} places them "
+                     f"{f['by_truth']} and {o['by_truth']}. The queries on which the two differ:</p>")
+        sub = q[(q["pair"] == pair) & q["model"].isin([focus, other])]
+        sel = G.select_queries(sub, n=2 * n, seed=seed)
+        sel = sel[sel["why"] == G.DISAGREE].groupby("sample_kind", sort=False, dropna=False).head(n)
+        for kind, title in (("non-matching", "BkR's queries (does the round trip lead back?)"),
+                            ("matching", "XLR's queries (is the retrieved item the translation?)")):
+            s = sel[sel["sample_kind"] == kind]
+            if len(s):
+                parts.append(f"<p><b>{title}</b></p>" + G.gallery_table(sub, s, thumbs, [focus, other]))
+    if not parts:
+        return "<p>No model trades places with another between BkR and the ground truth.</p>", ""
+    return "\n".join(parts), G.CSS + thumbs.style()
+
+
 def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
     from . import figures as F
-    from .html import build_html
+    from .html import Html, build_html
 
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
@@ -122,4 +202,7 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
         sections.append(("How weak may g be?", [pngs["weak"]]))
     if "cal" in pngs:
         sections.append(("Calibration", [pngs["cal"]]))
-    build_html(f"Backretrieval meta-evaluation: {' + '.join(res.datasets or [cfg.dataset])}", sections, out / "report.html")
+    examples, css = disagreement_examples(res.main, bkr_key)
+    sections.append((f"Where {bkr_key} and {TRUTH} disagree: example queries", [Html(examples)]))
+    build_html(f"Backretrieval meta-evaluation: {' + '.join(res.datasets or [cfg.dataset])}", sections,
+               out / "report.html", css)
