@@ -272,3 +272,24 @@ def test_meta_examples_show_the_two_models_that_trade_places(gallery_report):
         assert len(re.findall(r"<th>", t)) == 3 and 2 <= len(re.findall(r"<tr>", t)) <= 1 + 4
         assert t.count(f"({DISAGREE}, seed") == len(re.findall(r"<tr>", t)) - 1
     assert set(re.findall(r'class="th (i[0-9a-f]+)"', text)) == set(re.findall(r"\.(i[0-9a-f]+)\{", css))
+
+
+def test_report_without_per_query_results_says_so(tmp_path):
+    """A result assembled from ranks alone (no samples' items) gets its report, with a sentence
+    instead of the galleries."""
+    from backretrieval.analysis import EvalConfig
+    from backretrieval.analysis.compare import compare
+    from backretrieval.analysis.evaluate import EvalResult
+    from backretrieval.report.compare_report import write_compare_report
+
+    rng = np.random.default_rng(0)
+    cfg = EvalConfig(dataset="synthetic", pairs=[("en", "de")], models=["a", "b"], n=40, seeds=[0])
+    res = EvalResult(config=cfg, records=[{"model": m, "src_lang": "en", "tgt_lang": "de", "seed": 0} for m in "ab"],
+                     ranks={(m, "en", "de", 0): {"bkr": rng.integers(1, 41, 40).astype(float)} for m in "ab"})
+    path = write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path, n_boot=50, n_perm=50)
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["examples"].startswith("no example gallery: record ") and "holds no items of its samples" in doc["examples"]
+    assert "<h2>Examples: what each model retrieved</h2>" in path.read_text(encoding="utf-8")
+    write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path / "none", n_boot=50, n_perm=50,
+                         examples=0)
+    assert "examples" not in json.loads((tmp_path / "none" / "report.json").read_text())
