@@ -139,3 +139,29 @@ def test_text_only_and_approximate_results_say_what_they_lack(run, tmp_path):
     approx = type(res)(res.config, [dict(res.records[0], approximate=False)], res.ranks, items=res.items)
     with pytest.raises(BackretrievalError, match="ties en->de seed 0 comes from approximate search"):
         approx.queries()
+
+
+def test_records_stored_without_retrieved_targets(run, tmp_path, monkeypatch):
+    """A record of the previous metrics version (ranks only) is recomputed, so its queries are
+    known; reused on request (reuse_stale) it is named as lacking them."""
+    import dataclasses
+
+    from backretrieval.core import env
+
+    cfg, _, res = run
+    out = tmp_path / "old"
+    monkeypatch.setattr(env, "METRICS_VERSION", env.METRICS_VERSION - 1)
+    evaluate(cfg, out, progress=False)
+    for npz in (out / ".partial").glob("*.npz"):  # what a record of that version holds: ranks only
+        with np.load(npz) as z:
+            kept = {k: z[k] for k in z.files if "retrieved" not in k}
+        np.savez(npz, **kept)
+    monkeypatch.undo()
+    reused = evaluate(dataclasses.replace(cfg, reuse_stale=True), out, progress=False)
+    with pytest.raises(BackretrievalError, match="record ties en->de seed 0 holds no retrieved targets of its non-matching"):
+        reused.queries()
+    lines = []
+    again = evaluate(cfg, out, progress=False, log=lines.append)
+    assert any(f"metrics version {env.METRICS_VERSION - 1} -> {env.METRICS_VERSION}" in line and "recomputing 4 records" in line
+               for line in lines), lines
+    pd.testing.assert_frame_equal(again.queries(), res.queries())
