@@ -169,8 +169,9 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
-@click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, provenance), "
-              "OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground truth, XLR beside BkR.")
+@click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, example galleries of what each "
+              "model retrieved, provenance), OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground "
+              "truth, XLR beside BkR.")
 def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, metric, level, alpha, n_boot,
             report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.

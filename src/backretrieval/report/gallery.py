@@ -1,17 +1,19 @@
 """Example galleries: what each model retrieved for a few queries, side by side.
 
 Input is a per-query frame as :meth:`~backretrieval.analysis.evaluate.EvalResult.queries`
-returns it (one row per pair, model, seed and query: ``query_id``, ``query_text``,
+returns it (one row per pair, model, seed, sample and query: ``query_id``, ``query_text``,
 ``retrieved_id``, ``retrieved_ids``, ``retrieved_text``, ``bkr_rank``, ``xlr_rank``,
-``is_translation``, ``query_image``, ``retrieved_image``).
+``is_translation``, ``query_image``, ``retrieved_image``, ``sample_kind``). BkR's queries
+(``sample_kind == "non-matching"``) have a round-trip rank; XLR's (``"matching"``, where the
+data link the languages) the rank of the translation.
 
-:func:`select_queries` picks, per pair, the queries a gallery shows, in this order: those on
-which the models disagree most (the widest spread of their round-trip ranks, then the most
-different items retrieved), then those every model fails (no round trip leads back), then
-random ones (seeded). A query drawn by several seeds is shown once (its first seed).
-:func:`gallery_table` renders one pair's selection as an HTML table: the source text and image,
-then per model the retrieved target text and image, its round-trip rank and, with ground truth,
-whether it is the translation. Texts are escaped and carry ``lang`` and ``dir="auto"``, so
+:func:`select_queries` picks, per pair and sample, the queries a gallery shows, in this order:
+those on which the models disagree most (the widest spread of their ranks, then the most
+different items retrieved), then those every model fails (no round trip leads back, or the
+translation is missed), then random ones (seeded). A query drawn by several seeds is shown once.
+:func:`gallery_table` renders a selection as an HTML table: the source text and image, then
+per model the retrieved target text and image with its round-trip rank (BkR's queries) or
+whether it is the translation (XLR's). Texts are escaped and carry ``lang`` and ``dir="auto"``, so
 Arabic and Hebrew run right to left. Images are small embedded thumbnails (:class:`Thumbnails`):
 each distinct image is encoded once, as one CSS class named by the SHA-256 of its file's bytes,
 and every cell that shows it uses that class, so the page stays self-contained and small.
@@ -54,17 +56,18 @@ def _outcome(df: pd.DataFrame) -> pd.Series:
 
 
 def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame:
-    """The queries a gallery shows, per pair, in the order it shows them.
+    """The queries a gallery shows, per pair and sample, in the order it shows them.
 
     About half of ``n`` are the queries on which the models disagree most (the spread of the
     logarithm of their round-trip ranks, then the number of different items retrieved; only
     queries where they differ at all), a quarter are queries every model fails (no round trip
     leads back; the hardest first, by the best model's rank), the rest random (drawn with
-    ``seed``); a group with too few queries leaves its places to the next.
+    ``seed``); a group with too few queries leaves its places to the next. A query drawn by
+    several seeds counts once, with its first seed.
 
     Args:
         df: the per-query frame (see the module docstring).
-        n: queries per pair.
+        n: queries per pair and sample.
         seed: seed of the random draw.
 
     Returns:
@@ -97,7 +100,8 @@ def select_queries(df: pd.DataFrame, n: int = 12, seed: int = 0) -> pd.DataFrame
         rest = [k for k in keys if k not in taken]
         draw = np.random.default_rng(seed).permutation(len(rest))[: max(0, n - len(chosen))]
         chosen += [(rest[i], RANDOM) for i in draw]
-        rows += [{"pair": pair, "sample_kind": _or_none(sample), "seed": k[0], "query_id": k[1], "why": why} for k, why in chosen]
+        rows += [{"pair": pair, "sample_kind": _or_none(sample), "seed": k[0], "query_id": k[1], "why": why}
+                 for k, why in chosen]
     return pd.DataFrame(rows, columns=["pair", "sample_kind", "seed", "query_id", "why"])
 
 
