@@ -98,5 +98,7 @@ def solve(
             phis, sv, Q = prob.embedding(P)
     finally:
         prob.close()
-    return Cr5Solution(phis, sv, vals, (P @ Q) * sv, prob.stats)
+    H = P @ Q
+    H *= sv  # in place: no second K x r array
+    return Cr5Solution(phis, sv, vals, H, prob.stats)
 
