@@ -13,6 +13,25 @@ from ...core import BackretrievalError, DataError
 from .settings import DEFAULTS
 
 
+_TRIM = []
+
+
+def release_free_heap() -> None:
+    """Give the free pages of the C heap back to the system (glibc's ``malloc_trim``; nothing
+    where it is missing). Between the solver's phases the arrays just freed sit in the heap --
+    glibc raises its mmap threshold to the size of a freed large array, so later arrays below it
+    come from the heap -- and would otherwise count in the process's memory at the next peak."""
+    if not _TRIM:
+        try:
+            import ctypes
+
+            _TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):  # not glibc
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
+
+
 #: Rows of ``Phi*^T`` turned into ``Phi`` per product in :meth:`SpectralSteps.embedding`.
 _PHI_ROWS = 2048
 
@@ -119,6 +138,7 @@ class SpectralSteps:
                 self._hist_u = None
                 del U, spare
             del basis
+            release_free_heap()
         bar.close()
         if res is not None:
             (vals, vecs), res = res, None
@@ -205,6 +225,7 @@ class SpectralSteps:
         # then the eigsh history is freed before Phi*^T is allocated; each chunk's are freed once used
         warms = [None] * len(chunks) if C is None else [[(C[:, cols].T @ h[:m]).T for h in self._hist_x] for cols in chunks]
         self._hist_u, self._hist_x = None, []  # free the eigsh history
+        release_free_heap()
         Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
         self.say(f"Cr5: solving Eq. 14 for {'+'.join(self.names)} ({r} right-hand sides each, {chunk} at a time, "
                  f"{'warm-started from the eigsh solves' if C is not None else 'cold start'})...")
@@ -217,6 +238,7 @@ class SpectralSteps:
             bar.update(cols.stop - cols.start)
         bar.close()
         self.say("Cr5: Eq. 15 (eigendecomposition of Phi* Phi*^T, orthonormal Phi)...")
+        release_free_heap()
         G = sum(z.T @ z for z in Zs)  # Phi* Phi*^T
         lam_, Q = np.linalg.eigh(G)
         order = np.argsort(-lam_, kind="stable")
@@ -235,12 +257,13 @@ class SpectralSteps:
         # one on ties) is positive
         best, val = np.full(r, -1.0), np.zeros(r)
         for ph in phis:
-            v = ph[np.arange(r), np.argmax(np.abs(ph), axis=1)]
+            v = np.array([row[np.argmax(np.abs(row))] for row in ph])  # row by row: no |Phi_l| temporary
             better = np.abs(v) > best
             best[better], val[better] = np.abs(v[better]), v[better]
         sign = np.sign(val)
         sign[sign == 0] = 1.0
         for ph in phis:
             ph *= sign[:, None]
+        release_free_heap()
         self.stats.phi_seconds += time.perf_counter() - t0
         return phis, np.sqrt(lam_), Q * sign
