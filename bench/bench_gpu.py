@@ -121,14 +121,17 @@ def images(n: int, folder: Path, seed: int = 0) -> list[str]:
     return out
 
 
-def candidates(quick: bool, folder: Path) -> tuple[list[dict], list[str]]:
-    """``(models, notes)``: every registered model that takes ``device`` (``kind``, ``name``, the
-    spec's argument and options, the backends to try); ``notes`` says what was left out and why."""
+def candidates(quick: bool, folder: Path, only: list[str] | None = None) -> tuple[list[dict], list[str]]:
+    """``(models, notes)``: every registered model (or those named in ``only``) that takes
+    ``device`` (``kind``, ``name``, the spec's argument and options, the backends to try);
+    ``notes`` says what was left out and why."""
     from backretrieval.core import BackretrievalError
     from backretrieval.encoders.registry import build_encoder, list_image_encoders, list_text_encoders
 
     out, notes = [], []
     for info in list(list_text_encoders()) + list(list_image_encoders()):
+        if only and info.name not in only:
+            continue
         arg, options = None, {}
         if info.takes_arg:
             if quick or info.example is None:
@@ -222,12 +225,10 @@ def measure(device: str, quick: bool, budget_s: float, only: list[str] | None, t
     backends = device_check(device)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
-        models, notes = candidates(quick, Path(tmp))
+        models, notes = candidates(quick, Path(tmp), only)
         size = {k: items or v[quick] for k, v in SIZES.items()}
         inputs = {"text": texts(size["text"]), "image": images(size["image"], Path(tmp) / "images")}
         for model in models:
-            if only and model["name"] not in only:
-                continue
             for backend in model["backends"]:
                 if quick and backend == "onnxruntime":
                     continue
