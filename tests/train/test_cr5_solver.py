@@ -355,3 +355,50 @@ def test_lanczos_declines_what_it_cannot_converge():
     assert 22 + 3 * 1 <= len(calls) <= 22 + 3 * (21 - 10)  # the first factorisation and three restarts, no more
     with pytest.raises(ValueError, match="ncv"):
         lanczos_top(lambda u: d * u, rng.standard_normal(400), 30, 21, 0.1)
+
+
+def test_inputs_written_over_the_basis_are_the_float32_inputs():
+    """The float32 ``[v0; V]`` written in place over the float64 basis (with its spare row) equals
+    the plain conversion, row for row, and it and the spare half share the basis' memory."""
+    from backretrieval.train.cr5.spectral import _inputs_in_place
+
+    rng = np.random.default_rng(3)
+    for ncv, K in ((1, 5), (2, 7), (21, 301), (9, 4)):
+        basis = rng.standard_normal((ncv + 1, K))
+        v0 = rng.standard_normal(K) * 30
+        want = np.vstack([v0[None, :], basis[:ncv]]).astype(np.float32)
+        U, spare = _inputs_in_place(basis, v0)
+        assert U.dtype == np.float32 and U.shape == (ncv + 1, K) and U.flags.c_contiguous
+        assert np.shares_memory(U, basis) and np.shares_memory(spare, basis) and not np.shares_memory(U, spare)
+        assert spare.dtype == np.float32 and spare.size == (ncv + 1) * K
+        assert np.array_equal(U, want)
+
+
+@pytest.mark.parametrize("eig_tol", [0.1, 1e-10])
+def test_warm_coefficients_are_those_of_the_operators_inputs(eig_tol):
+    """The warm-start coefficients of Eq. 14 are those of the operator's first ncv + 1 inputs as
+    float32, bit for bit, whether made from the inputs written over the Lanczos basis as the
+    factorisation ends (one factorisation) or from the copy kept before a restart (tol 1e-10)."""
+    blocks, labels, K = synthetic(seed=5, p=(60, 80, 50))
+    prob = Cr5Problem(blocks, labels, K, 1.0, cg_tol=1e-11, cg_maxiter=5000)
+    seen = []
+    matvec = prob.matvec_M
+    prob.matvec_M = lambda u: seen.append(np.array(u, dtype=np.float64)) or matvec(u)
+    rank = 10
+    _, P = prob.top_eigenvectors(rank, tol=eig_tol, maxiter=5000)
+    ncv = max(2 * rank + 1, 20)
+    restarted = len(seen) > ncv + 1
+    assert restarted == (eig_tol < 1e-3)
+    assert prob._hist_n == ncv + 1 and all(h.shape[0] == ncv + 1 for h in prob._hist_x)
+    plain = Cr5Problem(blocks, labels, K, 1.0)
+    plain._hist_u, plain._hist_n = np.array(seen[: ncv + 1], dtype=np.float32), ncv + 1
+    want_C, want_ok = plain._warm_coefficients(P)
+    if restarted:
+        assert prob._warm == (None, None) and np.array_equal(prob._hist_u, plain._hist_u)
+        got_C, got_ok = prob._warm_coefficients(P)
+    else:
+        assert prob._hist_u is None  # the basis (and the inputs over it) already freed
+        warm_p, (got_C, got_ok) = prob._warm
+        assert warm_p is P
+        assert want_ok == rank
+    assert got_ok == want_ok and np.array_equal(got_C, want_C)

@@ -67,7 +67,8 @@ def _extend(matvec, V: np.ndarray, T: np.ndarray, v: np.ndarray, l: int, couplin
 
 
 def lanczos_top(
-    matvec: Callable[[np.ndarray], np.ndarray], v0: np.ndarray, k: int, ncv: int, tol: float, maxiter: int = 0
+    matvec: Callable[[np.ndarray], np.ndarray], v0: np.ndarray, k: int, ncv: int, tol: float, maxiter: int = 0, *,
+    basis: np.ndarray | None = None, before_restart: Callable[[np.ndarray], None] | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Top-``k`` (largest algebraic) Ritz pairs of a symmetric operator from a Lanczos basis of
     ``ncv`` vectors started like ARPACK's (``matvec(v0)`` normalised), thick-restarted up to
@@ -81,6 +82,11 @@ def lanczos_top(
         ncv: basis length.
         tol: ARPACK's relative convergence tolerance.
         maxiter: restarts allowed when a Ritz pair misses ``tol`` (0: the first factorisation only).
+        basis: where to build the basis: a C-contiguous float64 array of at least ``ncv`` rows of
+            length K (its first ``ncv`` rows are used; default: a new array). When no restart was
+            needed it holds the Lanczos vectors afterwards, so a caller can reuse them (the
+            operator's inputs after ``v0``) without keeping a copy of its own.
+        before_restart: called with the basis (``ncv`` x K) before the first restart overwrites it.
 
     Returns:
         ``(values, vectors)``: eigenvalues descending, vectors K x k with orthonormal columns;
@@ -101,7 +107,12 @@ def lanczos_top(
     beta0 = np.linalg.norm(r)
     if not beta0 > 0:
         return None
-    V = np.empty((ncv, K))
+    if basis is None:
+        V = np.empty((ncv, K))
+    else:
+        if basis.dtype != np.float64 or basis.ndim != 2 or basis.shape[0] < ncv or basis.shape[1] != K or not basis.flags.c_contiguous:
+            raise ValueError(f"lanczos_top: basis must be C-contiguous float64 with >= {ncv} rows of {K}, got {basis.dtype} {basis.shape}")
+        V = basis[:ncv]
     T = np.zeros((ncv, ncv))
     v, l, coupling = r / beta0, 0, None
     eps23 = np.finfo(np.float64).eps ** (2.0 / 3.0)
@@ -122,6 +133,8 @@ def lanczos_top(
             return theta[:k], V.T @ Y[:, :k]
         if restart == maxiter or not beta > 0:
             return None
+        if restart == 0 and before_restart is not None:
+            before_restart(V)
         l = min(k + min(int(ok.sum()), (ncv - k) // 2), ncv - 1)
         V[:l] = Y[:, :l].T @ V
         coupling = beta * Y[-1, :l]

@@ -116,6 +116,9 @@ class Cr5Problem(SpectralSteps):
         self._hist_u: np.ndarray | None = None
         self._hist_x: list[np.ndarray] = []
         self._hist_n = 0
+        # (P, (C, warm columns)): the warm-start coefficients made for the eigenvectors P as soon as
+        # the Lanczos phase ends (the basis is freed then); :meth:`embedding` takes them for that P
+        self._warm: tuple = (None, None)
 
     # ------------------------------------------------------------------ X-hat products
     def xhat_t(self, v: np.ndarray) -> list[np.ndarray]:
@@ -226,9 +229,11 @@ class Cr5Problem(SpectralSteps):
         return self._split(self._solve_A_direct(np.concatenate(bs)))
 
     def _record(self, u: np.ndarray, xs: Sequence[np.ndarray]) -> None:
-        """Keep ``u`` and ``B_l^-1 b_l(u)`` (float32) while there is room (warm starts of Eq. 14)."""
-        if self._hist_u is not None and self._hist_n < self._hist_u.shape[0]:
-            self._hist_u[self._hist_n] = u
+        """Keep ``B_l^-1 b_l(u)`` (float32) while there is room (warm starts of Eq. 14), and ``u``
+        where a float32 store for the inputs exists (else the Lanczos basis holds them)."""
+        if self._hist_x and self._hist_n < self._hist_x[0].shape[0]:
+            if self._hist_u is not None:
+                self._hist_u[self._hist_n] = u
             for h, x in zip(self._hist_x, xs):
                 h[self._hist_n] = x
             self._hist_n += 1

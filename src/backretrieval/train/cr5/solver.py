@@ -20,6 +20,7 @@ import scipy.sparse.linalg  # noqa: F401
 from . import _lanczos  # noqa: F401
 from .problem import Cr5Problem, SolverStats
 from .settings import SolverSettings
+from .spectral import release_free_heap
 
 
 @dataclasses.dataclass
@@ -95,8 +96,12 @@ def solve(
         with threadpool_limits(1):
             vals, P = prob.top_eigenvectors(st.rank, tol=st.eig_tol, maxiter=st.eig_maxiter, seed=st.seed,
                                             progress=st.progress)
+            release_free_heap()
             phis, sv, Q = prob.embedding(P)
     finally:
         prob.close()
-    return Cr5Solution(phis, sv, vals, (P @ Q) * sv, prob.stats)
+    release_free_heap()
+    H = P @ Q
+    H *= sv  # in place: no second K x r array
+    return Cr5Solution(phis, sv, vals, H, prob.stats)
 

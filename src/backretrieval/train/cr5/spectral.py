@@ -13,8 +13,53 @@ from ...core import BackretrievalError, DataError
 from .settings import DEFAULTS
 
 
+_TRIM = []
+
+
+def release_free_heap() -> None:
+    """Give the free pages of the C heap back to the system (glibc's ``malloc_trim``; nothing
+    where it is missing). Between the solver's phases the arrays just freed sit in the heap --
+    glibc raises its mmap threshold to the size of a freed large array, so later arrays below it
+    come from the heap -- and would otherwise count in the process's memory at the next peak."""
+    if not _TRIM:
+        try:
+            import ctypes
+
+            _TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):  # not glibc
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
+
+
 #: Rows of ``Phi*^T`` turned into ``Phi`` per product in :meth:`SpectralSteps.embedding`.
 _PHI_ROWS = 2048
+
+
+def _inputs_in_place(basis: np.ndarray, v0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Lanczos operator's inputs ``[v0; V]`` as float32 ((ncv + 1) x K), written over the
+    float64 ``basis`` ((ncv + 1) x K, the Lanczos vectors ``V`` in its first ``ncv`` rows), and
+    the unused second half of the basis' bytes; both are views of the basis (flat float32).
+    Float32 row ``i + 1`` ends at or before float64 row ``i + 1`` begins, so going down the rows
+    (each converted through a temporary) never overwrites a row not yet read; ``v0`` goes last,
+    over the first row."""
+    ncv1, K = basis.shape
+    flat = basis.reshape(-1).view(np.float32)
+    U = flat[: ncv1 * K].reshape(ncv1, K)
+    for i in range(ncv1 - 1):
+        U[i + 1] = basis[i].astype(np.float32)
+    U[0] = v0
+    return U, flat[ncv1 * K :]
+
+
+def _column_norms(P: np.ndarray, cols: int = 8) -> np.ndarray:
+    """The norms of P's columns, each summed as over a Fortran-order P (its columns contiguous),
+    whatever P's layout, ``cols`` columns at a time."""
+    return np.concatenate([np.linalg.norm(np.asfortranarray(P[:, a : a + cols]), axis=0) for a in range(0, P.shape[1], cols)])
+
+
+#: Rows of the kept inputs whose norms are taken per pass in :meth:`SpectralSteps._warm_coefficients`.
+_NORM_ROWS = 64
 
 
 class SpectralSteps:
@@ -33,7 +78,9 @@ class SpectralSteps:
         ``progress`` a bar counts the matvecs against the factorisation's ``ncv + 1`` (a restart
         adds ``ncv - rank``) and says when the Ritz vectors are formed. The matvec inputs and their
         per-language solutions are kept (float32, at most ``ncv + 1`` of them) for the warm starts
-        of :meth:`embedding`."""
+        of :meth:`embedding`: the solutions as they come, the inputs as the Lanczos basis itself
+        (rewritten in place as float32 once the Ritz vectors are formed, so no second copy of the
+        basis is held; a restart or ARPACK keeps a float32 copy of them instead)."""
         from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
 
@@ -46,7 +93,7 @@ class SpectralSteps:
         if progress:
             self.progress = True
         if self.woodbury:
-            self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
+            self._hist_u = None  # the inputs: the Lanczos basis (below), or a copy made before a restart
             self._hist_x = [np.empty((ncv_ + 1, p), dtype=np.float32) for p in self.p]
             self._hist_n = 0
             k = min(self.deflation, min(self.p) // 8)
@@ -70,15 +117,38 @@ class SpectralSteps:
             return out
 
         v0 = np.random.default_rng(seed).standard_normal(self.K)
-        res = lanczos_top(mv, v0, rank, ncv_, tol, maxiter=maxiter) if rank < ncv_ < self.K else None
+
+        def keep_inputs(V: np.ndarray) -> None:  # the first ncv + 1 inputs, before a restart overwrites V
+            self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
+            self._hist_u[0], self._hist_u[1:] = v0, V
+
+        res, warm = None, None
+        if rank < ncv_ < self.K:
+            # one spare row: the float32 inputs [v0; V] fit in the float64 basis' own bytes
+            basis = np.empty((ncv_ + 1, self.K)) if self.woodbury else None
+            res = lanczos_top(mv, v0, rank, ncv_, tol, maxiter=maxiter, basis=basis,
+                              before_restart=keep_inputs if self.woodbury else None)
+            if res is not None and self.woodbury and self._hist_u is None:
+                # the warm-start coefficients now, from the inputs written over the basis (and the
+                # eigenvectors in float32 in its spare half), so that the basis is freed before the
+                # eigenvectors are copied below
+                U, spare = _inputs_in_place(basis, v0)
+                self._hist_u = U
+                warm = self._warm_coefficients(res[1], spare)
+                self._hist_u = None
+                del U, spare
+            del basis
+            release_free_heap()
         bar.close()
         if res is not None:
-            vals, vecs = res
+            (vals, vecs), res = res, None
             self.stats.eig_converged = rank
             self.stats.eig_method = "lanczos"
         else:
             self.stats.eig_method = "arpack"
             self._hist_n = 0
+            if self.woodbury and self._hist_u is None:
+                self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
             self.say(f"Cr5: the Lanczos broke down or missed tol={tol:g} after {maxiter} restarts; eigsh (ARPACK)...")
             bar = new_bar("eigsh")
             op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
@@ -97,26 +167,40 @@ class SpectralSteps:
                 bar.close()
         order = np.argsort(-vals, kind="stable")
         self.stats.eig_seconds += time.perf_counter() - t0
-        return vals[order], vecs[:, order]
+        P = np.asfortranarray(vecs[:, order])  # K x rank, Fortran order (what the products below are summed for)
+        del vecs
+        if warm is not None:
+            self._warm = (P, warm)
+        return vals[order], P
 
-    def _warm_coefficients(self, P: np.ndarray) -> np.ndarray | None:
-        """``C`` with ``P ~= U^T C`` over the kept matvec inputs ``U`` (rows): the Ritz vectors lie in
-        the span of ARPACK's orthonormal Lanczos basis, so ``C = U P`` and, by linearity,
-        ``B_l^-1 b_l(P) ~= C^T H_l`` for the kept solutions ``H_l``. A column of P outside that span
-        (its coefficients' norm is not ~1, e.g. after an ARPACK restart overflowed the kept rows)
-        gets ``None``-like zero coefficients: a cold start."""
+    def _warm_coefficients(self, P: np.ndarray, room: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """``(C, warm columns)`` with ``P ~= U^T C`` over the kept matvec inputs ``U`` (rows): the
+        Ritz vectors lie in the span of ARPACK's orthonormal Lanczos basis, so ``C = U P`` and, by
+        linearity, ``B_l^-1 b_l(P) ~= C^T H_l`` for the kept solutions ``H_l``. A column of P
+        outside that span (its coefficients' norm is not ~1, e.g. after an ARPACK restart
+        overflowed the kept rows) gets zero coefficients: a cold start. ``room``: flat float32
+        memory of at least K x r entries for P's float32 copy (Fortran order, as
+        :meth:`top_eigenvectors` returns P; else one is allocated); the rows' norms are taken a few
+        rows at a time (no temporary the size of U)."""
         if self._hist_u is None or self._hist_n == 0:
             return None
         U = self._hist_u[: self._hist_n]
         # ARPACK's first matvec is on the unnormalised start vector (to bring it into the range of M):
         # only the unit-norm Lanczos vectors form the orthonormal basis
-        unit = np.abs(np.linalg.norm(U, axis=1) - 1.0) <= 1e-4
-        C = U @ P.astype(np.float32)  # (m, r)
+        norms = np.concatenate([np.linalg.norm(U[a : a + _NORM_ROWS], axis=1) for a in range(0, U.shape[0], _NORM_ROWS)])
+        unit = np.abs(norms - 1.0) <= 1e-4
+        if room is not None and room.size >= P.size:
+            P32 = room[: P.size].reshape(P.shape[::-1]).T  # Fortran order, as the eigenvectors returned
+            P32[...] = P
+        else:
+            P32 = np.asfortranarray(P, dtype=np.float32)
+        C = U @ P32  # (m, r)
+        del P32
         C[~unit] = 0.0
-        ok = np.abs(np.linalg.norm(C, axis=0) - np.linalg.norm(P, axis=0)) <= 1e-3 * np.linalg.norm(P, axis=0)
+        pn = _column_norms(P)
+        ok = np.abs(np.linalg.norm(C, axis=0) - pn) <= 1e-3 * pn
         C[:, ~ok] = 0.0
-        self.stats.phi_warm_columns += int(ok.sum())
-        return C
+        return C, int(ok.sum())
 
     def embedding(self, P: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """``Phi`` with orthonormal rows per language (r x p_l), the singular values of W and
@@ -125,7 +209,14 @@ class SpectralSteps:
 
         t0 = time.perf_counter()
         r = P.shape[1]
-        C = self._warm_coefficients(P) if self.woodbury else None
+        warm_p, got = self._warm
+        self._warm = (None, None)
+        if got is None or warm_p is not P:
+            got = self._warm_coefficients(P) if self.woodbury else None
+        C = None
+        if got is not None:
+            C, n_ok = got
+            self.stats.phi_warm_columns += n_ok
         m = self._hist_n
         self._hist_u = None  # the matvec inputs are done with once C is known; only the solutions stay
         chunk = max(8, 8 * self.n_jobs)
@@ -134,6 +225,7 @@ class SpectralSteps:
         # then the eigsh history is freed before Phi*^T is allocated; each chunk's are freed once used
         warms = [None] * len(chunks) if C is None else [[(C[:, cols].T @ h[:m]).T for h in self._hist_x] for cols in chunks]
         self._hist_u, self._hist_x = None, []  # free the eigsh history
+        release_free_heap()
         Zs = [np.empty((p, r)) for p in self.p]  # Phi*^T per language (p_l x r)
         self.say(f"Cr5: solving Eq. 14 for {'+'.join(self.names)} ({r} right-hand sides each, {chunk} at a time, "
                  f"{'warm-started from the eigsh solves' if C is not None else 'cold start'})...")
@@ -146,6 +238,7 @@ class SpectralSteps:
             bar.update(cols.stop - cols.start)
         bar.close()
         self.say("Cr5: Eq. 15 (eigendecomposition of Phi* Phi*^T, orthonormal Phi)...")
+        release_free_heap()
         G = sum(z.T @ z for z in Zs)  # Phi* Phi*^T
         lam_, Q = np.linalg.eigh(G)
         order = np.argsort(-lam_, kind="stable")
@@ -164,12 +257,13 @@ class SpectralSteps:
         # one on ties) is positive
         best, val = np.full(r, -1.0), np.zeros(r)
         for ph in phis:
-            v = ph[np.arange(r), np.argmax(np.abs(ph), axis=1)]
+            v = np.array([row[np.argmax(np.abs(row))] for row in ph])  # row by row: no |Phi_l| temporary
             better = np.abs(v) > best
             best[better], val[better] = np.abs(v[better]), v[better]
         sign = np.sign(val)
         sign[sign == 0] = 1.0
         for ph in phis:
             ph *= sign[:, None]
+        release_free_heap()
         self.stats.phi_seconds += time.perf_counter() - t0
         return phis, np.sqrt(lam_), Q * sign
