@@ -82,6 +82,17 @@ def test_unit_rows_keeps_unit_rows_without_copying():
     assert out is not y and np.array_equal(out[:3], x[:3]) and np.array_equal(out[3], ref.unit(y[3:4])[0])
 
 
+def test_unit_rows_in_place_gives_the_same_bits():
+    y = np.random.default_rng(3).standard_normal((40, 24)).astype(np.float32)
+    y[5] = 0.0
+    want = unit_rows_exact(y)
+    z = y.copy()
+    assert unit_rows_exact(z, out=z) is z
+    np.testing.assert_array_equal(z, want)
+    with pytest.raises(ValueError, match="out must be"):
+        unit_rows_exact(y, out=np.empty((40, 24), dtype=np.float64))
+
+
 def test_fast_pass_error_stays_within_the_bound():
     rng = np.random.default_rng(2)
     for d in (8, 512, 1280):

@@ -400,17 +400,21 @@ def score_error_bound(
     return 1.25 * (abs(scale) * gamma * norm_q * norm_d + 6.0 * U32 * m + 4.0 * (d + 16) * U64 * (m + 1.0))
 
 
-def unit_rows_exact(x: np.ndarray, tol: float = 0.0) -> np.ndarray:
+def unit_rows_exact(x: np.ndarray, tol: float = 0.0, *, out: np.ndarray | None = None) -> np.ndarray:
     """Canonical unit rows of ``x`` as float32 (see the module doc). With ``tol > 0`` a row whose
     ``dot64(x, x)`` is within ``tol`` of 1 is kept as it is, and when every row is kept a float32
     C-contiguous ``x`` is returned itself (no copy; callers must not modify it). All-zero rows
-    stay zero."""
+    stay zero. ``out``: a writable float32 C-contiguous array of ``x``'s shape to write the rows
+    into (it may be ``x`` itself: each row is read whole before it is written), returned."""
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"expected a 2-D array, got shape {x.shape}")
-    if tol > 0 and x.dtype == np.float32 and x.flags.c_contiguous and _kept_rows_seq(x, float(tol)):
+    if out is None and tol > 0 and x.dtype == np.float32 and x.flags.c_contiguous and _kept_rows_seq(x, float(tol)):
         return x
     x = _f32c(x)
-    out = np.empty(x.shape, dtype=np.float32)
+    if out is None:
+        out = np.empty(x.shape, dtype=np.float32)
+    elif out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out must be a writable C-contiguous float32 array of shape {x.shape}")
     _unit_rows_seq(x, float(tol), out, np.empty(x.shape[0], dtype=np.bool_))
     return out

@@ -34,6 +34,7 @@ from .kernels import topk
 
 METHODS = ("flat", "hnsw", "ivf")
 CHUNK = 65536
+EXACT_BLOCK = 1 << 20  # scores per block of exact search in :func:`exact_top` (queries x database rows)
 
 
 def _faiss():
@@ -64,7 +65,7 @@ def _rows(X: np.ndarray, sl: slice | np.ndarray, normalize: bool) -> np.ndarray:
     """Rows of ``X`` as a float32 C-contiguous copy, unit-normalised canonically (the same bits on
     every machine, see :mod:`.exact`) when ``normalize``."""
     x = np.array(X[sl], dtype=np.float32, order="C", copy=True)
-    return unit_rows_exact(x) if normalize else x
+    return unit_rows_exact(x, out=x) if normalize else x  # normalised in place: one copy per chunk
 
 
 def build_index(D: np.ndarray, method: str = "hnsw", options: FaissOptions | None = None, *, normalize: bool = True,
@@ -137,12 +138,13 @@ def top1_agreement(Q: np.ndarray, D: np.ndarray, approx_top1: np.ndarray, sample
 
 
 def exact_top(Q: np.ndarray, D: np.ndarray, k: int, *, normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k of the rows ``Q`` against all of ``D`` (``D`` read in chunks): canonical
-    scores and indices, ties by ascending index, as :func:`.kernels.topk` (``Q`` must be small)."""
+    """Exact top-k of the rows ``Q`` against all of ``D`` (``D`` read in chunks of at most
+    :data:`EXACT_BLOCK` scores, so its memory does not grow with ``D``): canonical scores and
+    indices, ties by ascending index, as :func:`.kernels.topk` (``Q`` must be small)."""
     q = _rows(Q, slice(None), normalize)
     best_s = np.full((q.shape[0], 0), -np.inf, dtype=np.float32)
     best_i = np.empty((q.shape[0], 0), dtype=np.int64)
-    for sl in _chunks(D.shape[0]):
+    for sl in _chunks(D.shape[0], max(1, min(CHUNK, EXACT_BLOCK // max(1, q.shape[0])))):
         d = _rows(D, sl, normalize)
         s, i = topk(q, d, min(k, d.shape[0]))
         cs = np.concatenate([best_s, s], axis=1)
