@@ -227,7 +227,8 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             bar.update(1)
     bar.close()
 
-    info = run_info(cfg, ds, feats, inputs, ex.name)
+    nodes = {"tasks": ex.nodes, "encoding": ex.encode_nodes} if hasattr(ex, "encode_nodes") else None
+    info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     order = {m: i for i, m in enumerate(names)}
     results = {}
     for g in image_models:
