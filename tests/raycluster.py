@@ -196,7 +196,8 @@ class LocalCluster:
         nodes: the started nodes by name (``"head"``, ``"w1"``, ...).
     """
 
-    def __init__(self, tmp: Path, head_cpus: int = 0, system_config: dict | None = None):
+    def __init__(self, tmp: Path, head_cpus: int = 0, system_config: dict | None = None,
+                 object_store_bytes: int = 100_000_000):
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -204,6 +205,7 @@ class LocalCluster:
         self.address = f"{LOOPBACK}:{self.port}"
         self.client_address = f"ray://{LOOPBACK}:{self.client_port}"
         self.nodes: dict[str, Node] = {}
+        self.object_store_bytes = object_store_bytes
         self.env = self._base_env()
         # Ray's session folder holds AF_UNIX sockets (paths of at most 107 bytes): a short folder of its own
         self.ray_tmp = Path(tempfile.mkdtemp(prefix="brray-", dir="/tmp"))
@@ -233,7 +235,7 @@ class LocalCluster:
             f"--runtime-env-agent-port={ports + 2}", f"--dashboard-agent-grpc-port={ports + 3}",
             f"--dashboard-agent-listen-port={ports + 4}", f"--metrics-export-port={ports + 5}",
             f"--min-worker-port={ports + 6}", f"--max-worker-port={ports + 11}",
-            "--object-store-memory=100000000", *extra,
+            f"--object-store-memory={self.object_store_bytes}", *extra,
         ]
         env = dict(env or self.env)
         if pythonpath is not None:  # "" : none

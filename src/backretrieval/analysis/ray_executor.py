@@ -22,10 +22,13 @@ grid shows one progress bar of its own); ``BACKRETRIEVAL_RAY_LOGS=1`` keeps Ray'
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
+
+import numpy as np
 
 from ..core import BackretrievalError
 from .executors import LocalExecutor, bounded_imap
@@ -168,11 +171,41 @@ def _node_info(n: dict[str, Any]) -> dict[str, Any]:
     return {"node_id": n.get("NodeID"), "ip": n.get("NodeManagerAddress"), "hostname": n.get("NodeManagerHostname")}
 
 
+@dataclasses.dataclass(frozen=True)
+class RowsRef:
+    """Rows ``rows`` of a matrix put once into Ray's object store (``ref``): what a task carries
+    in place of the rows themselves (see :meth:`RayExecutor.rows_of`)."""
+
+    ref: Any
+    rows: np.ndarray
+
+
+def _resolve(x: Any, get: Callable[[Any], np.ndarray]) -> Any:
+    """``x`` with every :class:`RowsRef` replaced by its rows (dataclasses, dicts, tuples, lists)."""
+    if isinstance(x, RowsRef):
+        return get(x.ref)[x.rows]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: _resolve(getattr(x, f.name), get) for f in dataclasses.fields(x) if f.init})
+    if isinstance(x, dict):
+        return {k: _resolve(v, get) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_resolve(v, get) for v in x)
+    return x
+
+
 def _run_on_node(fn: Callable[[T], R], task: T) -> tuple[R, str]:
-    """``fn(task)`` and the id of the node that ran it (the body of every grid task)."""
+    """``fn(task)`` (its :class:`RowsRef` resolved, each matrix fetched once per node and read in
+    place) and the id of the node that ran it: the body of every grid task."""
     import ray
 
-    return fn(task), ray.get_runtime_context().get_node_id()
+    fetched: dict[Any, np.ndarray] = {}
+
+    def get(ref: Any) -> np.ndarray:
+        if ref not in fetched:
+            fetched[ref] = ray.get(ref)
+        return fetched[ref]
+
+    return fn(_resolve(task, get)), ray.get_runtime_context().get_node_id()
 
 
 class RayExecutor(LocalExecutor):
@@ -199,6 +232,27 @@ class RayExecutor(LocalExecutor):
         self._task_counts: dict[str, int] = {}
         self._encoders: list[Any] = []
         self._node_infos: dict[str, dict[str, Any]] = {}
+        self._shared: dict[int, tuple[np.ndarray, Any]] = {}  # id(matrix) -> (matrix, its object ref)
+        self.shared_bytes = 0  # bytes put into the object store by rows_of
+
+    def rows_of(self, matrix: np.ndarray, rows: np.ndarray) -> RowsRef:
+        """What a task carries for ``matrix[rows]``: the matrix is put into the object store once
+        (per executor, until the end of the grid) and every task refers to it, so a language's
+        embeddings travel to each node once instead of once per task.
+
+        Args:
+            matrix: a model's embeddings (or image features) of one language.
+            rows: the positions the task needs.
+
+        Returns:
+            A :class:`RowsRef` (resolved on the node before the task runs).
+        """
+        ray = ray_init(self.address, self.num_cpus)
+        key = id(matrix)
+        if key not in self._shared:
+            self._shared[key] = (matrix, ray.put(matrix))
+            self.shared_bytes += matrix.nbytes
+        return RowsRef(self._shared[key][1], np.asarray(rows))
 
     def _describe(self, counts: dict[str, int], what: str) -> list[dict[str, Any]]:
         if not counts:
@@ -277,4 +331,7 @@ class RayExecutor(LocalExecutor):
             self._task_counts[node_id] = self._task_counts.get(node_id, 0) + 1
             return value
 
-        yield from bounded_imap(lambda t: remote.remote(fn_ref, t), wait_any, result, tasks, in_flight=2 * cpus)
+        try:
+            yield from bounded_imap(lambda t: remote.remote(fn_ref, t), wait_any, result, tasks, in_flight=2 * cpus)
+        finally:
+            self._shared.clear()  # the matrices leave the object store with their last reference
