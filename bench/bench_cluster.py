@@ -40,6 +40,24 @@ MODELS = "use-m,e5-small,minilm-en,tfidf-char,random"
 OBJECT_STORE = 2_000_000_000  # bytes per node: every language's embeddings of every model fit without spilling
 
 
+def _shipped(x):
+    """``x`` as it travels: a Ray ``RowsRef`` as its row positions (the reference itself is a few
+    dozen bytes), everything else as it is."""
+    import dataclasses
+
+    from backretrieval.analysis.ray_executor import RowsRef
+
+    if isinstance(x, RowsRef):
+        return x.rows
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: _shipped(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init})
+    if isinstance(x, dict):
+        return {k: _shipped(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_shipped(v) for v in x)
+    return x
+
+
 class Measured:
     """Wraps an executor: counts the bytes of each task and result as pickled (protocol 5)."""
 
@@ -59,7 +77,7 @@ class Measured:
     def imap(self, fn, tasks):
         def measured(it):
             for t in it:
-                self.task_bytes.append(len(pickle.dumps(t, protocol=5)))
+                self.task_bytes.append(len(pickle.dumps(_shipped(t), protocol=5)))
                 yield t
 
         for r in self.inner.imap(fn, measured(tasks)):

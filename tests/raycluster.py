@@ -223,6 +223,9 @@ class LocalCluster:
         # token authentication with a token of this cluster's own (not ~/.ray's): only processes
         # given ``env`` (the nodes, the drivers the tests start) can join or connect
         env.pop("RAY_AUTH_TOKEN_PATH", None)
+        # a Ray Client connection starts a server process of its own on the head; on a busy
+        # machine that takes longer than Ray's default 30 s wait
+        env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "180"
         env.update(RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
         return env
 
