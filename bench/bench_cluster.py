@@ -186,7 +186,7 @@ def run_ray(cfg) -> dict:
     from raycluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
-        cluster = LocalCluster(Path(tmp), object_store_bytes=OBJECT_STORE)
+        cluster = LocalCluster(Path(tmp), object_store_bytes=OBJECT_STORE, client=False)
         try:
             cluster.add_worker("w1")
             cluster.add_worker("w2")
@@ -218,10 +218,11 @@ def write(cfg, pairs: str, rows: list[dict]) -> None:
     ]
     for r in rows:
         total = r["driver_cpu"] + r["worker_cpu"]
+        shared = "" if r["shared_mb"] is None else f"{r['shared_mb']:.1f}"
         lines.append(
             f"| {r['executor']} | {r['records']} | {r['tasks']} | {r['wall']:.1f} | {r['driver_cpu']:.1f} | {r['worker_cpu']:.1f} | "
             f"{r['driver_cpu'] / total:.0%} | {r['task_mb']:.2f} | {r['result_mb']:.3f} | "
-            f"{'' if r['shared_mb'] is None else f'{r['shared_mb']:.1f}'} |"
+            f"{shared} |"
         )
     lines += ["", "Command: `python bench/bench_cluster.py --write`"]
     write_section("ray-cluster-measured", "\n".join(lines))

@@ -192,12 +192,13 @@ class LocalCluster:
 
     Attributes:
         address: ``127.0.0.1:PORT`` of the head's GCS (``ray start --address`` / ``RAY_ADDRESS``).
-        client_address: ``ray://127.0.0.1:PORT`` of the head's Ray Client server.
+        client_address: ``ray://127.0.0.1:PORT`` of the head's Ray Client server (started
+            unless ``client=False``; it needs ``ray[client]``).
         nodes: the started nodes by name (``"head"``, ``"w1"``, ...).
     """
 
     def __init__(self, tmp: Path, head_cpus: int = 0, system_config: dict | None = None,
-                 object_store_bytes: int = 100_000_000):
+                 object_store_bytes: int = 100_000_000, client: bool = True):
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -210,7 +211,7 @@ class LocalCluster:
         # Ray's session folder holds AF_UNIX sockets (paths of at most 107 bytes): a short folder of its own
         self.ray_tmp = Path(tempfile.mkdtemp(prefix="brray-", dir="/tmp"))
         self._start("head", sys.executable, head_cpus, [
-            "--head", f"--port={self.port}", f"--ray-client-server-port={self.client_port}",
+            "--head", f"--port={self.port}", *([f"--ray-client-server-port={self.client_port}"] if client else []),
             f"--temp-dir={self.ray_tmp}", "--include-dashboard=false", "--disable-usage-stats",
             f"--dashboard-host={LOOPBACK}", f"--dashboard-port={free_port()}",
             *([f"--system-config={json.dumps(system_config)}"] if system_config else []),
