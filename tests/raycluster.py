@@ -38,6 +38,9 @@ RAY_START = (
 )
 
 
+# ports per node for its workers, drivers, Ray Data actors and spill/IO workers (each holds one
+# while it lives; a driver that connected holds its port a while after it ends)
+WORKER_PORTS = 64
 _HANDED_OUT: set[int] = set()  # ports given to a node already (free until the node binds them)
 
 
@@ -232,13 +235,13 @@ class LocalCluster:
 
     def _start(self, name: str, python: str | Path, cpus: int, extra: list[str], env: dict[str, str] | None = None,
                pythonpath: str | None = None) -> Node:
-        ports = free_range(12)
+        ports = free_range(6 + WORKER_PORTS)
         cmd = [
             str(python), "-c", RAY_START, "start", "--block", f"--node-ip-address={LOOPBACK}",
             f"--num-cpus={cpus}", "--num-gpus=0", f"--node-manager-port={ports}", f"--object-manager-port={ports + 1}",
             f"--runtime-env-agent-port={ports + 2}", f"--dashboard-agent-grpc-port={ports + 3}",
             f"--dashboard-agent-listen-port={ports + 4}", f"--metrics-export-port={ports + 5}",
-            f"--min-worker-port={ports + 6}", f"--max-worker-port={ports + 11}",
+            f"--min-worker-port={ports + 6}", f"--max-worker-port={ports + 5 + WORKER_PORTS}",
             f"--object-store-memory={self.object_store_bytes}", *extra,
         ]
         env = dict(env or self.env)
