@@ -8,14 +8,27 @@ to an existing cluster: ``address="auto"`` (this node is part of a running clust
 [...]}``; its dependencies (numpy, scipy, scikit-learn, pandas and the model packages used)
 must be installed on every node, e.g. in the cluster's image.
 
+Before the first task, one probe per node with CPUs imports what the tasks import; a node that
+lacks a package fails the run at once with an error naming the node and the package. Each task
+reports the node that ran it (:attr:`RayExecutor.nodes`, recorded in ``run.json``).
+
 Tasks are pure functions of plain arrays, so the records equal the local executor's; results
 are handed back as they finish (at most twice the cluster's CPUs in flight) and the driver
-stores each at once, so an interrupted grid resumes as with local execution.
+stores each at once, so an interrupted grid resumes as with local execution. A task whose node
+dies is run again on another node (Ray's task retries).
+
+Ray's and Ray Data's own INFO logs and Ray Data's progress bars stay out of the terminal (the
+grid shows one progress bar of its own); ``BACKRETRIEVAL_RAY_LOGS=1`` keeps Ray's defaults.
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import numpy as np
 
 from ..core import BackretrievalError
 from .executors import LocalExecutor, bounded_imap
@@ -43,26 +56,167 @@ def ray_init(address: str | None = None, num_cpus: int | None = None):
         import ray
     except ImportError as e:
         raise BackretrievalError("executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])") from e
+    quiet = os.environ.get("BACKRETRIEVAL_RAY_LOGS", "") in ("", "0")
+    if quiet:
+        _quiet_ray_logs()
     if not ray.is_initialized():
         kwargs: dict = {"include_dashboard": False, "ignore_reinit_error": True, "log_to_driver": False}
+        if quiet:
+            kwargs["logging_level"] = logging.WARNING
         if address:
+            from pathlib import Path
+
             import backretrieval
 
             kwargs["address"] = address
-            kwargs["runtime_env"] = {"py_modules": [backretrieval]}
+            # the package's folder (a path, not the module object: Ray Client pickles the runtime env)
+            kwargs["runtime_env"] = {"py_modules": [str(Path(backretrieval.__file__).parent)]}
         elif num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
         try:
             ray.init(**kwargs)
         except Exception as e:  # connection refused, bad address, ...
             raise BackretrievalError(f"cannot start or reach Ray ({address or 'local'}): {e}") from e
+    if quiet:
+        _quiet_ray_logs()
     return ray
+
+
+def _quiet_ray_logs() -> None:
+    """Ray's loggers at WARNING, Ray Data's at ERROR (its warnings are notices about its own
+    settings, e.g. that its progress bars are off), Ray Data without its progress bars."""
+    for name in ("ray", "ray.util.client", "ray._private"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    try:
+        from ray.data import DataContext
+    except ImportError:  # Ray without its data extra: nothing of Ray Data to quiet
+        return
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = False
+    if hasattr(ctx, "enable_operator_progress_bars"):
+        ctx.enable_operator_progress_bars = False
+    if hasattr(ctx, "print_on_execution_start"):
+        ctx.print_on_execution_start = False
+
+
+# Imported on each node by the probe: what a grid task imports. The probe itself is compiled
+# from source, so Ray ships it by value and it runs on a node that cannot import backretrieval.
+_PROBE_MODULES = ("numpy", "backretrieval.analysis.evaluate.tasks", "backretrieval.analysis.ray_executor")
+_PROBE_SOURCE = """
+def probe(modules):
+    import importlib
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            return module, getattr(e, "name", None) or module, f"{type(e).__name__}: {e}"
+    return None
+"""
+
+
+def _probe_function() -> Callable:
+    namespace: dict[str, Any] = {"__name__": "backretrieval_ray_probe"}
+    exec(compile(_PROBE_SOURCE, "<backretrieval ray probe>", "exec"), namespace)  # noqa: S102 - fixed source above
+    return namespace["probe"]
+
+
+def node_label(node: dict[str, Any]) -> str:
+    """How errors and run records name a Ray node: ``IP (host HOSTNAME, node ID)``."""
+    return f"{node.get('ip')} (host {node.get('hostname')}, node {node.get('node_id')})"
+
+
+def check_nodes(ray: Any, modules: Iterable[str] = _PROBE_MODULES) -> list[dict[str, Any]]:
+    """Every alive node with CPUs can import ``modules`` (the package as shipped, and its
+    dependencies from the node's own environment).
+
+    Args:
+        ray: the initialised ``ray`` module.
+        modules: the modules to import on each node.
+
+    Returns:
+        The checked nodes: ``{"node_id", "ip", "hostname"}`` each.
+
+    Raises:
+        BackretrievalError: a node cannot import one of ``modules``; the node (IP, host name,
+            node id), the module and the missing package are named.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [_node_info(n) for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    probe = ray.remote(num_cpus=0, max_retries=0)(_probe_function())
+    modules = list(modules)
+    refs = {
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["node_id"], soft=False)).remote(modules): n
+        for n in nodes
+    }
+    checked = []
+    for ref, node in refs.items():
+        try:
+            missing = ray.get(ref)
+        except Exception:  # the node died or left since it was listed: no task will run there
+            continue
+        if missing is not None:
+            module, package, message = missing
+            raise BackretrievalError(
+                f"Ray node {node_label(node)} cannot import {package!r} (needed by {module}): {message}; install "
+                f"{package!r} in that node's Python environment (backretrieval itself is shipped to the cluster, "
+                "its dependencies are not)"
+            )
+        checked.append(node)
+    return checked
+
+
+def _node_info(n: dict[str, Any]) -> dict[str, Any]:
+    return {"node_id": n.get("NodeID"), "ip": n.get("NodeManagerAddress"), "hostname": n.get("NodeManagerHostname")}
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsRef:
+    """Rows ``rows`` of a matrix put once into Ray's object store (``ref``): what a task carries
+    in place of the rows themselves (see :meth:`RayExecutor.rows_of`)."""
+
+    ref: Any
+    rows: np.ndarray
+
+
+def _resolve(x: Any, get: Callable[[Any], np.ndarray]) -> Any:
+    """``x`` with every :class:`RowsRef` replaced by its rows (dataclasses, dicts, tuples, lists)."""
+    if isinstance(x, RowsRef):
+        return get(x.ref)[x.rows]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: _resolve(getattr(x, f.name), get) for f in dataclasses.fields(x) if f.init})
+    if isinstance(x, dict):
+        return {k: _resolve(v, get) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_resolve(v, get) for v in x)
+    return x
+
+
+def _run_on_node(fn: Callable[[T], R], task: T) -> tuple[R, str]:
+    """``fn(task)`` (its :class:`RowsRef` resolved, each matrix fetched once per node and read in
+    place) and the id of the node that ran it: the body of every grid task."""
+    import ray
+
+    fetched: dict[Any, np.ndarray] = {}
+
+    def get(ref: Any) -> np.ndarray:
+        if ref not in fetched:
+            fetched[ref] = ray.get(ref)
+        return fetched[ref]
+
+    return fn(_resolve(task, get)), ray.get_runtime_context().get_node_id()
 
 
 class RayExecutor(LocalExecutor):
     """Per-sample tasks as Ray tasks (one CPU each); text encoding on Ray Data.
 
     Building one does not touch Ray; the first ``imap`` or ``text_encoder`` call initialises it.
+
+    Attributes:
+        nodes: the nodes that ran this executor's tasks, ``{"node_id", "ip", "hostname",
+            "tasks"}`` each (``tasks``: how many), in order of node id; ``encode_nodes``: the same
+            for Ray Data text encoding (``texts``, how many it embedded, instead of ``tasks``).
 
     Args:
         address: the cluster (see :func:`ray_init`); None: a local Ray.
@@ -75,6 +229,52 @@ class RayExecutor(LocalExecutor):
         self.address = address
         self.num_cpus = num_cpus
         self.name = f"ray:{address}" if address else "ray"
+        self._task_counts: dict[str, int] = {}
+        self._encoders: list[Any] = []
+        self._node_infos: dict[str, dict[str, Any]] = {}
+        self._shared: dict[int, tuple[np.ndarray, Any]] = {}  # id(matrix) -> (matrix, its object ref)
+        self.shared_bytes = 0  # bytes put into the object store by rows_of
+
+    def rows_of(self, matrix: np.ndarray, rows: np.ndarray) -> RowsRef:
+        """What a task carries for ``matrix[rows]``: the matrix is put into the object store once
+        (per executor, until the end of the grid) and every task refers to it, so a language's
+        embeddings travel to each node once instead of once per task.
+
+        Args:
+            matrix: a model's embeddings (or image features) of one language.
+            rows: the positions the task needs.
+
+        Returns:
+            A :class:`RowsRef` (resolved on the node before the task runs).
+        """
+        ray = ray_init(self.address, self.num_cpus)
+        key = id(matrix)
+        if key not in self._shared:
+            self._shared[key] = (matrix, ray.put(matrix))
+            self.shared_bytes += matrix.nbytes
+        return RowsRef(self._shared[key][1], np.asarray(rows))
+
+    def _describe(self, counts: dict[str, int], what: str) -> list[dict[str, Any]]:
+        if not counts:
+            return []
+        missing = [nid for nid in counts if nid not in self._node_infos]
+        if missing:
+            ray = ray_init(self.address, self.num_cpus)
+            self._node_infos.update({info["node_id"]: info for info in map(_node_info, ray.nodes())})
+        return [{**self._node_infos.get(nid, {"node_id": nid, "ip": None, "hostname": None}), what: counts[nid]}
+                for nid in sorted(counts)]
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._describe(self._task_counts, "tasks")
+
+    @property
+    def encode_nodes(self) -> list[dict[str, Any]]:
+        counts: dict[str, int] = {}
+        for enc in self._encoders:
+            for nid, k in enc.node_rows.items():
+                counts[nid] = counts.get(nid, 0) + k
+        return self._describe(counts, "texts")
 
     def text_encoder(self, spec: str):
         """Ray Data batch inference for models whose vectors depend only on (text, language);
@@ -97,7 +297,9 @@ class RayExecutor(LocalExecutor):
         from ..encoders.ray_data import RayDataTextEncoder
 
         ray_init(self.address, self.num_cpus)
-        return RayDataTextEncoder(spec)
+        enc = RayDataTextEncoder(spec)
+        self._encoders.append(enc)
+        return enc
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
         """Run ``fn`` as Ray tasks (one CPU each), at most twice the cluster's CPUs in flight.
@@ -110,14 +312,26 @@ class RayExecutor(LocalExecutor):
             ``fn(task)`` for each task in completion order; a task's exception is raised here.
 
         Raises:
-            BackretrievalError: Ray is missing or unreachable (see :func:`ray_init`).
+            BackretrievalError: Ray is missing or unreachable (see :func:`ray_init`), or a node
+                cannot import what the tasks need (see :func:`check_nodes`).
         """
         ray = ray_init(self.address, self.num_cpus)
-        remote = ray.remote(num_cpus=1)(fn)
+        for info in check_nodes(ray):
+            self._node_infos[info["node_id"]] = info
+        remote = ray.remote(num_cpus=1)(_run_on_node)
+        fn_ref = ray.put(fn)
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
         def wait_any(pending: set) -> tuple[set, set]:
             done, rest = ray.wait(list(pending), num_returns=1)
             return set(done), set(rest)
 
-        yield from bounded_imap(lambda t: remote.remote(t), wait_any, ray.get, tasks, in_flight=2 * cpus)
+        def result(ref: Any) -> R:
+            value, node_id = ray.get(ref)
+            self._task_counts[node_id] = self._task_counts.get(node_id, 0) + 1
+            return value
+
+        try:
+            yield from bounded_imap(lambda t: remote.remote(fn_ref, t), wait_any, result, tasks, in_flight=2 * cpus)
+        finally:
+            self._shared.clear()  # the matrices leave the object store with their last reference

@@ -211,7 +211,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
 
     n_runs = sum(len(todo_names) for todo_names in todo.values()) * len(image_models)
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
-    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models)):
+    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models, ex)):
         for name, g, values, ranks in runs:
             slot = (name, g, s, t, seed)
             if slot in found:
@@ -230,7 +230,8 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
 
     items = {(s, t, seed): sample_items(ds[s], ds[t], {NON_MATCHING: sm.bkr, MATCHING: sm.xlr})
              for (s, t, seed), sm in samples.items()}
-    info = run_info(cfg, ds, feats, inputs, ex.name)
+    nodes = {"tasks": ex.nodes, "encoding": ex.encode_nodes} if hasattr(ex, "encode_nodes") else None
+    info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     order = {m: i for i, m in enumerate(names)}
     results = {}
     for g in image_models:
@@ -286,19 +287,26 @@ def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[s
 
 def _sample_tasks(
     cfg: EvalConfig, samples: dict[Sample, Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
-    feats: Features, image_models: Sequence[str | None],
+    feats: Features, image_models: Sequence[str | None], executor: Any = None,
 ) -> Iterator[SampleTask]:
-    """One task per sample with work left: the rows of its models' embeddings and of its images."""
+    """One task per sample with work left: the rows of its models' embeddings and of its images.
+    An executor with ``rows_of(matrix, rows)`` (Ray) gets each matrix once and tasks that refer
+    to it; the others get the rows as arrays."""
+    rows_of = getattr(executor, "rows_of", None)
+
+    def take(matrix: np.ndarray, idx: np.ndarray) -> Any:
+        return rows_of(matrix, idx) if rows_of is not None else matrix[idx]
+
     for (s, t, seed), todo_names in todo.items():
         sm = samples[(s, t, seed)]
 
         def rows(part, model):
-            return text[model][s][feats.rows(s, part[0])], text[model][t][feats.rows(t, part[1])]
+            return take(text[model][s], feats.rows(s, part[0])), take(text[model][t], feats.rows(t, part[1]))
 
         images = {}
         if sm.bkr is not None:
             si, ti = feats.rows(s, sm.bkr[0]), feats.rows(t, sm.bkr[1])
-            images = {g: (feats.images[g][s][si], feats.images[g][t][ti]) for g in image_models}
+            images = {g: (take(feats.images[g][s], si), take(feats.images[g][t], ti)) for g in image_models}
         yield SampleTask(
             s, t, seed, cfg.n, cfg.k, cfg.sim, cfg.csls_k, todo_names,
             None if sm.xlr is None else {m: rows(sm.xlr, m) for m in todo_names},

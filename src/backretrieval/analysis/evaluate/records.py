@@ -358,7 +358,8 @@ def config_json(cfg: EvalConfig) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
-def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, executor: str) -> dict[str, Any]:
+def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, executor: str,
+             nodes: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """What produced a set of results: the configuration, fingerprints of every input (the rows the
     run used per language, their images, each model and image model) and the software environment.
 
@@ -368,11 +369,14 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, e
         feats: the rows the run used and their digests.
         inputs: the fingerprints of the models and image models.
         executor: the executor's name.
+        nodes: with an executor that runs tasks on cluster nodes (Ray), the nodes that ran this
+            run's tasks (``"tasks"``) and its text encoding (``"encoding"``), each a list of
+            ``{"node_id", "ip", "hostname", "tasks" / "texts"}``; recorded as ``"nodes"``.
 
     Returns:
         A JSON-serialisable dict (``OUT/run.json``).
     """
-    return {
+    info = {
         "format": 1,
         "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": config_json(cfg),
@@ -393,6 +397,9 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, e
         },
         "environment": environment(),
     }
+    if nodes is not None:
+        info["nodes"] = nodes
+    return info
 
 
 def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
