@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any, Iterator
 
 import numpy as np
@@ -542,27 +543,50 @@ def ranks_against_rows(
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
     rate = [4.0]  # listed positions per row, learnt across blocks (see _listed)
+    prepared: dict[int, tuple | None] = {}  # per row block, shared by its tiles
+    lock = threading.Lock()
+
+    def prepare(rows: slice) -> tuple | None:
+        """A row block's retrieved vectors, pairs and their thresholds' windows (once per row block,
+        whichever of its tiles comes first)."""
+        with lock:
+            if rows.start not in prepared:
+                lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
+                prep = None
+                if lo_p < hi_p:
+                    R = _as_f32(unit_rows(np.asarray(T[rows_of_T[rows]], dtype=np.float32)))
+                    p = order[lo_p:hi_p]
+                    local = np.ascontiguousarray(sorted_rows[lo_p:hi_p] - rows.start)
+                    q = np.ascontiguousarray(query_idx[p])
+                    t = pair_scores(R, X, local, q)
+                    lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
+                    prep = (R, p, local, q, t, lo, hi)
+                prepared[rows.start] = prep
+            return prepared[rows.start]
 
     def block(rows, cols):
-        lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
-        if lo_p == hi_p:
+        prep = prepare(rows)
+        if prep is None:
             return None
-        R = _as_f32(unit_rows(np.asarray(T[rows_of_T[rows]], dtype=np.float32)))
+        R, p, local, q, t, lo, hi = prep
         g = _gemm(R, X[cols])  # (block, tile columns): each retrieved item vs these X rows
-        p = order[lo_p:hi_p]
-        local = np.ascontiguousarray(sorted_rows[lo_p:hi_p] - rows.start)
-        q = np.ascontiguousarray(query_idx[p])
-        t = pair_scores(R, X, local, q)
-        lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
         cnt = np.empty(p.size, np.int64)
         # the true item's column within the tile (outside it when negative or past its end)
         true_col = q - cols.start
         ((pp, j),) = _listed(lambda *b: _fused.rows_against(g, local, true_col, lo, hi, cnt, *b), p.size, rate, 1)
         if pp.size:  # in-window: decide on canonical scores
             np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j + cols.start) >= t[pp]).astype(np.int64))
-        return p, cnt
+        return rows, p, cnt
 
+    done = -1  # the row block whose tiles have all been added
     for res in _map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes, split_cols=True):
-        if res is not None:
-            ranks[res[0]] += res[1]
+        if res is None:
+            continue
+        rows, p, cnt = res
+        if rows.start != done:  # tiles come in order: every earlier row block is complete
+            with lock:
+                for start in [k for k in prepared if k < rows.start]:
+                    del prepared[start]
+            done = rows.start
+        ranks[p] += cnt
     return ranks
