@@ -27,9 +27,10 @@ counting reads each score block once (:mod:`._fused`).
 Memory. Work is done in row blocks of the query matrix; a block holds at most
 ``block_bytes`` of float32 scores (default 64 MiB), so peak extra memory is independent of the
 number of queries and linear in the database size. Where a row block would be thin (fewer than
-512 rows), :func:`ranks_both_ways` works in tiles of 1,024 rows x the columns that fit instead
-(:func:`_tiles`: BLAS packs the whole database for every product, so thin blocks read it again
-and again).
+512 rows), :func:`ranks_both_ways`, :func:`nearest_with_ties` and :func:`ranks_against_rows` work
+in tiles of 1,024 rows x the columns that fit instead (:func:`_tiles`: BLAS packs the whole
+database for every product, so thin blocks read it again and again); a row's counts are the sums
+of its tiles', its maximum the largest of its tiles'.
 
 Sparse rows (TF-IDF, bag of words; :func:`.exact.row_pattern`): the canonical re-decisions visit
 only nonzero columns, and when both sides are sparse the fast pass is a sparse float32 product.
