@@ -579,7 +579,7 @@ def ranks_against_rows(
             np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j + cols.start) >= t[pp]).astype(np.int64))
         return rows, p, cnt
 
-    done = -1  # the row block whose tiles have all been added
+    done = -1  # the row block whose tiles are being added (its predecessors are complete)
     for res in _map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes, split_cols=True):
         if res is None:
             continue
