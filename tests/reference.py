@@ -185,6 +185,24 @@ def nearest_with_ties(src, tgt, sim="cosine", k=10):
     return out
 
 
+def bkr_ranks_vec(src_text, tgt_text, src_img, tgt_img, sim="cosine", k=10):
+    """:func:`bkr_ranks`, vectorised (:func:`scores_vec`): the same rules, for inputs too large for
+    the loops. Also returns each query's retrieved target (the lowest-index maximiser)."""
+    Q, D = unit_vec(src_text), unit_vec(tgt_text)
+    if sim == "cosine":
+        s = scores_vec(Q, D)
+    else:
+        s = scores_vec(Q, D, 2.0, knn_mean_vec(Q, D, k), knn_mean_vec(D, Q, k))
+    g = scores_vec(unit_vec(tgt_img), unit_vec(src_img))  # g[t, s]: target image t vs source image s
+    ranks = np.empty(len(Q), dtype=np.int64)
+    retrieved = np.empty(len(Q), dtype=np.int64)
+    for q in range(len(Q)):
+        tied = np.flatnonzero(s[q] == s[q].max())
+        ranks[q] = (g[tied] >= g[tied, q][:, None]).sum(axis=1).max()
+        retrieved[q] = tied[0]
+    return ranks, retrieved
+
+
 def recall(ranks, k):
     return float(np.mean([r <= k for r in ranks]))
 

@@ -223,6 +223,68 @@ def test_bkr_tie_in_retrieval_takes_worst_target():
     assert targets[offsets[0]:offsets[1]].tolist() == [0, 1]  # both tied targets, as step 3 follows them
 
 
+def tile_border_data(rng, n_s=1300, n_t=1200, d=16, e=8):
+    """BkR inputs whose searches need more than one tile both ways at ``TILED_BLOCK`` bytes: more
+    than 1,024 queries (two row tiles of the text step) and more than 1,024 distinct retrieved
+    targets (two row tiles of the image step; targets are noisy copies of sources, so most are
+    retrieved), with exact ties straddling the borders of tiles: duplicate targets at columns
+    299/300 and 599/600 (column borders of every thread count's tiles, multiples of 75) that are
+    copies of queries 1,023 and 1,024 (the two sides of the row border), a duplicate pair at
+    targets 1,023/1,024 (the image step's row border), and duplicate source images at
+    299/300, 599/600 and 1,199/1,200."""
+    st_, si = rand(rng, n_s, d), rand(rng, n_s, e)
+    pick = rng.permutation(n_s)[:n_t]
+    tt = st_[pick] + 0.05 * rand(rng, n_t, d)
+    ti = si[pick] + 0.5 * rand(rng, n_t, e)
+    tt[299] = tt[300] = st_[1023]
+    tt[599] = tt[600] = st_[1024]
+    tt[1024] = tt[1023]
+    for a in (299, 599, 1199):
+        si[a + 1] = si[a]
+    return st_, tt, si, ti
+
+
+TILED_BLOCK = 4 * 1024 * 300  # 1,024-row tiles of at most 300 columns (fewer per thread)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vectorised_bkr_reference_equals_the_loops(seed):
+    rng = np.random.default_rng(seed)
+    st_, tt, si, ti = tied(rng, 25, 16, 4), tied(rng, 20, 16, 4), tied(rng, 25, 4, 3), tied(rng, 20, 4, 3)
+    for sim in ("cosine", "csls"):
+        assert ref.bkr_ranks_vec(st_, tt, si, ti, sim, 3)[0].tolist() == ref.bkr_ranks(st_, tt, si, ti, sim, 3).tolist()
+
+
+@pytest.mark.parametrize("sim", ["cosine", "csls"])
+def test_bkr_in_tiles_matches_reference_with_ties_on_tile_borders(sim):
+    """BkR's text step (row maxima) and image step in tiles of rows x columns: the ranks and the
+    retrieved targets equal the reference's, ties across tile borders included; the fast pass at
+    the edge of its window changes nothing."""
+    from edge_of_window import at_edge
+
+    rng = np.random.default_rng(11)
+    st_, tt, si, ti = tile_border_data(rng)
+    want, want_retrieved = ref.bkr_ranks_vec(st_, tt, si, ti, sim, 5)
+    # the ties are really there: both copies are maximisers, and ranks count tied images
+    for q, pair in ((1023, (299, 300)), (1024, (599, 600))):
+        s = ref.scores_vec(ref.unit_vec(st_[q : q + 1]), ref.unit_vec(tt))[0]
+        assert set(np.flatnonzero(s == s.max())) >= set(pair)
+    assert want[[299, 300, 599, 600, 1199, 1200]].min() >= 2  # each of these images has an exact twin
+    calls: list = []
+    with at_edge(3, calls=calls):
+        edge, edge_retrieved = bkr_ranks(st_, tt, si, ti, sim=sim, csls_k=5, block_bytes=TILED_BLOCK)
+    ranks, retrieved = bkr_ranks(st_, tt, si, ti, sim=sim, csls_k=5, block_bytes=TILED_BLOCK)
+    assert np.unique(retrieved).size > 1024
+    assert ranks.tolist() == want.tolist() == edge.tolist()
+    assert retrieved.tolist() == want_retrieved.tolist() == edge_retrieved.tolist()
+    # more than one tile both ways, in both steps (CSLS's penalties add whole-row top-k blocks)
+    text = [shape for route, shape in calls if route == "dense" and shape[1] < len(tt)]
+    image = [shape for route, shape in calls if route == "gemm"]
+    for tiles, n_cols in ((text, len(tt)), (image, len(si))):
+        assert {r for r, _ in tiles} >= {1024} and any(r < 1024 for r, _ in tiles)
+        assert max(c for _, c in tiles) <= 300 and sum(c for r, c in tiles if r == 1024) == n_cols
+
+
 def test_bkr_random_model_near_k_over_n():
     rng = np.random.default_rng(0)
     n, k = 2000, 10

@@ -27,9 +27,10 @@ counting reads each score block once (:mod:`._fused`).
 Memory. Work is done in row blocks of the query matrix; a block holds at most
 ``block_bytes`` of float32 scores (default 64 MiB), so peak extra memory is independent of the
 number of queries and linear in the database size. Where a row block would be thin (fewer than
-512 rows), :func:`ranks_both_ways` works in tiles of 1,024 rows x the columns that fit instead
-(:func:`_tiles`: BLAS packs the whole database for every product, so thin blocks read it again
-and again).
+512 rows), :func:`ranks_both_ways`, :func:`nearest_with_ties` and :func:`ranks_against_rows` work
+in tiles of 1,024 rows x the columns that fit instead (:func:`_tiles`: BLAS packs the whole
+database for every product, so thin blocks read it again and again); a row's counts are the sums
+of its tiles', its maximum the largest of its tiles'.
 
 Sparse rows (TF-IDF, bag of words; :func:`.exact.row_pattern`): the canonical re-decisions visit
 only nonzero columns, and when both sides are sparse the fast pass is a sparse float32 product.
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any, Iterator
 
 import numpy as np
@@ -432,10 +434,14 @@ def nearest_with_ties(
     ``(indptr, indices)``: the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]``
     (ascending).
 
-    Per block one read of the fast scores finds each row's maximum and the items within
-    ``2 tau`` of it; a row with one such item has it as its unique canonical maximiser (any
-    canonical maximiser scores at least ``max - 2 tau`` in the fast pass). Only rows with several
-    candidates compare them canonically."""
+    One read of each block (or tile, :func:`_tiles`) of fast scores finds each row's maximum
+    there and the items within ``width`` (``2 tau`` plus a rounding margin) of it
+    (:func:`._fused.row_max_candidates`). The tiles of a row block are then merged: the row's
+    fast maximum is the largest of its tiles' maxima, and its candidates are the tiles' items
+    within ``width`` of it (a tile lists every item within ``width`` of its own maximum, which is
+    no larger). A row with one candidate has it as its unique canonical maximiser (any canonical
+    maximiser scores at least ``max - 2 tau`` in the fast pass); only rows with several compare
+    them canonically."""
     Q, D = _as_f32(Q), _as_f32(D)
     n_q = Q.shape[0]
     fast = _Fast(Q, D, scale, q_bias, d_bias)
@@ -447,33 +453,63 @@ def nearest_with_ties(
 
     rate = [2.0]  # listed positions per row, learnt across blocks (see _listed)
 
-    def block(rows):
-        s = fast.block(rows)
+    def block(rows, cols):
+        s = fast.block(rows, cols)
         nb = s.shape[0]
         arg = np.empty(nb, np.int64)
         within = np.empty(nb, np.int64)
         ((ci, cj),) = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), nb, rate, 1)
-        return rows, arg, ci, cj
+        # each row's candidates in this tile, as (row, global column, fast score): its maximum
+        # alone where it is the only one, else every listed position
+        one = np.flatnonzero(within == 1)
+        best = s[np.arange(nb), arg]
+        i = np.concatenate([one, ci])
+        j = np.concatenate([arg[one], cj]) + cols.start
+        return rows, best, i, j, np.concatenate([best[one], s[ci, cj]])
 
     chunks: list[np.ndarray] = []
-    for rows, arg, ci, cj in _map_blocks(block, n_q, D.shape[0], Q.shape[1], block_bytes):
-        nb = arg.size
-        cb = np.ones(nb, dtype=np.int64)
-        tied = {}
-        if ci.size:  # rows with several candidates: compare them canonically
-            c = fast.canonical(ci + rows.start, cj)
-            bounds = np.flatnonzero(np.r_[True, ci[1:] != ci[:-1], True])
+
+    def finish(rows: slice, tiles: list) -> None:
+        """The candidates of one row block from its tiles (in column order), decided."""
+        nb = rows.stop - rows.start
+        top = tiles[0][1]
+        for t in tiles[1:]:
+            top = np.maximum(top, t[1])
+        i = np.concatenate([t[2] for t in tiles])
+        j = np.concatenate([t[3] for t in tiles])
+        v = np.concatenate([t[4] for t in tiles])
+        keep = v >= top[i] - width  # the rule of row_max_candidates, against the row's maximum
+        i, j = i[keep], j[keep]
+        o = np.lexsort((j, i))  # by row, columns ascending
+        i, j = i[o], j[o]
+        cb = np.bincount(i, minlength=nb).astype(np.int64)
+        out = j.copy()
+        several = cb > 1
+        if several.any():  # rows with several candidates: compare them canonically
+            sel = several[i]
+            si, sj = i[sel], j[sel]
+            c = fast.canonical(si + rows.start, sj)
+            bounds = np.flatnonzero(np.r_[True, si[1:] != si[:-1], True])
+            is_max = np.ones(c.size, dtype=bool)
             for a, b in zip(bounds[:-1], bounds[1:]):
                 cc = c[a:b]
-                tied[int(ci[a])] = cj[a:b][cc == cc.max()]
-                cb[ci[a]] = tied[int(ci[a])].size
+                is_max[a:b] = cc == cc.max()
+            drop = np.flatnonzero(sel)[~is_max]
+            cb -= np.bincount(i[drop], minlength=nb)
+            out = np.delete(out, drop)
         counts[rows] = cb
-        starts = np.cumsum(cb) - cb
-        out = np.empty(int(cb.sum()), dtype=np.int64)
-        out[starts] = arg
-        for i, j in tied.items():
-            out[starts[i] : starts[i] + j.size] = j
         chunks.append(out)
+
+    pending: tuple[slice, list] | None = None
+    for rows, *rest in _map_blocks(block, n_q, D.shape[0], Q.shape[1], block_bytes, split_cols=True):
+        if pending is not None and pending[0] != rows:
+            finish(*pending)
+            pending = None
+        if pending is None:
+            pending = (rows, [])
+        pending[1].append((rows, *rest))
+    if pending is not None:
+        finish(*pending)
     indptr = np.zeros(n_q + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return indptr, (np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64))
@@ -494,8 +530,9 @@ def ranks_against_rows(
     at a time, never as a whole). For pair p the retrieved item's vector is
     ``R[row_of_query[p]]``; all rows of ``X`` (unit rows) are ranked by canonical inner product
     with it and the pessimistic rank of ``X[query_idx[p]]`` is returned. Only the distinct
-    retrieved rows are multiplied: ``len(rows_of_T)`` x ``len(X)`` scores in all, in blocks of
-    at most ``block_bytes``, each read once. Every row of ``R`` must be used by at least one pair.
+    retrieved rows are multiplied: ``len(rows_of_T)`` x ``len(X)`` scores in all, in blocks (or
+    tiles of rows x columns, :func:`_tiles`) of at most ``block_bytes``, each read once; a pair's
+    count is the sum of its row's tiles' counts. Every row of ``R`` must be used by at least one pair.
     """
     rows_of_T = np.asarray(rows_of_T, dtype=np.int64)
     row_of_query = np.asarray(row_of_query, dtype=np.int64)
@@ -503,29 +540,54 @@ def ranks_against_rows(
     X = _as_f32(X)
     n_x = X.shape[0]
     norm_x = max_row_norm(X)
-    ranks = np.empty(row_of_query.shape[0], dtype=np.int64)
+    ranks = np.zeros(row_of_query.shape[0], dtype=np.int64)
     order = np.argsort(row_of_query, kind="stable")
     sorted_rows = row_of_query[order]
     rate = [4.0]  # listed positions per row, learnt across blocks (see _listed)
+    prepared: dict[int, tuple | None] = {}  # per row block, shared by its tiles
+    lock = threading.Lock()
 
-    def block(rows):
-        lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
-        if lo_p == hi_p:
+    def prepare(rows: slice) -> tuple | None:
+        """A row block's retrieved vectors, pairs and their thresholds' windows (once per row block,
+        whichever of its tiles comes first)."""
+        with lock:
+            if rows.start not in prepared:
+                lo_p, hi_p = np.searchsorted(sorted_rows, [rows.start, rows.stop])
+                prep = None
+                if lo_p < hi_p:
+                    R = _as_f32(unit_rows(np.asarray(T[rows_of_T[rows]], dtype=np.float32)))
+                    p = order[lo_p:hi_p]
+                    local = np.ascontiguousarray(sorted_rows[lo_p:hi_p] - rows.start)
+                    q = np.ascontiguousarray(query_idx[p])
+                    t = pair_scores(R, X, local, q)
+                    lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
+                    prep = (R, p, local, q, t, lo, hi)
+                prepared[rows.start] = prep
+            return prepared[rows.start]
+
+    def block(rows, cols):
+        prep = prepare(rows)
+        if prep is None:
             return None
-        R = _as_f32(unit_rows(np.asarray(T[rows_of_T[rows]], dtype=np.float32)))
-        g = _gemm(R, X)  # (block, n_x): each retrieved item vs every X row
-        p = order[lo_p:hi_p]
-        local = np.ascontiguousarray(sorted_rows[lo_p:hi_p] - rows.start)
-        q = np.ascontiguousarray(query_idx[p])
-        t = pair_scores(R, X, local, q)
-        lo, hi = _window(t, score_error_bound(X.shape[1], max_row_norm(R), norm_x))
+        R, p, local, q, t, lo, hi = prep
+        g = _gemm(R, X[cols])  # (block, tile columns): each retrieved item vs these X rows
         cnt = np.empty(p.size, np.int64)
-        ((pp, j),) = _listed(lambda *b: _fused.rows_against(g, local, q, lo, hi, cnt, *b), p.size, rate, 1)
+        # the true item's column within the tile (outside it when negative or past its end)
+        true_col = q - cols.start
+        ((pp, j),) = _listed(lambda *b: _fused.rows_against(g, local, true_col, lo, hi, cnt, *b), p.size, rate, 1)
         if pp.size:  # in-window: decide on canonical scores
-            np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j) >= t[pp]).astype(np.int64))
-        return p, cnt
+            np.add.at(cnt, pp, (pair_scores(R, X, local[pp], j + cols.start) >= t[pp]).astype(np.int64))
+        return rows, p, cnt
 
-    for res in _map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes):
-        if res is not None:
-            ranks[res[0]] = res[1]
+    done = -1  # the row block whose tiles are being added (its predecessors are complete)
+    for res in _map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes, split_cols=True):
+        if res is None:
+            continue
+        rows, p, cnt = res
+        if rows.start != done:  # tiles come in order: every earlier row block is complete
+            with lock:
+                for start in [k for k in prepared if k < rows.start]:
+                    del prepared[start]
+            done = rows.start
+        ranks[p] += cnt
     return ranks
