@@ -122,7 +122,14 @@ def _probe_function() -> Callable:
 
 
 def node_label(node: dict[str, Any]) -> str:
-    """How errors and run records name a Ray node: ``IP (host HOSTNAME, node ID)``."""
+    """How errors and run records name a Ray node.
+
+    Args:
+        node: one node's description (keys ``ip``, ``hostname``, ``node_id``).
+
+    Returns:
+        ``IP (host HOSTNAME, node ID)``.
+    """
     return f"{node.get('ip')} (host {node.get('hostname')}, node {node.get('node_id')})"
 
 
@@ -173,8 +180,13 @@ def _node_info(n: dict[str, Any]) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class RowsRef:
-    """Rows ``rows`` of a matrix put once into Ray's object store (``ref``): what a task carries
-    in place of the rows themselves (see :meth:`RayExecutor.rows_of`)."""
+    """Rows of a matrix put once into Ray's object store: what a task carries in place of the
+    rows themselves (see :meth:`RayExecutor.rows_of`).
+
+    Args:
+        ref: the object-store reference of the whole matrix.
+        rows: the positions of the task's rows in it.
+    """
 
     ref: Any
     rows: np.ndarray
@@ -266,10 +278,12 @@ class RayExecutor(LocalExecutor):
 
     @property
     def nodes(self) -> list[dict[str, Any]]:
+        """The nodes that ran the grid's tasks, each with its number of tasks."""
         return self._describe(self._task_counts, "tasks")
 
     @property
     def encode_nodes(self) -> list[dict[str, Any]]:
+        """The nodes that ran Ray Data text encoding, each with its number of texts."""
         counts: dict[str, int] = {}
         for enc in self._encoders:
             for nid, k in enc.node_rows.items():
