@@ -127,6 +127,7 @@ def _all_results(src, tgt, si, ti, block):
     eu = np.einsum("ij,ij->i", tgt, tgt).astype(np.float32)  # a Euclidean ranking, as M3L evaluates
     out["euclid"] = rank_of_true(src, tgt, np.arange(len(src)), scale=2.0, d_bias=eu, block_bytes=block)
     out["both"] = ranks_both_ways(Q, D, block_bytes=block)
+    out["both-nearest"] = ranks_both_ways(Q, D, block_bytes=block, nearest=True)
     return out
 
 

@@ -285,6 +285,44 @@ def test_bkr_in_tiles_matches_reference_with_ties_on_tile_borders(sim):
         assert max(c for _, c in tiles) <= 300 and sum(c for r, c in tiles if r == 1024) == n_cols
 
 
+@pytest.mark.parametrize("sim", ["cosine", "csls"])
+def test_xlr_in_tiles_finds_nearest_in_the_ranks_pass(sim):
+    """XLR's ranks and nearest targets from one pass in tiles of rows x columns (1,300 aligned
+    rows at ``TILED_BLOCK``): equal to the reference, with exact ties straddling row and column
+    tile borders, and to ``nearest_with_ties``' own pass; the fast pass at the edge of its
+    window changes nothing."""
+    from edge_of_window import at_edge
+
+    rng = np.random.default_rng(12)
+    n, d = 1300, 16
+    src = rand(rng, n, d)
+    tgt = src + 0.3 * rand(rng, n, d)
+    tgt[299] = tgt[300] = src[1023]  # query 1,023 (last row of the first row tile) ties across columns 299/300
+    tgt[599] = tgt[600] = src[1024]  # query 1,024 (first row of the second) across 599/600
+    Q, D = ref.unit_vec(src), ref.unit_vec(tgt)
+    if sim == "cosine":
+        s = ref.scores_vec(Q, D)
+    else:
+        s = ref.scores_vec(Q, D, 2.0, ref.knn_mean_vec(Q, D, 5), ref.knn_mean_vec(D, Q, 5))
+    want_near = [np.flatnonzero(row == row.max()).tolist() for row in s]
+    assert want_near[1023] == [299, 300] and want_near[1024] == [599, 600]
+    want_fwd = (s >= np.diag(s)[:, None]).sum(1)
+    want_bwd = (s >= np.diag(s)[None, :]).sum(0)
+    calls: list = []
+    with at_edge(5, calls=calls):
+        edge = xlr_ranks(src, tgt, sim=sim, csls_k=5, block_bytes=TILED_BLOCK, return_nearest=True)
+    fwd, bwd, off, tg = xlr_ranks(src, tgt, sim=sim, csls_k=5, block_bytes=TILED_BLOCK, return_nearest=True)
+    assert fwd.tolist() == want_fwd.tolist() == edge[0].tolist()
+    assert bwd.tolist() == want_bwd.tolist() == edge[1].tolist()
+    assert csr_lists(off, tg) == want_near == csr_lists(edge[2], edge[3])
+    if sim == "cosine":
+        indptr, idx = nearest_with_ties(Q, D, block_bytes=TILED_BLOCK)
+        assert csr_lists(indptr, idx) == want_near
+    tiles = [shape for route, shape in calls if route == "dense" and shape[1] < n]
+    assert {r for r, _ in tiles} >= {1024} and any(r < 1024 for r, _ in tiles)
+    assert max(c for _, c in tiles) <= 300
+
+
 def test_bkr_random_model_near_k_over_n():
     rng = np.random.default_rng(0)
     n, k = 2000, 10

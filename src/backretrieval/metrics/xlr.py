@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..search import nearest_with_ties, ranks_both_ways
+from ..search import ranks_both_ways
 from ._inputs import check_ks, check_pair, similarity
 from .table import source_summary
 
@@ -33,8 +33,8 @@ def xlr_ranks(
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default).
         return_nearest: also return, for each source, every target attaining its best
-            canonical score (the same tie rule as BkR's first step), from one more pass over
-            the scores.
+            canonical score (the same tie rule as BkR's first step), found in the same pass
+            over the scores as the ranks.
 
     Returns:
         Two int64 arrays of N ranks (1 = the partner is the nearest; ties count against it).
@@ -51,11 +51,8 @@ def xlr_ranks(
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"), same_rows=True)
     sc = similarity(src, tgt, sim, csls_k, block_bytes)
     # cosine and CSLS are symmetric: one pass over the N x N scores serves both directions
-    fwd, bwd = ranks_both_ways(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
-    if not return_nearest:
-        return fwd, bwd
-    offsets, targets = nearest_with_ties(sc.Q, sc.D, block_bytes=block_bytes, **sc.kwargs())
-    return fwd, bwd, offsets, targets
+    # (with return_nearest, the same pass also finds each source's nearest targets)
+    return ranks_both_ways(sc.Q, sc.D, block_bytes=block_bytes, nearest=return_nearest, **sc.kwargs())
 
 
 def xlr(

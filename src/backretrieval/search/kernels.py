@@ -382,7 +382,8 @@ def ranks_both_ways(
     q_bias: np.ndarray | None = None,
     d_bias: np.ndarray | None = None,
     block_bytes: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+    nearest: bool = False,
+) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pessimistic ranks of the aligned partner (row i of ``Q`` <-> row i of ``D``) in both
     directions from ONE pass over the score matrix: ``fwd[i]`` = #{j: c_ij >= c_ii},
     ``bwd[j]`` = #{i: c_ij >= c_jj}, on canonical scores. Valid for symmetric similarities
@@ -390,12 +391,17 @@ def ranks_both_ways(
 
     The canonical diagonal is computed first (n pair scores); each block of fast scores is then
     read once (:func:`._fused.both_ways`), counting per row and per column the scores certainly
-    above the threshold's window; only scores inside a window are re-decided canonically."""
+    above the threshold's window; only scores inside a window are re-decided canonically.
+
+    With ``nearest``, the same pass also finds each row's nearest items (ties included) as
+    :func:`nearest_with_ties` does, returned as ``(fwd, bwd, indptr, indices)``: each block of
+    scores is read once more while it is still in cache instead of being computed again."""
     Q, D = _as_f32(Q), _as_f32(D)
     n = Q.shape[0]
     if D.shape[0] != n:
         raise ValueError(f"aligned rows needed: {n} queries, {D.shape[0]} database items")
     fast = _Fast(Q, D, scale, q_bias, d_bias)
+    near = _Nearest(fast, n) if nearest else None
     diag = np.arange(n)
     t = fast.canonical(diag, diag)
     lo, hi = _window(t, fast.tau)
@@ -413,12 +419,105 @@ def ranks_both_ways(
         # the in-window pairs decided canonically here, in the block's thread (numba releases the GIL)
         _recount(cnt_r, fast, ri, rj, t, by_query=True, offset=rows.start)
         _recount(cnt_c, fast, ci, cj, t, by_query=False, offset=cols.start)
-        return rows, cols, cnt_r, cnt_c
+        return rows, cols, cnt_r, cnt_c, (near.tile(s, cols) if near is not None else None)
 
-    for rows, cols, cnt_r, cnt_c in _map_blocks(block, n, n, Q.shape[1], block_bytes, split_cols=True):
+    for rows, cols, cnt_r, cnt_c, cand in _map_blocks(block, n, n, Q.shape[1], block_bytes, split_cols=True):
         fwd[rows] += cnt_r
         bwd[cols] += cnt_c
+        if near is not None:
+            near.add(rows, cand)
+    if near is not None:
+        return (fwd, bwd, *near.result())
     return fwd, bwd
+
+
+class _Nearest:
+    """Finds, tile by tile, the items attaining each query's best canonical score (the work of
+    :func:`nearest_with_ties`, also done by :func:`ranks_both_ways` on its own blocks of scores).
+
+    :meth:`tile` reads one block (or tile, :func:`_tiles`) of fast scores once: each row's maximum
+    there and the items within ``width`` (``2 tau`` plus a rounding margin) of it
+    (:func:`._fused.row_max_candidates`). :meth:`add` merges the tiles of a row block as they
+    come (in block order): the row's fast maximum is the largest of its tiles' maxima, and its
+    candidates are the tiles' items within ``width`` of it (a tile lists every item within
+    ``width`` of its own maximum, which is no larger). A row with one candidate has it as its
+    unique canonical maximiser (any canonical maximiser scores at least ``max - 2 tau`` in the
+    fast pass); only rows with several compare them canonically."""
+
+    def __init__(self, fast: _Fast, n_q: int) -> None:
+        self.fast = fast
+        # 2 tau, plus the float32 rounding of ``max - width`` itself
+        mag = abs(fast.scale) * fast.norm_q * fast.norm_d + sum(
+            float(np.max(np.abs(b))) for b in (fast.q_bias, fast.d_bias) if b is not None and np.size(b))
+        self.width = np.float32(2.0 * fast.tau + 4.0 * U32 * (mag + 1.0))
+        self.counts = np.empty(n_q, dtype=np.int64)
+        self.chunks: list[np.ndarray] = []
+        self.rate = [2.0]  # listed positions per row, learnt across blocks (see _listed)
+        self._pending: tuple[slice, list] | None = None
+
+    def tile(self, s: np.ndarray, cols: slice) -> tuple:
+        """The candidates of one tile of fast scores ``s`` (its rows' maxima, then (row, global
+        column, fast score) of each row's maximum where it is the only one within ``width``,
+        else of every listed position); safe to call from the block's thread."""
+        nb = s.shape[0]
+        arg = np.empty(nb, np.int64)
+        within = np.empty(nb, np.int64)
+        ((ci, cj),) = _listed(lambda *b: _fused.row_max_candidates(s, self.width, arg, within, *b), nb, self.rate, 1)
+        one = np.flatnonzero(within == 1)
+        best = s[np.arange(nb), arg]
+        i = np.concatenate([one, ci])
+        j = np.concatenate([arg[one], cj]) + cols.start
+        return best, i, j, np.concatenate([best[one], s[ci, cj]])
+
+    def add(self, rows: slice, cand: tuple) -> None:
+        """One tile's candidates (from :meth:`tile`), in block order; a row block is decided once
+        a tile of the next one (or :meth:`result`) arrives."""
+        if self._pending is not None and self._pending[0] != rows:
+            self._finish(*self._pending)
+            self._pending = None
+        if self._pending is None:
+            self._pending = (rows, [])
+        self._pending[1].append(cand)
+
+    def _finish(self, rows: slice, tiles: list) -> None:
+        """The candidates of one row block from its tiles (in column order), decided."""
+        nb = rows.stop - rows.start
+        top = tiles[0][0]
+        for t in tiles[1:]:
+            top = np.maximum(top, t[0])
+        i = np.concatenate([t[1] for t in tiles])
+        j = np.concatenate([t[2] for t in tiles])
+        v = np.concatenate([t[3] for t in tiles])
+        keep = v >= top[i] - self.width  # the rule of row_max_candidates, against the row's maximum
+        i, j = i[keep], j[keep]
+        o = np.lexsort((j, i))  # by row, columns ascending
+        i, j = i[o], j[o]
+        cb = np.bincount(i, minlength=nb).astype(np.int64)
+        out = j.copy()
+        several = cb > 1
+        if several.any():  # rows with several candidates: compare them canonically
+            sel = several[i]
+            si, sj = i[sel], j[sel]
+            c = self.fast.canonical(si + rows.start, sj)
+            bounds = np.flatnonzero(np.r_[True, si[1:] != si[:-1], True])
+            is_max = np.ones(c.size, dtype=bool)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                cc = c[a:b]
+                is_max[a:b] = cc == cc.max()
+            drop = np.flatnonzero(sel)[~is_max]
+            cb -= np.bincount(i[drop], minlength=nb)
+            out = np.delete(out, drop)
+        self.counts[rows] = cb
+        self.chunks.append(out)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(indptr, indices)`` once every tile has been added."""
+        if self._pending is not None:
+            self._finish(*self._pending)
+            self._pending = None
+        indptr = np.zeros(self.counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=indptr[1:])
+        return indptr, (np.concatenate(self.chunks) if self.chunks else np.empty(0, dtype=np.int64))
 
 
 def nearest_with_ties(
@@ -434,85 +533,17 @@ def nearest_with_ties(
     ``(indptr, indices)``: the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]``
     (ascending).
 
-    One read of each block (or tile, :func:`_tiles`) of fast scores finds each row's maximum
-    there and the items within ``width`` (``2 tau`` plus a rounding margin) of it
-    (:func:`._fused.row_max_candidates`). The tiles of a row block are then merged: the row's
-    fast maximum is the largest of its tiles' maxima, and its candidates are the tiles' items
-    within ``width`` of it (a tile lists every item within ``width`` of its own maximum, which is
-    no larger). A row with one candidate has it as its unique canonical maximiser (any canonical
-    maximiser scores at least ``max - 2 tau`` in the fast pass); only rows with several compare
-    them canonically."""
+    One read of each block (or tile, :func:`_tiles`) of fast scores finds each row's candidates;
+    only rows with several candidates compare them on canonical scores (:class:`_Nearest`)."""
     Q, D = _as_f32(Q), _as_f32(D)
-    n_q = Q.shape[0]
-    fast = _Fast(Q, D, scale, q_bias, d_bias)
-    # 2 tau, plus the float32 rounding of ``max - width`` itself
-    mag = abs(fast.scale) * fast.norm_q * fast.norm_d + sum(
-        float(np.max(np.abs(b))) for b in (q_bias, d_bias) if b is not None and np.size(b))
-    width = np.float32(2.0 * fast.tau + 4.0 * U32 * (mag + 1.0))
-    counts = np.empty(n_q, dtype=np.int64)
-
-    rate = [2.0]  # listed positions per row, learnt across blocks (see _listed)
+    near = _Nearest(_Fast(Q, D, scale, q_bias, d_bias), Q.shape[0])
 
     def block(rows, cols):
-        s = fast.block(rows, cols)
-        nb = s.shape[0]
-        arg = np.empty(nb, np.int64)
-        within = np.empty(nb, np.int64)
-        ((ci, cj),) = _listed(lambda *b: _fused.row_max_candidates(s, width, arg, within, *b), nb, rate, 1)
-        # each row's candidates in this tile, as (row, global column, fast score): its maximum
-        # alone where it is the only one, else every listed position
-        one = np.flatnonzero(within == 1)
-        best = s[np.arange(nb), arg]
-        i = np.concatenate([one, ci])
-        j = np.concatenate([arg[one], cj]) + cols.start
-        return rows, best, i, j, np.concatenate([best[one], s[ci, cj]])
+        return rows, near.tile(near.fast.block(rows, cols), cols)
 
-    chunks: list[np.ndarray] = []
-
-    def finish(rows: slice, tiles: list) -> None:
-        """The candidates of one row block from its tiles (in column order), decided."""
-        nb = rows.stop - rows.start
-        top = tiles[0][1]
-        for t in tiles[1:]:
-            top = np.maximum(top, t[1])
-        i = np.concatenate([t[2] for t in tiles])
-        j = np.concatenate([t[3] for t in tiles])
-        v = np.concatenate([t[4] for t in tiles])
-        keep = v >= top[i] - width  # the rule of row_max_candidates, against the row's maximum
-        i, j = i[keep], j[keep]
-        o = np.lexsort((j, i))  # by row, columns ascending
-        i, j = i[o], j[o]
-        cb = np.bincount(i, minlength=nb).astype(np.int64)
-        out = j.copy()
-        several = cb > 1
-        if several.any():  # rows with several candidates: compare them canonically
-            sel = several[i]
-            si, sj = i[sel], j[sel]
-            c = fast.canonical(si + rows.start, sj)
-            bounds = np.flatnonzero(np.r_[True, si[1:] != si[:-1], True])
-            is_max = np.ones(c.size, dtype=bool)
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                cc = c[a:b]
-                is_max[a:b] = cc == cc.max()
-            drop = np.flatnonzero(sel)[~is_max]
-            cb -= np.bincount(i[drop], minlength=nb)
-            out = np.delete(out, drop)
-        counts[rows] = cb
-        chunks.append(out)
-
-    pending: tuple[slice, list] | None = None
-    for rows, *rest in _map_blocks(block, n_q, D.shape[0], Q.shape[1], block_bytes, split_cols=True):
-        if pending is not None and pending[0] != rows:
-            finish(*pending)
-            pending = None
-        if pending is None:
-            pending = (rows, [])
-        pending[1].append((rows, *rest))
-    if pending is not None:
-        finish(*pending)
-    indptr = np.zeros(n_q + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return indptr, (np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64))
+    for rows, cand in _map_blocks(block, Q.shape[0], D.shape[0], Q.shape[1], block_bytes, split_cols=True):
+        near.add(rows, cand)
+    return near.result()
 
 
 def ranks_against_rows(
