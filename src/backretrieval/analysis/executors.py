@@ -11,7 +11,9 @@ resumable); at most a few tasks are in flight, so memory stays bounded.
   so on a multi-core machine this is faster than ``local`` for grids of many samples. Workers
   start as tasks arrive, so a grid never starts more workers than it has tasks; they end with
   the process that started them, however it ends (SIGTERM, SIGKILL), so they never outlive it
-  holding its output pipes.
+  holding its output pipes. Each embedding matrix is written once per grid to a private
+  temporary folder as a .npy file that the workers map (:meth:`ProcessExecutor.rows_of`);
+  tasks carry row positions, not rows.
 * ``ray[:ADDRESS]`` -- Ray tasks on a local or existing cluster (see :mod:`.ray_executor`).
 
 A model given as a Python object (:mod:`.models`) is encoded in the calling process with every
@@ -20,10 +22,13 @@ GPU) work with ``processes`` and ``ray`` alike; only the tasks' arrays travel.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Protocol, TypeVar
+
+import numpy as np
 
 from ..core import BackretrievalError
 
@@ -62,6 +67,43 @@ class Executor(Protocol):
             A text encoder (``encode(texts, lang)``, ``version``, ...).
         """
         ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsRef:
+    """Rows of a matrix that an executor shared once per grid: what a task carries in place of
+    the rows themselves (``rows_of`` of :class:`ProcessExecutor` and of the Ray executor).
+
+    Args:
+        ref: where the whole matrix is: a .npy file's path (processes), an object-store
+            reference (Ray).
+        rows: the positions of the task's rows in it.
+    """
+
+    ref: Any
+    rows: np.ndarray
+
+
+def resolve_rows(x: Any, get: Callable[[Any], np.ndarray]) -> Any:
+    """``x`` with every :class:`RowsRef` replaced by its rows (in dataclasses, dicts, tuples and
+    lists).
+
+    Args:
+        x: a task, or any part of one.
+        get: the whole matrix of a :attr:`RowsRef.ref`.
+
+    Returns:
+        ``x`` rebuilt with plain arrays (``get(ref)[rows]``: the same values as the matrix's rows).
+    """
+    if isinstance(x, RowsRef):
+        return np.asarray(get(x.ref)[x.rows])
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: resolve_rows(getattr(x, f.name), get) for f in dataclasses.fields(x) if f.init})
+    if isinstance(x, dict):
+        return {k: resolve_rows(v, get) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(resolve_rows(v, get) for v in x)
+    return x
 
 
 class LocalExecutor:
@@ -161,6 +203,51 @@ def _init_worker(threads: int, parent: int) -> None:
     _limit_threads(threads)
 
 
+_MAPPED: dict[str, np.ndarray] = {}  # in a worker: the shared .npy files it has mapped, by path
+
+
+def _run_mapped(fn: Callable[[T], R], task: T) -> R:
+    """``fn(task)`` with the task's :class:`RowsRef` resolved from the shared .npy files, each
+    mapped once per worker (read-only; the pages are the parent's page cache, not copies)."""
+
+    def get(path: str) -> np.ndarray:
+        if path not in _MAPPED:
+            _MAPPED[path] = np.load(path, mmap_mode="r", allow_pickle=False)
+        return _MAPPED[path]
+
+    return fn(resolve_rows(task, get))
+
+
+SHARED_PREFIX = "backretrieval-rows-"  # temporary folders of shared matrices: SHARED_PREFIX + "<pid>-<random>"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _sweep_stale_shared(tmp: str) -> None:
+    """Remove the shared-matrix folders of processes that no longer run (a grid killed with
+    SIGKILL cannot remove its own). Folders of live processes are left alone."""
+    import shutil
+
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(SHARED_PREFIX):
+            continue
+        pid = name[len(SHARED_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+
+
 def bounded_imap(submit: Callable[[T], Any], wait_any: Callable[[set], tuple[set, set]], result: Callable[[Any], R],
                  tasks: Iterable[T], in_flight: int) -> Iterator[R]:
     """Keep at most ``in_flight`` submitted tasks; yield results in completion order.
@@ -208,6 +295,48 @@ class ProcessExecutor(LocalExecutor):
         self.workers = workers or usable_cores()
         self.threads = threads
         self.name = f"processes:{self.workers}"
+        self._shared: dict[int, tuple[np.ndarray, str]] = {}  # id(matrix) -> (matrix, its .npy path)
+        self._dir: str | None = None
+        self.shared_bytes = 0  # bytes written to shared .npy files by rows_of
+
+    def rows_of(self, matrix: np.ndarray, rows: np.ndarray) -> RowsRef:
+        """What a task carries for ``matrix[rows]``: the matrix is written once (per grid) to a
+        .npy file in a private temporary folder that the workers map read-only, so a language's
+        embeddings are not pickled into every task. The folder is removed when the grid's
+        ``imap`` ends (or, after a SIGKILL, by the next grid on this machine).
+
+        Args:
+            matrix: a model's embeddings (or image features) of one language.
+            rows: the positions the task needs.
+
+        Returns:
+            A :class:`RowsRef` (resolved in the worker before the task runs).
+        """
+        key = id(matrix)
+        if key not in self._shared:
+            import tempfile
+
+            if self._dir is None:
+                tmp = tempfile.gettempdir()
+                _sweep_stale_shared(tmp)
+                self._dir = tempfile.mkdtemp(prefix=f"{SHARED_PREFIX}{os.getpid()}-", dir=tmp)
+            path = os.path.join(self._dir, f"{len(self._shared)}.npy")
+            arr = np.asarray(matrix)
+            if arr.dtype == object:
+                raise BackretrievalError(f"cannot share a matrix of Python objects (shape {arr.shape}) with workers")
+            np.save(path, arr, allow_pickle=False)
+            self._shared[key] = (matrix, path)  # kept alive, so its id is not reused during the grid
+            self.shared_bytes += arr.nbytes
+        return RowsRef(self._shared[key][1], np.asarray(rows))
+
+    def _unshare(self) -> None:
+        """Remove the shared .npy files (at the end of a grid)."""
+        import shutil
+
+        self._shared.clear()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def imap(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
         """Run ``fn`` on the tasks in a pool of ``min(workers, number of tasks)`` processes, at most
@@ -223,20 +352,24 @@ class ProcessExecutor(LocalExecutor):
         import itertools
         import multiprocessing as mp
 
-        it = iter(tasks)
-        head = list(itertools.islice(it, self.workers))  # fewer tasks than workers: one worker per task
-        if not head:
-            return
-        with ProcessPoolExecutor(
-            len(head), mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(self.threads, os.getpid())
-        ) as pool:
-            yield from bounded_imap(
-                lambda t: pool.submit(fn, t),
-                lambda pending: wait(pending, return_when=FIRST_COMPLETED),
-                lambda fut: fut.result(),
-                itertools.chain(head, it),
-                in_flight=2 * len(head),
-            )
+        try:
+            it = iter(tasks)
+            head = list(itertools.islice(it, self.workers))  # fewer tasks than workers: one worker per task
+            if not head:
+                return
+            with ProcessPoolExecutor(
+                len(head), mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                initargs=(self.threads, os.getpid())
+            ) as pool:
+                yield from bounded_imap(
+                    lambda t: pool.submit(_run_mapped, fn, t),
+                    lambda pending: wait(pending, return_when=FIRST_COMPLETED),
+                    lambda fut: fut.result(),
+                    itertools.chain(head, it),
+                    in_flight=2 * len(head),
+                )
+        finally:
+            self._unshare()  # after the pool has ended: no worker still maps the files
 
 
 def get_executor(spec: Any = None) -> Executor:

@@ -22,7 +22,6 @@ grid shows one progress bar of its own); ``BACKRETRIEVAL_RAY_LOGS=1`` keeps Ray'
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..core import BackretrievalError
-from .executors import LocalExecutor, bounded_imap
+from .executors import LocalExecutor, RowsRef, bounded_imap, resolve_rows
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -178,33 +177,6 @@ def _node_info(n: dict[str, Any]) -> dict[str, Any]:
     return {"node_id": n.get("NodeID"), "ip": n.get("NodeManagerAddress"), "hostname": n.get("NodeManagerHostname")}
 
 
-@dataclasses.dataclass(frozen=True)
-class RowsRef:
-    """Rows of a matrix put once into Ray's object store: what a task carries in place of the
-    rows themselves (see :meth:`RayExecutor.rows_of`).
-
-    Args:
-        ref: the object-store reference of the whole matrix.
-        rows: the positions of the task's rows in it.
-    """
-
-    ref: Any
-    rows: np.ndarray
-
-
-def _resolve(x: Any, get: Callable[[Any], np.ndarray]) -> Any:
-    """``x`` with every :class:`RowsRef` replaced by its rows (dataclasses, dicts, tuples, lists)."""
-    if isinstance(x, RowsRef):
-        return get(x.ref)[x.rows]
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return dataclasses.replace(x, **{f.name: _resolve(getattr(x, f.name), get) for f in dataclasses.fields(x) if f.init})
-    if isinstance(x, dict):
-        return {k: _resolve(v, get) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x)(_resolve(v, get) for v in x)
-    return x
-
-
 def _run_on_node(fn: Callable[[T], R], task: T) -> tuple[R, str]:
     """``fn(task)`` (its :class:`RowsRef` resolved, each matrix fetched once per node and read in
     place) and the id of the node that ran it: the body of every grid task."""
@@ -217,7 +189,7 @@ def _run_on_node(fn: Callable[[T], R], task: T) -> tuple[R, str]:
             fetched[ref] = ray.get(ref)
         return fetched[ref]
 
-    return fn(_resolve(task, get)), ray.get_runtime_context().get_node_id()
+    return fn(resolve_rows(task, get)), ray.get_runtime_context().get_node_id()
 
 
 class RayExecutor(LocalExecutor):
