@@ -11,9 +11,10 @@ each, all on 127.0.0.1, stopped at the end. The driver is this process, on the h
 * driver CPU: user + system seconds of this process during the run.
 * worker CPU: ``processes``: the pool's children (``RUSAGE_CHILDREN``); Ray: every process of the
   cluster's nodes (``/proc``, workers, raylets and GCS included), before vs after.
-* shipped per task: the pickled task (protocol 5, what ``processes`` sends; Ray's serialisation
-  of the same arrays is within a few bytes of it) and its result; with Ray also what the task
-  carries by reference (matrices put once into the object store and fetched once per node).
+* shipped per task: the pickled task (protocol 5; for ``local`` the size of the task's arrays,
+  which stay in the process) and its result; ``processes`` and Ray tasks carry row positions, and
+  the matrices are shared once per grid (``processes``: .npy files the workers map; Ray: the object
+  store, fetched once per node), counted apart.
 
     python bench/bench_cluster.py                       # the full grid
     python bench/bench_cluster.py --pairs 4 --n 300     # a reduced grid (proves the script works)
@@ -170,7 +171,7 @@ def main() -> None:
         r = rows[-1]
         print(f"{r['executor']:<24} wall {r['wall']:7.1f} s  driver CPU {r['driver_cpu']:7.1f} s  workers CPU "
               f"{r['worker_cpu']:7.1f} s  {r['tasks']} tasks, {r['task_mb']:.2f} MB/task shipped, "
-              f"{r['result_mb']:.3f} MB/result" + (f", {r['shared_mb']:.1f} MB put once" if r["shared_mb"] else ""),
+              f"{r['result_mb']:.3f} MB/result" + (f", {r['shared_mb']:.1f} MB shared once" if r["shared_mb"] else ""),
               file=sys.stderr)
     strip = [[{k: v for k, v in rec.items() if k not in timing} for rec in r["records_list"]] for r in rows]
     same = all(s == strip[0] for s in strip)
@@ -213,7 +214,7 @@ def write(cfg, pairs: str, rows: list[dict]) -> None:
         f"emoji-cldr, {len(cfg.pairs)} pairs ({pairs}), models {', '.join(cfg.models)}, {len(cfg.seeds)} seeds, "
         f"N = {cfg.n}, image model {cfg.image_model}, embeddings cached. {machine()}.",
         "",
-        "| executor | records | tasks | wall s | driver CPU s | workers CPU s | driver share | MB shipped / task | MB / result | MB put once (Ray) |",
+        "| executor | records | tasks | wall s | driver CPU s | workers CPU s | driver share | MB shipped / task | MB / result | MB shared once (.npy files / object store) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
