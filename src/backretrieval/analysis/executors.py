@@ -18,7 +18,7 @@ resumable); at most a few tasks are in flight, so memory stays bounded.
 
 A model given as a Python object (:mod:`.models`) is encoded in the calling process with every
 executor -- it is never pickled or shipped -- so unpicklable objects (lambdas, models holding a
-GPU) work with ``processes`` and ``ray`` alike; only the tasks' arrays travel.
+GPU) work with ``processes`` and ``ray`` alike; only the tasks' vectors travel.
 """
 from __future__ import annotations
 
