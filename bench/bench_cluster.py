@@ -42,11 +42,11 @@ OBJECT_STORE = 2_000_000_000  # bytes per node: every language's embeddings of e
 
 
 def _shipped(x):
-    """``x`` as it travels: a Ray ``RowsRef`` as its row positions (the reference itself is a few
-    dozen bytes), everything else as it is."""
+    """``x`` as it travels: a ``RowsRef`` (processes, Ray) as its row positions (the reference
+    itself is a few dozen bytes), everything else as it is."""
     import dataclasses
 
-    from backretrieval.analysis.ray_executor import RowsRef
+    from backretrieval.analysis.executors import RowsRef
 
     if isinstance(x, RowsRef):
         return x.rows

@@ -106,6 +106,45 @@ def resolve_rows(x: Any, get: Callable[[Any], np.ndarray]) -> Any:
     return x
 
 
+class SharesMatrices:
+    """``rows_of`` for executors that share each matrix once per grid (processes, Ray): the first
+    time a task needs a matrix it is stored where the workers read it (the executor's ``_put``,
+    which returns where it is), and every task carries only that reference and row positions.
+    Matrices are recognised by identity and kept alive until :meth:`_unshare`, so an id is not
+    reused during the grid.
+
+    Attributes:
+        shared_bytes: bytes of all matrices shared so far.
+    """
+
+    _shared: dict[int, tuple[np.ndarray, Any]]  # id(matrix) -> (matrix, its reference)
+    shared_bytes: int
+
+    def _put(self, matrix: np.ndarray) -> Any:  # pragma: no cover - each executor's own
+        raise NotImplementedError
+
+    def rows_of(self, matrix: np.ndarray, rows: np.ndarray) -> RowsRef:
+        """What a task carries for ``matrix[rows]``: the matrix is shared once per grid (not
+        pickled into every task) and the task refers to it.
+
+        Args:
+            matrix: a model's embeddings (or image features) of one language.
+            rows: the positions the task needs.
+
+        Returns:
+            A :class:`RowsRef` (resolved where the task runs, before it runs).
+        """
+        key = id(matrix)
+        if key not in self._shared:
+            self._shared[key] = (matrix, self._put(matrix))
+            self.shared_bytes += np.asarray(matrix).nbytes
+        return RowsRef(self._shared[key][1], np.asarray(rows))
+
+    def _unshare(self) -> None:
+        """Forget the shared matrices (at the end of a grid)."""
+        self._shared.clear()
+
+
 class LocalExecutor:
     """Tasks one after another in this process (no constructor arguments)."""
 
@@ -282,7 +321,7 @@ def bounded_imap(submit: Callable[[T], Any], wait_any: Callable[[set], tuple[set
             yield result(fut)
 
 
-class ProcessExecutor(LocalExecutor):
+class ProcessExecutor(SharesMatrices, LocalExecutor):
     """Tasks in ``workers`` spawned processes with ``threads`` BLAS threads each (encoding stays
     in this process, where the models use every core).
 
@@ -295,45 +334,32 @@ class ProcessExecutor(LocalExecutor):
         self.workers = workers or usable_cores()
         self.threads = threads
         self.name = f"processes:{self.workers}"
-        self._shared: dict[int, tuple[np.ndarray, str]] = {}  # id(matrix) -> (matrix, its .npy path)
+        self._shared = {}  # id(matrix) -> (matrix, its .npy path)
         self._dir: str | None = None
-        self.shared_bytes = 0  # bytes written to shared .npy files by rows_of
+        self.shared_bytes = 0  # bytes written to shared .npy files
 
-    def rows_of(self, matrix: np.ndarray, rows: np.ndarray) -> RowsRef:
-        """What a task carries for ``matrix[rows]``: the matrix is written once (per grid) to a
-        .npy file in a private temporary folder that the workers map read-only, so a language's
-        embeddings are not pickled into every task. The folder is removed when the grid's
-        ``imap`` ends (or, after a SIGKILL, by the next grid on this machine).
+    def _put(self, matrix: np.ndarray) -> str:
+        """Write ``matrix`` to a .npy file in a private temporary folder that the workers map
+        read-only, and return its path. The folder is removed when the grid's ``imap`` ends (or,
+        after a SIGKILL, by the next grid on this machine)."""
+        import tempfile
 
-        Args:
-            matrix: a model's embeddings (or image features) of one language.
-            rows: the positions the task needs.
-
-        Returns:
-            A :class:`RowsRef` (resolved in the worker before the task runs).
-        """
-        key = id(matrix)
-        if key not in self._shared:
-            import tempfile
-
-            if self._dir is None:
-                tmp = tempfile.gettempdir()
-                _sweep_stale_shared(tmp)
-                self._dir = tempfile.mkdtemp(prefix=f"{SHARED_PREFIX}{os.getpid()}-", dir=tmp)
-            path = os.path.join(self._dir, f"{len(self._shared)}.npy")
-            arr = np.asarray(matrix)
-            if arr.dtype == object:
-                raise BackretrievalError(f"cannot share a matrix of Python objects (shape {arr.shape}) with workers")
-            np.save(path, arr, allow_pickle=False)
-            self._shared[key] = (matrix, path)  # kept alive, so its id is not reused during the grid
-            self.shared_bytes += arr.nbytes
-        return RowsRef(self._shared[key][1], np.asarray(rows))
+        arr = np.asarray(matrix)
+        if arr.dtype == object:
+            raise BackretrievalError(f"cannot share a matrix of Python objects (shape {arr.shape}) with workers")
+        if self._dir is None:
+            tmp = tempfile.gettempdir()
+            _sweep_stale_shared(tmp)
+            self._dir = tempfile.mkdtemp(prefix=f"{SHARED_PREFIX}{os.getpid()}-", dir=tmp)
+        path = os.path.join(self._dir, f"{len(self._shared)}.npy")
+        np.save(path, arr, allow_pickle=False)
+        return path
 
     def _unshare(self) -> None:
         """Remove the shared .npy files (at the end of a grid)."""
         import shutil
 
-        self._shared.clear()
+        super()._unshare()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..core import BackretrievalError
-from .executors import LocalExecutor, RowsRef, bounded_imap, resolve_rows
+from .executors import LocalExecutor, RowsRef, SharesMatrices, bounded_imap, resolve_rows
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -192,7 +192,7 @@ def _run_on_node(fn: Callable[[T], R], task: T) -> tuple[R, str]:
     return fn(resolve_rows(task, get)), ray.get_runtime_context().get_node_id()
 
 
-class RayExecutor(LocalExecutor):
+class RayExecutor(SharesMatrices, LocalExecutor):
     """Per-sample tasks as Ray tasks (one CPU each); text encoding on Ray Data.
 
     Building one does not touch Ray; the first ``imap`` or ``text_encoder`` call initialises it.
@@ -216,27 +216,13 @@ class RayExecutor(LocalExecutor):
         self._task_counts: dict[str, int] = {}
         self._encoders: list[Any] = []
         self._node_infos: dict[str, dict[str, Any]] = {}
-        self._shared: dict[int, tuple[np.ndarray, Any]] = {}  # id(matrix) -> (matrix, its object ref)
-        self.shared_bytes = 0  # bytes put into the object store by rows_of
+        self._shared = {}  # id(matrix) -> (matrix, its object ref)
+        self.shared_bytes = 0  # bytes put into the object store
 
-    def rows_of(self, matrix: np.ndarray, rows: np.ndarray) -> RowsRef:
-        """What a task carries for ``matrix[rows]``: the matrix is put into the object store once
-        (per executor, until the end of the grid) and every task refers to it, so a language's
-        embeddings travel to each node once instead of once per task.
-
-        Args:
-            matrix: a model's embeddings (or image features) of one language.
-            rows: the positions the task needs.
-
-        Returns:
-            A :class:`RowsRef` (resolved on the node before the task runs).
-        """
-        ray = ray_init(self.address, self.num_cpus)
-        key = id(matrix)
-        if key not in self._shared:
-            self._shared[key] = (matrix, ray.put(matrix))
-            self.shared_bytes += matrix.nbytes
-        return RowsRef(self._shared[key][1], np.asarray(rows))
+    def _put(self, matrix: np.ndarray) -> Any:
+        """Put ``matrix`` into the object store (until the end of the grid) and return its
+        reference: a language's embeddings travel to each node once instead of once per task."""
+        return ray_init(self.address, self.num_cpus).put(matrix)
 
     def _describe(self, counts: dict[str, int], what: str) -> list[dict[str, Any]]:
         if not counts:
@@ -320,4 +306,4 @@ class RayExecutor(LocalExecutor):
         try:
             yield from bounded_imap(lambda t: remote.remote(fn_ref, t), wait_any, result, tasks, in_flight=2 * cpus)
         finally:
-            self._shared.clear()  # the matrices leave the object store with their last reference
+            self._unshare()  # the matrices leave the object store with their last reference
