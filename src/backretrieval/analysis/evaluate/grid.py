@@ -58,7 +58,7 @@ from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
-from .features import check_needs, draw_samples, Features, same_sample_note, Samples
+from .features import check_needs, draw_samples, Features, largest_n, same_sample_note, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .queries import MATCHING, NON_MATCHING, sample_items
 from .tasks import SampleTask, check_approx
@@ -233,6 +233,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     nodes = {"tasks": ex.nodes, "encoding": ex.encode_nodes} if hasattr(ex, "encode_nodes") else None
     info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     order = {m: i for i, m in enumerate(names)}
+    largest = {f"{s}->{t}": largest_n(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
     results = {}
     for g in image_models:
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
@@ -244,6 +245,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             text_only=not has_bkr,
             notes=list(notes),
             items=items,
+            largest_n=largest,
         )
     main, *rest = image_models
     result = results[main]
