@@ -132,12 +132,16 @@ def test_meta_table_prefers_the_metric_that_tracks_truth():
     assert len(per_seed) == 10
     table = meta_table(per_seed)
     e = table["en->de"]
-    assert e["pearson_bkr"]["mean"] > 0.95 > e["pearson_corr"]["mean"]
+    assert e["pearson[bkr@10]"]["mean"] > 0.95 > e["pearson[corr]"]["mean"]
     assert e["p_pearson_wilcoxon"] < 0.1 and e["p_pearson_ttest"] < 0.01
+    assert e["best"]["pearson"]["candidate"] == "bkr@10" and e["best"]["pearson"]["runner_up"] == "corr"
     md = format_meta_table(table)
+    assert md.startswith("| pair | Pearson bkr@10 | Pearson corr | p | Spearman bkr@10 | Spearman corr | p | models | seeds |")
     assert "| en->de | **" in md
     deg = image_model_degradation(per_seed)
     assert deg.loc[0, "image_model"] == "g"
+    assert list(deg.columns) == ["image_model", "pearson[bkr@10]", "spearman[bkr@10]", "pearson[corr]", "spearman[corr]",
+                                 "pearson[bkr@10]_sd", "spearman[bkr@10]_sd", "pearson[corr]_sd", "spearman[corr]_sd"]
 
 
 def test_calibration_leave_one_pair_out():

@@ -244,6 +244,18 @@ def test_meta_options(tmp_path, feature_data):
     assert_refused(cli(grid("meta", feature_data, out, "--models", "random,tfidf-char,random@mix=0.5",
                             "--weak-image-models", "colour-hist")),
                    "Invalid value for '--weak-image-models': unknown image model 'colour-hist'")
+    three = ("--models", "random,tfidf-char,random@mix=0.5")
+    for candidates, message in (
+        ("bkr@5,xlr@1", "metric 'xlr@1' is no candidate proxy (it needs the ground truth it would stand in for): "
+                         "use bkr@K, bkr_mrr, corr"),
+        ("hub_max@5", "metric 'hub_max@5' is no candidate proxy (the metric table does not mark it one)"),
+        ("corr,bkr_mrr,corr", "candidate 'corr' is given twice"),
+        ("bkr@10", "candidate 'bkr@10': the records carry bkr@K at K = 1, 5 only (N=20, --k 5)"),
+        ("bkr@ten", "unknown metric 'bkr@ten'"),
+        (",", "give at least one candidate metric"),
+    ):
+        assert_refused(cli(grid("meta", feature_data, out, *three, "--candidates", candidates)),
+                       f"Invalid value for '--candidates': {message}")
     assert not out.exists()
 
 
@@ -314,11 +326,12 @@ def test_meta_with_k_other_than_10(tmp_path, feature_data):
                    "--pairs", "en-de,de-en", "--seeds", "2"))
     assert res.exit_code == 0, res.output
     md = (out / "meta.md").read_text(encoding="utf-8")
-    assert "Correlation across models of bkr@5 (BkR) and of CORR with the ground truth XLR@10 (whatever K is)" in md
+    assert "Correlation across models of each candidate (bkr@5, corr) with the ground truth XLR@10 (whatever K is)" in md
     assert "| model | xlr@10 | bkr@5 | corr | hubness_skew@5 |" in md, md
     doc = json.loads((out / "meta.json").read_text(encoding="utf-8"))
-    assert doc["candidates"]["bkr"] == "bkr@5" and doc["truth"] == "xlr@10"
-    assert (out / "figures" / "scatter_xlr_bkr.png").stat().st_size > 1000 and (out / "report.html").is_file()
+    assert doc["candidates"] == ["bkr@5", "corr"] and doc["truth"] == "xlr@10"
+    assert set(doc["pairs"]["en->de"]["best"]) == {"pearson", "spearman"}
+    assert (out / "figures" / "scatter.png").stat().st_size > 1000 and (out / "report.html").is_file()
 
 
 @pytest.fixture

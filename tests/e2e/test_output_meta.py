@@ -76,7 +76,7 @@ def test_a_pair_in_two_files_is_kept_once_per_file(tmp_path, pair_files):
     pairs = json.loads((out / "meta.json").read_text())["pairs"]
     assert set(pairs) == {"en->de [en-de.jsonl]", "en->de [en-de-shop2.jsonl]", "en->fr"}
     # the same data, the same seeds: the same correlations
-    assert pairs["en->de [en-de.jsonl]"]["pearson_bkr"] == pairs["en->de [en-de-shop2.jsonl]"]["pearson_bkr"]
+    assert pairs["en->de [en-de.jsonl]"]["pearson[bkr@5]"] == pairs["en->de [en-de-shop2.jsonl]"]["pearson[bkr@5]"]
     assert "calibration" in json.loads((out / "meta.json").read_text())  # 3 pairs: leave one out works
 
 

@@ -133,7 +133,7 @@ def test_precomputed_noise_variant_applies_the_noise(tmp_path, feature_data):
     assert res.exit_code == 0, res.output
     rows = json.loads((tmp_path / "meta" / "meta.json").read_text())["image_models"]
     assert [r["image_model"] for r in rows] == ["precomputed", "precomputed@noise=4", "precomputed@noise=16"]
-    assert len({r["pearson_corr"] for r in rows}) == 3
+    assert len({r["pearson[corr]"] for r in rows}) == 3
 
 
 def test_precomputed_on_image_files_is_refused(tmp_path, shared_data, empty_cache):

@@ -23,6 +23,7 @@ from backretrieval.metrics.table import (
 N, K = 40, 7
 SPECS = {s.name: s for s in METRICS}
 RANKABLE = [s.name for s in METRICS if s.rankable]
+CANDIDATES = [s.name for s in METRICS if s.candidate]
 
 
 def _rows(rng, n, d=16):
@@ -207,22 +208,29 @@ def _result(exact_run):
 
 
 @pytest.mark.parametrize("spec", METRICS, ids=lambda s: s.name)
-def test_compare_and_meta_accept_exactly_the_rankable_metrics(spec, exact_run):
+def test_compare_accepts_exactly_the_rankable_metrics_and_meta_the_candidates(spec, exact_run):
     name = spec.key(5)
     result = _result(exact_run)
     if spec.rankable:
         assert check_metric(name) == (spec, 5 if spec.at_k else None)
         if spec.exact:
             assert compare(result, name, n_boot=20, n_perm=20).metric == name
-        per_seed = per_seed_correlations(result.records, candidates={"x": name}) if spec.exact else None
-        assert per_seed is None or "pearson_x" in per_seed
         if spec.outcome is not None:
             assert outcome_fn(name)[0] == spec.source
     else:
-        for call in (lambda: check_metric(name), lambda: compare(result, name),
-                     lambda: per_seed_correlations(result.records, candidates={"x": name}),
-                     lambda: calibrate_leave_one_pair_out(result.records, x=name)):
+        for call in (lambda: check_metric(name), lambda: compare(result, name)):
             with pytest.raises(BackretrievalError, match=f"metric '{name}' cannot rank models: use " + ", ".join(RANKABLE)):
+                call()
+    assert not (spec.candidate and spec.needs_truth)  # a proxy of the truth cannot need it
+    if spec.candidate:
+        per_seed = per_seed_correlations(result.records, candidates=[name]) if spec.exact else None
+        assert per_seed is None or f"pearson[{name}]" in per_seed
+    else:
+        why = "it needs the ground truth it would stand in for" if spec.needs_truth else "the metric table does not mark it one"
+        for call in (lambda: per_seed_correlations(result.records, candidates=[name]),
+                     lambda: calibrate_leave_one_pair_out(result.records, x=name)):
+            with pytest.raises(BackretrievalError, match=rf"^metric '{name}' is no candidate proxy \({why}\): use "
+                                                          + ", ".join(CANDIDATES) + "$"):
                 call()
 
 
@@ -285,6 +293,8 @@ def test_metrics_command_lists_the_table():
     lines = res.output.splitlines()
     assert [line.split()[0] for line in lines] == [s.name for s in METRICS]
     assert all(("rankable" in line) == s.rankable for line, s in zip(lines, METRICS))
+    assert all(("candidate proxy" in line) == s.candidate for line, s in zip(lines, METRICS))
+    assert CANDIDATES == ["bkr@K", "bkr_mrr", "corr"]
     assert "--metric" in CliRunner().invoke(main, ["compare", "--help"]).output
 
 

@@ -1,13 +1,17 @@
-"""Meta-evaluation (Backretrieval paper, Section 3.1, Table 1 and Fig. 2): does BkR order models
-the way the ground truth XLR does, and better than the CORR baseline?
+"""Meta-evaluation (Backretrieval paper, Section 3.1, Table 1 and Fig. 2): which candidate proxy
+orders models the way the ground truth XLR does?
 
-For every language pair and seed the models are data points (XLR_f, BkR_f, CORR_f); Pearson
-and Spearman of BkR vs XLR and of CORR vs XLR are computed across models, then averaged over
-seeds (mean and sd). BkR's and CORR's correlations are compared across seeds with a paired
-Wilcoxon signed-rank test (and a paired t-test), per pair and correlation type.
+The candidates are metrics of the metric table marked ``candidate`` (they need no ground truth):
+by default BkR@K and the CORR baseline, the paper's question; ``meta --candidates`` judges any of
+them. For every language pair and seed the models are data points; Pearson and Spearman of each
+candidate vs XLR are computed across models, then averaged over seeds (mean and sd). A candidate
+where lower is better enters with its sign flipped, so 1 always means "orders the models as the
+ground truth does". Per pair and correlation type the best candidate is named with a t interval
+of its mean correlation and of its lead over the runner-up (paired over seeds), and the two are
+compared with a paired Wilcoxon signed-rank test (and a paired t-test).
 
-Also here: calibration (a monotone map from BkR to XLR, judged on held-out pairs) and the
-"how weak may g be" comparison across image models.
+Also here: calibration (a monotone map from each candidate to XLR, judged on held-out pairs)
+and the "how weak may g be" comparison across image models.
 """
 from __future__ import annotations
 
@@ -20,52 +24,125 @@ from scipy import stats
 
 from ..core import BackretrievalError
 from ..metrics.table import metric_name, parse_metric
+from .calibration import Calibration, calibrate_leave_one_pair_out, fit_calibration  # noqa: F401 (part of the meta-evaluation)
 from .evaluate import pair_labels
 from .models import RUN_ONLY_NOTE
 from .stats import correlations
 
-TRUTH = "xlr@10"
-CANDIDATES = {"bkr": "bkr@10", "corr": "corr"}
+TRUTH = "xlr@10"  # the ground truth of the meta-evaluation, whatever K the grid uses
+KINDS = ("pearson", "spearman")
+LEVEL = 0.95  # the intervals of the best candidate's correlation and of its lead over the runner-up
 
 
-def _check_metrics(*names: str) -> None:
-    """Each name is a metric that can rank models (the metric table's rankable ones)."""
-    for name in names:
-        parse_metric(name, rankable=True)
+def default_candidates(k: int = 10) -> tuple[str, ...]:
+    """The candidates the paper judges: BkR at the configured K and the CORR baseline.
+
+    Args:
+        k: the configured K.
+
+    Returns:
+        ``("bkr@K", "corr")`` with K filled in.
+    """
+    return (metric_name("bkr@K", k), "corr")
+
+
+def column(kind: str, candidate: str) -> str:
+    """The column of one correlation of one candidate: ``("pearson", "bkr@10")`` -> ``"pearson[bkr@10]"``.
+
+    Args:
+        kind: ``"pearson"`` or ``"spearman"``.
+        candidate: the candidate's metric key.
+
+    Returns:
+        The column name of :func:`per_seed_correlations` and the key of :func:`meta_table`.
+    """
+    return f"{kind}[{candidate}]"
+
+
+def candidates_of(frame: pd.DataFrame) -> list[str]:
+    """The candidates of a frame of :func:`per_seed_correlations` (or
+    :func:`image_model_degradation`), in their column order.
+
+    Args:
+        frame: a frame with ``pearson[<candidate>]`` columns.
+
+    Returns:
+        The candidates' metric keys.
+    """
+    head = column("pearson", "")[:-1]
+    return [c[len(head):-1] for c in frame.columns if c.startswith(head) and c.endswith("]")]
+
+
+def check_candidates(candidates: Sequence[str], n: int | None = None, k: int | None = None) -> tuple[str, ...]:
+    """The candidate proxies, checked before any work.
+
+    Args:
+        candidates: metric keys such as ``"bkr@10"``, ``"bkr_mrr"``, ``"corr"``.
+        n: the sample size N and ``k`` the configured K of the grid: when both are given, a
+            candidate must be a metric the exact route records at that K (``bkr@7`` is not).
+        k: see ``n``.
+
+    Returns:
+        The candidates as a tuple, in the order given.
+
+    Raises:
+        BackretrievalError: no candidate, one given twice, or one that is unknown, no
+            candidate proxy (it needs the ground truth, or the metric table does not mark it
+            one) or not in the records at its K (each named).
+    """
+    candidates = tuple(candidates)
+    if not candidates:
+        raise BackretrievalError("give at least one candidate metric")
+    for i, name in enumerate(candidates):
+        if name in candidates[:i]:
+            raise BackretrievalError(f"candidate {name!r} is given twice")
+        spec, kk = parse_metric(name, candidate=True)
+        if n is not None and k is not None:
+            have = spec.record_ks(n, k) if spec.exact else ()
+            if not spec.exact or (spec.at_k and kk not in have):
+                at = f" at K = {', '.join(map(str, have))} only" if have else " only with approximate search"
+                raise BackretrievalError(f"candidate {name!r}: the records carry {spec.name}{at} (N={n}, --k {k})")
+    return candidates
+
+
+def _oriented(values: np.ndarray, candidate: str) -> np.ndarray:
+    """The candidate's values with the sign flipped where lower is better."""
+    spec, _ = parse_metric(candidate)
+    return values if spec.higher_is_better else -values
 
 
 def per_seed_correlations(
-    records: Sequence[dict[str, Any]], truth: str = TRUTH, candidates: dict[str, str] = CANDIDATES
+    records: Sequence[dict[str, Any]], truth: str = TRUTH, candidates: Sequence[str] = default_candidates()
 ) -> pd.DataFrame:
-    """One row per (image_model, pair, seed): ``pearson_<c>``, ``spearman_<c>`` for each candidate
-    metric c, computed across the models.
+    """One row per (image_model, pair, seed): Pearson and Spearman of each candidate against
+    ``truth``, computed across the models.
 
     Args:
         records: evaluation records, one per (model, pair, seed, image model), each with
             ``image_model``, ``src_lang``, ``tgt_lang`` (or ``pair``), ``seed`` and the metric keys.
-        truth: the ground-truth metric key (default ``"xlr@10"``).
-        candidates: short name -> metric key of each metric judged against ``truth``.
-            ``truth`` and the candidates are metrics that can rank models (the metric table's
-            rankable ones).
+        truth: the ground-truth metric key (default ``"xlr@10"``), a metric that can rank models.
+        candidates: the metric keys judged against ``truth``: candidate proxies of the metric
+            table (default BkR@10 and CORR). One where lower is better enters with its sign flipped.
 
     Returns:
         A frame with columns ``image_model``, ``pair``, ``seed``, ``n_models`` and
-        ``pearson_<name>``, ``spearman_<name>`` per candidate, in the records' first-seen order.
-        A correlation is NaN when the group has fewer than 3 models or either metric is constant
-        across them.
+        ``pearson[<c>]``, ``spearman[<c>]`` per candidate c (see :func:`column`), in the records'
+        first-seen order. A correlation is NaN when the group has fewer than 3 models or either
+        metric is constant across them.
 
     Raises:
-        BackretrievalError: ``truth`` or a candidate is not a metric that can rank models (named).
+        BackretrievalError: ``truth`` cannot rank models, or a candidate is none (named).
     """
-    _check_metrics(truth, *candidates.values())
+    parse_metric(truth, rankable=True)
+    candidates = check_candidates(candidates)
     df = pd.DataFrame(records)
     df["pair"] = pair_labels(df)
     rows = []
     for (img, pair, seed), g in df.groupby(["image_model", "pair", "seed"], sort=False):
         row: dict[str, Any] = {"image_model": img, "pair": pair, "seed": seed, "n_models": len(g)}
-        for name, col in candidates.items():
-            r, rho = correlations(g[truth].to_numpy(), g[col].to_numpy())
-            row[f"pearson_{name}"], row[f"spearman_{name}"] = r, rho
+        for name in candidates:
+            r, rho = correlations(g[truth].to_numpy(float), _oriented(g[name].to_numpy(float), name))
+            row[column("pearson", name)], row[column("spearman", name)] = r, rho
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -81,172 +158,102 @@ def _paired_p(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(w), float(t)
 
 
-def meta_table(per_seed: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Table 1: per pair, mean and sd over seeds of each correlation, and p-values of BkR vs CORR.
+def t_interval(values: np.ndarray, level: float = LEVEL) -> dict[str, float]:
+    """The mean of the finite values with its Student t interval.
 
     Args:
-        per_seed: the frame of :func:`per_seed_correlations` with candidates ``bkr`` and ``corr``.
+        values: one value per seed (NaN: undefined on that seed, left out).
+        level: the interval's confidence level.
+
+    Returns:
+        ``{"mean", "low", "high"}``: NaN mean without a finite value; NaN ends with fewer than
+        two (ends equal to the mean when the values do not vary).
+    """
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return {"mean": float("nan"), "low": float("nan"), "high": float("nan")}
+    m = float(v.mean())
+    if v.size < 2:
+        return {"mean": m, "low": float("nan"), "high": float("nan")}
+    half = float(stats.t.ppf((1 + level) / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return {"mean": m, "low": m - half, "high": m + half}
+
+
+def _best(g: pd.DataFrame, kind: str, candidates: Sequence[str], level: float) -> dict[str, Any] | None:
+    """The candidate with the highest mean correlation of ``kind`` over the seeds of one group,
+    its interval, and its lead over the runner-up (paired over seeds) with its interval."""
+    means = {c: t_interval(g[column(kind, c)].to_numpy(float), level) for c in candidates}
+    ranked = sorted((c for c in candidates if np.isfinite(means[c]["mean"])), key=lambda c: -means[c]["mean"])
+    if not ranked:
+        return None
+    best = {"candidate": ranked[0], **means[ranked[0]], "level": level, "runner_up": None, "lead": None}
+    if len(ranked) > 1:
+        a, b = (g[column(kind, c)].to_numpy(float) for c in ranked[:2])
+        best.update(runner_up=ranked[1], lead=t_interval(a - b, level))
+    return best
+
+
+def meta_table(per_seed: pd.DataFrame, level: float = LEVEL) -> dict[str, dict[str, Any]]:
+    """Table 1: per pair, mean and sd over seeds of each candidate's correlations, the best
+    candidate with its interval, and p-values of the best against the runner-up.
+
+    Args:
+        per_seed: the frame of :func:`per_seed_correlations` (its candidates are read from its columns).
+        level: confidence level of the best candidate's intervals.
 
     Returns:
         Pair label (``"en->de"``; with several image models ``"en->de [g]"``) -> ``image_model``,
-        ``seeds``, ``n_models``, ``{pearson,spearman}_{bkr,corr}`` as ``{"mean", "sd"}`` over
-        seeds (NaN seeds ignored; mean NaN when every seed is NaN, sd 0.0 with fewer than two
-        finite seeds) and ``p_{pearson,spearman}_{wilcoxon,ttest}``: two-sided paired p-values of
-        BkR's against CORR's correlation across seeds (NaN with fewer than two seeds where both
-        are defined, or when the two are equal on every seed).
+        ``seeds``, ``n_models``; per correlation type (``pearson``, ``spearman``): each
+        candidate's ``pearson[<c>]`` as ``{"mean", "sd"}`` over seeds (NaN seeds ignored; mean
+        NaN when every seed is NaN, sd 0.0 with fewer than two finite seeds) and
+        ``p_pearson_wilcoxon``, ``p_pearson_ttest``: two-sided paired p-values of the best
+        candidate's against the runner-up's correlation across seeds (NaN with one candidate,
+        fewer than two seeds where both are defined, or the two equal on every seed); and
+        ``best``: ``{"pearson": ..., "spearman": ...}``, each None when no candidate has a
+        defined correlation, else ``candidate``, ``mean``, ``low``, ``high`` (its
+        :func:`t_interval` at ``level``), ``level``, ``runner_up`` and ``lead`` (the :func:`t_interval` of the paired
+        difference to the runner-up; both None with one candidate). A best candidate whose
+        lead interval reaches 0 is not told apart from the runner-up.
     """
+    candidates = candidates_of(per_seed)
     out: dict[str, dict[str, Any]] = {}
     for (img, pair), g in per_seed.groupby(["image_model", "pair"], sort=False):
         key = pair if per_seed["image_model"].nunique() == 1 else f"{pair} [{img}]"
         entry: dict[str, Any] = {"image_model": img, "seeds": int(len(g)), "n_models": int(g["n_models"].max())}
-        for kind in ("pearson", "spearman"):
-            for cand in ("bkr", "corr"):
-                v = g[f"{kind}_{cand}"].to_numpy(float)
-                entry[f"{kind}_{cand}"] = {
+        best: dict[str, Any] = {}
+        for kind in KINDS:
+            for cand in candidates:
+                v = g[column(kind, cand)].to_numpy(float)
+                entry[column(kind, cand)] = {
                     "mean": float(np.nanmean(v)) if np.isfinite(v).any() else float("nan"),
                     "sd": float(np.nanstd(v, ddof=1)) if np.isfinite(v).sum() > 1 else 0.0,
                 }
-            w, t = _paired_p(g[f"{kind}_bkr"].to_numpy(float), g[f"{kind}_corr"].to_numpy(float))
+            best[kind] = _best(g, kind, candidates, level)
+            w = t = float("nan")
+            if best[kind] is not None and best[kind]["runner_up"] is not None:
+                w, t = _paired_p(*(g[column(kind, best[kind][c])].to_numpy(float) for c in ("candidate", "runner_up")))
             entry[f"p_{kind}_wilcoxon"], entry[f"p_{kind}_ttest"] = w, t
+        entry["best"] = best
         out[key] = entry
     return out
-
-
-# --------------------------------------------------------------------------- calibration
-
-@dataclasses.dataclass
-class Calibration:
-    """Leave-one-pair-out evaluation of a monotone (isotonic) map from BkR to XLR.
-
-    For each held-out pair the map is fitted on the (model, pair) means of all other pairs; the
-    interval is +- the ``level`` quantile of the absolute leave-one-pair-out residuals within
-    those fitting pairs (a cross-conformal interval). ``rows`` has one row per (held-out pair, model).
-
-    Args:
-        rows: columns ``pair``, ``model``, ``bkr`` (the metric mapped from), ``xlr_true``,
-            ``xlr_pred``, ``low``, ``high`` (the interval, clipped to [0, 1]), ``abs_error`` and
-            ``covered`` (whether the true value lies in the unclipped interval).
-        level: the interval's nominal coverage, e.g. 0.9.
-    """
-
-    rows: pd.DataFrame
-    level: float
-
-    def summary(self) -> pd.DataFrame:
-        """Per held-out pair: how well the map fitted on the other pairs predicts it.
-
-        Returns:
-            One row per pair: ``mae`` and ``max_error`` (absolute XLR error), ``coverage`` (share
-            of models whose true XLR lies in the interval) and ``spearman_pred_vs_true`` (NaN
-            with fewer than 3 models).
-        """
-        g = self.rows.groupby("pair")
-        return pd.DataFrame(
-            {
-                "mae": g["abs_error"].mean(),
-                "max_error": g["abs_error"].max(),
-                "coverage": g["covered"].mean(),
-                "spearman_pred_vs_true": g.apply(
-                    lambda d: stats.spearmanr(d["xlr_pred"], d["xlr_true"]).statistic if len(d) > 2 else np.nan,
-                    include_groups=False,
-                ),
-            }
-        ).reset_index()
-
-
-def fit_calibration(bkr: np.ndarray, xlr: np.ndarray):
-    """An increasing isotonic map BkR -> XLR (clipped outside the fitted range).
-
-    Args:
-        bkr: 1-D BkR values (one per model, or per model and pair).
-        xlr: the matching 1-D XLR values.
-
-    Returns:
-        A fitted :class:`sklearn.isotonic.IsotonicRegression` (outputs in [0, 1]; inputs outside
-        the fitted range get the prediction at its nearest end).
-    """
-    from sklearn.isotonic import IsotonicRegression
-
-    return IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(bkr, xlr)
-
-
-def calibrate_leave_one_pair_out(
-    records: Sequence[dict[str, Any]], x: str = "bkr@10", y: str = TRUTH, level: float = 0.9
-) -> Calibration:
-    """Leave-one-pair-out isotonic calibration of ``x`` (BkR) to ``y`` (XLR), see :class:`Calibration`.
-
-    Records are first averaged per (pair, model) over seeds. A pair is held out in turn; the map
-    is fitted on the other pairs; its interval half-width is the ``level * (1 + 1/n)`` quantile
-    of the absolute residuals of each other pair predicted by a map fitted without that pair
-    too. A held-out pair is skipped when the other pairs hold fewer than 3 (pair, model) means.
-
-    Args:
-        records: evaluation records with ``model``, ``src_lang``, ``tgt_lang`` (or ``pair``)
-            and the two metric keys.
-        x: the metric calibrated from.
-        y: the ground-truth metric predicted.
-        level: nominal coverage of the interval.
-
-    Returns:
-        A :class:`Calibration` (``rows`` empty when no pair could be held out).
-
-    Raises:
-        BackretrievalError: ``x`` or ``y`` is not a metric that can rank models (named).
-    """
-    _check_metrics(x, y)
-    df = pd.DataFrame(records)
-    df["pair"] = pair_labels(df)
-    means = df.groupby(["pair", "model"], sort=False)[[x, y]].mean().reset_index()
-    rows = []
-    for pair in means["pair"].unique():
-        train, test = means[means["pair"] != pair], means[means["pair"] == pair]
-        if train["pair"].nunique() < 1 or len(train) < 3:
-            continue
-        iso = fit_calibration(train[x].to_numpy(), train[y].to_numpy())
-        # honest residuals for the interval: each training pair predicted by a map fitted
-        # without it (in-sample isotonic residuals are far too small)
-        resid = []
-        for other in train["pair"].unique():
-            fit_on, judge = train[train["pair"] != other], train[train["pair"] == other]
-            if len(fit_on) >= 2:
-                m = fit_calibration(fit_on[x].to_numpy(), fit_on[y].to_numpy())
-                resid.extend(np.abs(m.predict(judge[x].to_numpy()) - judge[y].to_numpy()))
-        if not resid:
-            resid = list(np.abs(iso.predict(train[x].to_numpy()) - train[y].to_numpy()))
-        q = float(np.quantile(resid, min(1.0, level * (1 + 1 / len(resid)))))
-        pred = iso.predict(test[x].to_numpy())
-        for (_, r), p_ in zip(test.iterrows(), pred):
-            rows.append(
-                {
-                    "pair": pair,
-                    "model": r["model"],
-                    "bkr": r[x],
-                    "xlr_true": r[y],
-                    "xlr_pred": float(p_),
-                    "low": max(0.0, float(p_) - q),
-                    "high": min(1.0, float(p_) + q),
-                    "abs_error": abs(float(p_) - r[y]),
-                    "covered": bool(p_ - q <= r[y] <= p_ + q),
-                }
-            )
-    return Calibration(pd.DataFrame(rows), level)
 
 
 # --------------------------------------------------------------------------- weak g
 
 def image_model_degradation(per_seed: pd.DataFrame) -> pd.DataFrame:
-    """Mean correlation with XLR per image model (averaged over pairs and seeds): how BkR holds
-    up as the image similarity g gets weaker. CORR is shown beside it.
+    """Mean correlation with XLR per image model (averaged over pairs and seeds): how each
+    candidate holds up as the image similarity g gets weaker.
 
     Args:
         per_seed: the frame of :func:`per_seed_correlations` (all image models).
 
     Returns:
-        One row per image model (first-seen order): the mean of ``pearson_bkr``,
-        ``spearman_bkr``, ``pearson_corr``, ``spearman_corr`` over pairs and seeds (NaN entries
-        skipped) and their standard deviations (``*_sd``, ddof 1).
+        One row per image model (first-seen order): per candidate c, the mean of
+        ``pearson[<c>]`` and ``spearman[<c>]`` over pairs and seeds (NaN entries skipped), then
+        their standard deviations (``pearson[<c>]_sd``, ddof 1).
     """
-    cols = ["pearson_bkr", "spearman_bkr", "pearson_corr", "spearman_corr"]
+    cols = [column(kind, c) for c in candidates_of(per_seed) for kind in KINDS]
     g = per_seed.groupby("image_model", sort=False)[cols]
     return g.mean().join(g.std(ddof=1).add_suffix("_sd")).reset_index()
 
@@ -262,18 +269,22 @@ class MetaResult:
         results: image model -> its :class:`~.evaluate.EvalResult`, the main one first.
         per_seed: :func:`per_seed_correlations` over all image models.
         table: :func:`meta_table` of the main image model (Table 1).
-        calibration: :func:`calibrate_leave_one_pair_out` on the main image model's records,
-            None with fewer than 3 pairs.
+        calibration: candidate -> :func:`calibrate_leave_one_pair_out` on the main image
+            model's records; empty with fewer than 3 pairs.
         degradation: :func:`image_model_degradation` ("how weak may g be").
         datasets: the datasets merged (one: ``[cfg.dataset]``).
+        candidates: the candidate proxies judged, in the order given.
+        truth: the ground truth's metric key.
     """
 
     results: dict[str, Any]  # image model -> EvalResult
     per_seed: pd.DataFrame
     table: dict[str, dict[str, Any]]  # main image model only (Table 1)
-    calibration: Calibration | None
+    calibration: dict[str, Calibration]
     degradation: pd.DataFrame
     datasets: list[str] = dataclasses.field(default_factory=list)  # the datasets merged (one: [cfg.dataset])
+    candidates: tuple[str, ...] = default_candidates()
+    truth: str = TRUTH
 
     @property
     def main(self):
@@ -286,17 +297,27 @@ class MetaResult:
         return self.main.run
 
 
-def run_meta(cfg, out_dir=None, *, image_models: Sequence[Any] = (), progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
+def _start(cfg, candidates: Sequence[str] | None) -> tuple[str, ...]:
+    """The checks before any work: at least 3 models, and the candidates (default: the paper's)."""
+    if len(cfg.models) < 3:
+        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    return check_candidates(default_candidates(cfg.k) if candidates is None else candidates, cfg.n, cfg.k)
+
+
+def run_meta(cfg, out_dir=None, *, image_models: Sequence[Any] = (), candidates: Sequence[str] | None = None,
+             progress: bool = True, log=lambda m: None, executor=None) -> MetaResult:
     """Run the evaluation grid of ``cfg`` (its ``image_model`` is the main g) together with each
     extra image model (sharing everything that does not depend on g), then the meta-evaluation.
 
-    BkR is taken at ``cfg.k`` (``bkr@K``); the ground truth is always ``xlr@10`` (``TRUTH``).
+    The ground truth is always ``xlr@10`` (``TRUTH``), whatever ``cfg.k`` is.
 
     Args:
         cfg: the grid (:class:`~.evaluate.EvalConfig`); needs a dataset with ground truth and images.
         out_dir: output folder of the grid (records, resumable); None writes nothing.
         image_models: extra (weaker) image models g, added to ``cfg.extra_image_models``: spec
             strings or Python objects (see :mod:`.models`).
+        candidates: the candidate proxies judged (metric keys, see :func:`check_candidates`);
+            None: :func:`default_candidates` (BkR at ``cfg.k`` and CORR).
         progress: show progress bars.
         log: called with each progress message.
         executor: how the grid's tasks run (see :func:`~.executors.get_executor`; None: local).
@@ -305,38 +326,39 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[Any] = (), progress: b
         The :class:`MetaResult`.
 
     Raises:
-        BackretrievalError: fewer than 3 models, or a record without ``xlr@10`` or ``bkr@K``
-            (the dataset lacks ground truth or images); the grid's own errors pass through.
+        BackretrievalError: fewer than 3 models, a bad candidate (before any work), or a record
+            without ``xlr@10`` or a candidate (the dataset lacks ground truth or images); the
+            grid's own errors pass through.
     """
     from .evaluate import evaluate
 
-    if len(cfg.models) < 3:
-        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    candidates = _start(cfg, candidates)
     cfg = dataclasses.replace(cfg, extra_image_models=[*cfg.extra_image_models, *image_models])
     res = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=("xlr", "bkr"),
                    purpose="the meta-evaluation")
     results = {cfg.image_model_name: res, **res.others}
-    return _meta(cfg, results, [cfg.dataset])
+    return _meta(cfg, results, [cfg.dataset], candidates)
 
 
-def _meta(cfg, results: dict[str, Any], datasets: list[str]) -> MetaResult:
+def _meta(cfg, results: dict[str, Any], datasets: list[str], candidates: tuple[str, ...]) -> MetaResult:
     """The meta-evaluation of finished grids (``results[image_model]``, the main one first)."""
     res = results[cfg.image_model_name]
     records = [r for sub in results.values() for r in sub.records]
-    bkr_key = metric_name("bkr@K", cfg.k)
-    missing = [r for r in records if r.get(TRUTH) is None or r.get(bkr_key) is None]
-    if missing:
-        r = missing[0]
-        raise BackretrievalError(
-            f"meta-evaluation needs both ground truth and images: {r['model']} {r['src_lang']}->{r['tgt_lang']} has no "
-            f"{TRUTH if r.get(TRUTH) is None else bkr_key}"
-        )
-    per_seed = per_seed_correlations(records, candidates={"bkr": bkr_key, "corr": "corr"})
+    for r in records:
+        lacking = [key for key in (TRUTH, *candidates) if r.get(key) is None]
+        if lacking:
+            why = "ground truth" if lacking[0] == TRUTH else "images"
+            raise BackretrievalError(
+                f"meta-evaluation needs both ground truth and images: {r['model']} {r['src_lang']}->{r['tgt_lang']} has no "
+                f"{lacking[0]} (a dataset without {why}, or a record resumed from a run whose metric table lacked it)"
+            )
+    per_seed = per_seed_correlations(records, candidates=candidates)
     main = per_seed[per_seed["image_model"] == cfg.image_model_name]
-    calibration = None
+    calibration = {}
     if pair_labels(pd.DataFrame(res.records)).nunique() >= 3:
-        calibration = calibrate_leave_one_pair_out(res.records, x=bkr_key)
-    return MetaResult(results, per_seed, meta_table(main), calibration, image_model_degradation(per_seed), list(datasets))
+        calibration = {c: calibrate_leave_one_pair_out(res.records, x=c) for c in candidates}
+    return MetaResult(results, per_seed, meta_table(main), calibration, image_model_degradation(per_seed),
+                      list(datasets), candidates)
 
 
 def dataset_pairs(spec: str, options: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -368,7 +390,7 @@ def dataset_pairs(spec: str, options: dict[str, Any], pairs: Sequence[tuple[str,
 
 def run_meta_datasets(
     cfg, datasets: Sequence[tuple[str, dict[str, Any]]], out_dir=None, *, image_models: Sequence[Any] = (),
-    progress: bool = True, log=lambda m: None, executor=None,
+    candidates: Sequence[str] | None = None, progress: bool = True, log=lambda m: None, executor=None,
 ) -> MetaResult:
     """One meta-evaluation over pairs that live in several datasets (e.g. ``en-de.jsonl`` and
     ``en-fr.jsonl``): each dataset is evaluated on the pairs of ``cfg.pairs`` it has (its grid in
@@ -381,24 +403,25 @@ def run_meta_datasets(
         datasets: ``(dataset, loader options)`` for each dataset.
         out_dir: the output folder (None: nothing written).
         image_models: extra (weaker) image models (spec strings or Python objects).
+        candidates: the candidate proxies judged (None: BkR at ``cfg.k`` and CORR), as for :func:`run_meta`.
         progress, log, executor: as for :func:`~.evaluate.evaluate`.
 
     Returns:
         The merged :class:`MetaResult` (``results[g].records`` carry ``dataset`` and ``pair``).
 
     Raises:
-        BackretrievalError: fewer than 3 models, a pair that no dataset has, a dataset with none of the pairs.
+        BackretrievalError: fewer than 3 models, a bad candidate, a pair that no dataset has, a
+            dataset with none of the pairs.
     """
     from pathlib import Path
 
     from .evaluate import EvalResult, evaluate, slug
 
-    if len(cfg.models) < 3:
-        raise BackretrievalError(f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    candidates = _start(cfg, candidates)
     if len(datasets) == 1:
         spec, options = datasets[0]
         return run_meta(dataclasses.replace(cfg, dataset=spec, dataset_options=dict(options)), out_dir,
-                        image_models=image_models, progress=progress, log=log, executor=executor)
+                        image_models=image_models, candidates=candidates, progress=progress, log=log, executor=executor)
     # which pairs each dataset has, before anything is computed
     plans = [(spec, options, dataset_pairs(spec, options, cfg.pairs)) for spec, options in datasets]
     for s, t in cfg.pairs:
@@ -442,4 +465,4 @@ def run_meta_datasets(
                 merged.setdefault(g, []).append({**rec, "pair": label})
     run = {"format": 1, "datasets": runs}
     results = {g: EvalResult(cfg, recs, {}, run=run) for g, recs in merged.items()}
-    return _meta(dataclasses.replace(cfg, extra_image_models=extra), results, [spec for spec, _, _ in plans])
+    return _meta(dataclasses.replace(cfg, extra_image_models=extra), results, [spec for spec, _, _ in plans], candidates)

@@ -183,18 +183,21 @@ def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, sa
 @device_option
 @click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
-def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_option, **grid) -> None:
-    """Meta-evaluation: does BkR track the ground truth XLR across models (Table 1, Fig. 2/3)?
+@click.option("--candidates", default=None, metavar="M1,M2,...",
+              help="The candidate proxies judged against XLR@10 (see `backretrieval metrics`), e.g. "
+                   "bkr@10,bkr@1,bkr_mrr,corr. Default: bkr@K (K from --k) and corr.")
+def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, dataset_option, **grid) -> None:
+    """Meta-evaluation: which candidate proxy tracks the ground truth XLR across models (Table 1, Fig. 2/3)?
 
-    BkR@K (K from --k) and CORR are correlated across at least 3 models with the ground truth
-    XLR@10, whatever K is. Writes OUT/meta.json, OUT/meta.md, OUT/results.jsonl (+ csv), and
+    Each candidate (by default BkR@K, K from --k, and CORR) is correlated across at least 3 models
+    with the ground truth XLR@10, whatever K is; the best one per pair is named with its interval. Writes OUT/meta.json, OUT/meta.md, OUT/results.jsonl (+ csv), and
     with --report the figures and OUT/report.html. Pairs that live in separate files: give
     --dataset once per file (or @LIST); each dataset is evaluated on the pairs it has (in
     OUT/datasets/NAME/) and the tables are merged.
     """
     import dataclasses
 
-    from ..analysis.meta import run_meta_datasets
+    from ..analysis.meta import check_candidates, default_candidates, run_meta_datasets
     from ..report.meta_report import write_meta_outputs
 
     datasets = dataset_specs(dataset, dataset_option)
@@ -202,10 +205,16 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
     cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1])
     if len(cfg.models) < 3:
         bad_option("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
+    names = default_candidates(cfg.k) if candidates is None else [m.strip() for m in candidates.split(",") if m.strip()]
+    try:
+        names = check_candidates(names, cfg.n, cfg.k)
+    except BackretrievalError as e:
+        bad_option("--candidates", str(e))
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
     check_grid(cfg, out, executor, extra, datasets)
     with folder_lock(out):
-        res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=warn, executor=executor)
+        res = run_meta_datasets(cfg, datasets, out, image_models=extra, candidates=names, progress=not quiet, log=warn,
+                                executor=executor)
         md = write_meta_outputs(res, cfg, Path(out), figures=report)
     click.echo(md)
 

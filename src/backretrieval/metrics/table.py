@@ -4,8 +4,9 @@ one parser of metric names (:func:`parse_metric`).
 A metric name is a stem, with ``@K`` when the metric is taken at a cut-off K: ``xlr@10``,
 ``bkr@5``, ``bkr_mrr``, ``corr``, ``hubness_skew@10``. Everything that names metrics reads this
 table: the evaluation's two routes (exact search and ``approx``) compute what it lists, the
-summary and its printed table show its summary columns, ``compare`` and ``meta`` accept its
-rankable metrics, and the reports take chance levels and counterparts from it.
+summary and its printed table show its summary columns, ``compare`` accepts its rankable metrics,
+``meta`` judges its candidate proxies against the ground truth, and the reports take chance
+levels and counterparts from it.
 
 Each entry says what its value is computed from (``source``):
 
@@ -97,8 +98,9 @@ class MetricSpec:
         source: what the value is computed from: ``"xlr"``, ``"xlr_t2s"``, ``"bkr"`` (per-query
             ranks), ``"text"`` (the non-matching sample's text embeddings) or ``"corr"``.
         function: the public function that reports the metric (its key in the dict it returns),
-            named relative to :mod:`backretrieval.metrics` (``"xlr"``, ``"approx.xlr_approx"``);
-            for source ``"text"`` the evaluation calls it.
+            named relative to :mod:`backretrieval.metrics` (``"xlr"``, ``"approx.xlr_approx"``),
+            or the function itself (a metric defined outside the package); for source ``"text"``
+            the evaluation calls it.
         higher_is_better: the direction of the metric.
         needs_truth: computed on the matching sample, whose rows are linked across languages
             (the ground truth).
@@ -111,7 +113,10 @@ class MetricSpec:
         summary: in the summary of the records (:func:`summary_columns`): True / False for a
             metric without K, else the K it is summarised at.
         shown: in the printed summary table by default (same form as ``summary``).
-        rankable: ``compare`` can rank models by it and ``meta`` correlate it across models.
+        rankable: ``compare`` can rank models by it.
+        candidate: ``meta`` can judge it as a proxy of the ground truth: correlate it across
+            models with XLR (``meta --candidates``). A candidate needs no ground truth; one where
+            lower is better enters with its sign flipped.
         outcome: for a rank source: ``outcome(ranks, K)`` -> per-query values (``K`` None for a
             metric without K).
         aggregate: for a rank source: the per-query values -> the metric (``np.mean``, ``np.median``).
@@ -123,7 +128,7 @@ class MetricSpec:
     name: str
     description: str
     source: str
-    function: str
+    function: str | Callable[..., dict]
     higher_is_better: bool = True
     needs_truth: bool = False
     needs_images: bool = False
@@ -133,19 +138,28 @@ class MetricSpec:
     summary: bool | tuple[KSel, ...] = False
     shown: bool | tuple[KSel, ...] = False
     rankable: bool = False
+    candidate: bool = False
     outcome: Callable[[np.ndarray, int | None], np.ndarray] | None = None
     aggregate: Callable[[np.ndarray], float] = np.mean
     chance: Callable[[int | None, int], float] | None = None
     counterpart: str | None = None
 
+    def __post_init__(self):
+        """A candidate proxy of the ground truth cannot need the ground truth itself."""
+        if self.candidate and self.needs_truth:
+            raise BackretrievalError(f"metric {self.name!r}: a candidate proxy cannot need the ground truth")
+
     def resolve(self) -> Callable[..., dict]:
         """The function named by ``function``.
 
         Returns:
-            The callable (importing its module, e.g. :mod:`backretrieval.metrics.approx`).
+            The callable (importing its module, e.g. :mod:`backretrieval.metrics.approx`), or
+            ``function`` itself when it is one.
         """
         import importlib
 
+        if callable(self.function):
+            return self.function
         module, _, fn = ("." + self.function).rpartition(".")
         return getattr(importlib.import_module("backretrieval.metrics" + module), fn)
 
@@ -213,6 +227,7 @@ _MEDIAN = dict(outcome=_rank, aggregate=np.median, chance=_median, higher_is_bet
 _HUBNESS = dict(source="text", function="hubness", needs_images=True, higher_is_better=False, ks=("k",))
 _XLR = dict(function="xlr", needs_truth=True)
 _BKR = dict(source="bkr", function="bkr", needs_images=True)
+_CANDIDATE = dict(rankable=True, candidate=True)  # ranks models (compare); a proxy of the truth (meta)
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("xlr@K", "XLR: Recall@K of the translation, source -> target (ground truth)", "xlr", **_XLR, **_RECALL,
@@ -230,14 +245,14 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("xlr_t2s_median_rank", "XLR target -> source: median rank", "xlr_t2s", **_XLR, **_MEDIAN),
     MetricSpec("bkr@K", "BkR@K: share of queries whose own image is among the K nearest to the image of the "
                "target retrieved", **_BKR, **_RECALL,
-               approx=True, ks=(1, 5, "k"), summary=("k",), shown=("k",), rankable=True, counterpart="xlr@K"),
+               approx=True, ks=(1, 5, "k"), summary=("k",), shown=("k",), **_CANDIDATE, counterpart="xlr@K"),
     MetricSpec("bkr_mrr", "BkR: mean reciprocal rank of the query's own image", **_BKR, **_MRR,
-               summary=True, shown=True, rankable=True, counterpart="xlr_mrr"),
+               summary=True, shown=True, **_CANDIDATE, counterpart="xlr_mrr"),
     MetricSpec("bkr_mrr@K", "BkR: MRR truncated at the approximate search depth K", "bkr", "approx.bkr_approx",
                needs_images=True, **_TRUNCATED_MRR, summary=("depth",), shown=("depth",)),
     MetricSpec("bkr_median_rank", "BkR: median rank of the query's own image", **_BKR, **_MEDIAN),
     MetricSpec("corr", "CORR: Spearman correlation of text and image distances (the baseline)", "corr", "corr_details",
-               needs_images=True, approx=True, summary=True, shown=True, rankable=True, chance=_zero),
+               needs_images=True, approx=True, summary=True, shown=True, **_CANDIDATE, chance=_zero),
     MetricSpec("hubness_skew@K", "hubness: skewness of the K-occurrence distribution", **_HUBNESS, summary=("k",)),
     MetricSpec("hub_max@K", "hubness: the largest K-occurrence / K", **_HUBNESS),
     MetricSpec("antihub_share@K", "hubness: share of targets that are nobody's K nearest", **_HUBNESS),
@@ -247,40 +262,44 @@ BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
 _NAME = re.compile(r"([a-z][a-z0-9_]*)(?:@(\d+))?")
 
 
-def known_metrics(*, rankable: bool = False, approx: bool | None = None, ranks: bool | None = None) -> tuple[str, ...]:
+def known_metrics(*, rankable: bool = False, approx: bool | None = None, ranks: bool | None = None,
+                  candidate: bool = False) -> tuple[str, ...]:
     """Name patterns of the table, in table order.
 
     Args:
-        rankable: only the metrics ``compare`` and ``meta`` accept.
+        rankable: only the metrics ``compare`` accepts.
         approx: None: all; True / False: only those the approximate route computes / does not compute.
         ranks: None: all; True / False: only those computed / not computed from per-query ranks.
+        candidate: only the candidate proxies ``meta`` judges.
 
     Returns:
         Names such as ``"xlr@K"``, ``"bkr_mrr"``.
     """
     return tuple(
         s.name for s in METRICS
-        if (s.rankable or not rankable) and (approx is None or s.approx == approx)
+        if (s.rankable or not rankable) and (s.candidate or not candidate) and (approx is None or s.approx == approx)
         and (ranks is None or (s.source in RANK_SOURCES) == ranks)
     )
 
 
-def parse_metric(name: str, *, rankable: bool = False) -> tuple[MetricSpec, int | None]:
+def parse_metric(name: str, *, rankable: bool = False, candidate: bool = False) -> tuple[MetricSpec, int | None]:
     """A metric name -> its table entry and K: ``"xlr@10"`` -> ``(<xlr@K>, 10)``, ``"corr"`` -> ``(<corr>, None)``.
 
     Args:
         name: a metric name (``stem`` or ``stem@K``, K a whole number >= 1).
-        rankable: accept only metrics that can rank models (``compare``, ``meta``).
+        rankable: accept only metrics that can rank models (``compare``).
+        candidate: accept only candidate proxies of the ground truth (``meta``).
 
     Returns:
         ``(spec, K)``; ``K`` None for a metric without ``@K``.
 
     Raises:
         BackretrievalError: naming ``name``: unknown (listing the known names), a K missing or
-            given where the metric has none, K below 1, or (with ``rankable``) a metric that
-            cannot rank models (listing those that can).
+            given where the metric has none, K below 1, (with ``rankable``) a metric that
+            cannot rank models (listing those that can), or (with ``candidate``) a metric that is
+            no candidate proxy (listing the candidates).
     """
-    use = ", ".join(known_metrics(rankable=rankable))
+    use = ", ".join(known_metrics(rankable=rankable, candidate=candidate))
     m = _NAME.fullmatch(name) if isinstance(name, str) else None
     if m is None or not ({m.group(1), m.group(1) + "@K"} & BY_NAME.keys()):
         raise BackretrievalError(f"unknown metric {name!r}: use {use}")
@@ -294,6 +313,9 @@ def parse_metric(name: str, *, rankable: bool = False) -> tuple[MetricSpec, int 
         raise BackretrievalError(f"{name}: K must be at least 1")
     if rankable and not spec.rankable:
         raise BackretrievalError(f"metric {name!r} cannot rank models: use {use}")
+    if candidate and not spec.candidate:
+        why = "it needs the ground truth it would stand in for" if spec.needs_truth else "the metric table does not mark it one"
+        raise BackretrievalError(f"metric {name!r} is no candidate proxy ({why}): use {use}")
     return spec, k
 
 
@@ -481,7 +503,7 @@ def describe(specs: Iterable[MetricSpec] = METRICS) -> list[str]:
     for s in specs:
         needs = "ground truth" if s.needs_truth else "images" if s.needs_images else "-"
         route = "exact+approx" if s.exact and s.approx else "exact" if s.exact else "approx"
-        flags = ", rankable" if s.rankable else ""
+        flags = ", rankable" * s.rankable + ", candidate proxy" * s.candidate
         lines.append(f"{s.name:<20} {'higher' if s.higher_is_better else 'lower'} is better; needs {needs}; "
                      f"{route}{flags}: {s.description}")
     return lines

@@ -1,12 +1,12 @@
 """Figures of the meta-evaluation and comparisons (matplotlib, Agg backend, PNG).
 
-* :func:`scatter_xlr_bkr` -- the paper's Fig. 2: XLR vs BkR (and vs CORR) across models for one
-  pair and seed, with Pearson r and Spearman rho.
+* :func:`scatter_candidates` -- the paper's Fig. 2: XLR vs each candidate proxy (BkR, CORR, ...)
+  across models for one pair and seed, with Pearson r and Spearman rho.
 * :func:`boxplot_by_model` -- the paper's Fig. 3: a metric per model, one point per language
   pair (mean over seeds), extreme pairs annotated.
 * :func:`heatmap` -- pair x model table of a metric, values printed in the cells.
-* :func:`degradation_plot` -- correlation with XLR per image model ("how weak may g be").
-* :func:`calibration_plot` -- predicted vs true XLR of the leave-one-pair-out calibration.
+* :func:`degradation_plot` -- each candidate's correlation with XLR per image model ("how weak may g be").
+* :func:`calibration_plot` -- predicted vs true XLR of a candidate's leave-one-pair-out calibration.
 
 Every function takes plain records / frames, writes one PNG atomically and returns its path.
 """
@@ -20,9 +20,11 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.evaluate import pair_labels
+from ..analysis.meta import KINDS, candidates_of, column
 from ..core import atomic_write
 
 DPI = 130
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
 
 
 def pyplot():
@@ -65,25 +67,26 @@ def short_label(model: str, width: int = 22) -> str:
     return model if len(model) <= width else model[: width - 1] + "…"
 
 
-def scatter_xlr_bkr(
-    records: Sequence[dict[str, Any]], pair: str, seed: int, path: str | Path, *, truth: str = "xlr@10", bkr: str = "bkr@10"
+def scatter_candidates(
+    records: Sequence[dict[str, Any]], pair: str, seed: int, path: str | Path, *, truth: str = "xlr@10",
+    candidates: Sequence[str] = ("bkr@10", "corr"),
 ) -> Path:
-    """XLR (x) vs BkR (left) and vs CORR (right), one point per model, for one pair and seed."""
+    """The ground truth (x) vs each candidate (one panel each), one point per model, for one pair and seed."""
     plt = pyplot()
     df = _frame(records)
     d = df[(df["pair"] == pair) & (df["seed"] == seed)].sort_values(truth)
     if d.empty:
         raise ValueError(f"no records for pair {pair} and seed {seed}")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
-    for ax, col, label in ((axes[0], bkr, f"BkR ({bkr})"), (axes[1], "corr", "CORR (Spearman of distances)")):
+    fig, axes = plt.subplots(1, len(candidates), figsize=(5.5 * len(candidates), 4.8), squeeze=False)
+    for i, (ax, col) in enumerate(zip(axes[0], candidates)):
         x, y = d[truth].to_numpy(float), d[col].to_numpy(float)
-        ax.scatter(x, y, s=36, color="tab:blue" if col == bkr else "tab:orange", edgecolor="black", linewidth=0.5, zorder=3)
+        ax.scatter(x, y, s=36, color=COLORS[i % len(COLORS)], edgecolor="black", linewidth=0.5, zorder=3)
         for xi, yi, m in zip(x, y, d["model"]):
             ax.annotate(short_label(m), (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7, alpha=0.85)
         ax.text(0.03, 0.97, _corr_text(x, y), transform=ax.transAxes, va="top", fontsize=9,
                 bbox=dict(boxstyle="round", facecolor="white", alpha=0.85))
-        ax.set_xlabel(f"ground truth XLR ({truth})")
-        ax.set_ylabel(label)
+        ax.set_xlabel(f"ground truth ({truth})")
+        ax.set_ylabel(col)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{pair}, seed {seed}: each point is a model")
     return _save(fig, path)
@@ -134,21 +137,22 @@ def heatmap(records: Sequence[dict[str, Any]], metric: str, path: str | Path) ->
 
 
 def degradation_plot(degradation: pd.DataFrame, path: str | Path) -> Path:
-    """Grouped bars: mean Pearson / Spearman with XLR of BkR and of CORR per image model (± sd)."""
+    """Grouped bars: each candidate's mean Pearson / Spearman with XLR per image model (± sd); the
+    candidates are read from the frame's ``pearson[<c>]`` columns."""
     plt = pyplot()
     d = degradation.reset_index(drop=True)
-    cols = [("pearson_bkr", "BkR Pearson"), ("spearman_bkr", "BkR Spearman"), ("pearson_corr", "CORR Pearson"), ("spearman_corr", "CORR Spearman")]
-    colors = ["tab:blue", "lightsteelblue", "tab:orange", "navajowhite"]
+    cols = [(column(kind, c), f"{c} {kind.capitalize()}", i) for i, c in enumerate(candidates_of(d)) for kind in KINDS]
     x = np.arange(len(d))
-    w = 0.2
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(d) + 2), 4.2))
-    for k, ((col, label), c) in enumerate(zip(cols, colors)):
+    w = 0.8 / len(cols)
+    fig, ax = plt.subplots(figsize=(max(6, 0.4 * len(cols) * len(d) + 2), 4.2))
+    for k, (col, label, i) in enumerate(cols):
         err = d.get(f"{col}_sd")
-        ax.bar(x + (k - 1.5) * w, d[col], w, yerr=None if err is None else err, label=label, color=c, edgecolor="black", linewidth=0.4, capsize=2)
+        ax.bar(x + (k - (len(cols) - 1) / 2) * w, d[col], w, yerr=err, label=label, color=COLORS[i % len(COLORS)],
+               alpha=1.0 if label.endswith("Pearson") else 0.45, edgecolor="black", linewidth=0.4, capsize=2)
     ax.set_xticks(x, [short_label(str(g), 40) for g in d["image_model"]], rotation=15, ha="right", fontsize=8)
     ax.set_ylabel("correlation with XLR@10 across models")
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_ylim(min(-0.1, float(np.nanmin(d[[c for c, _ in cols]].to_numpy())) - 0.05), 1.05)
+    ax.set_ylim(min(-0.1, float(np.nanmin(d[[c for c, _, _ in cols]].to_numpy(float))) - 0.05), 1.05)
     ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title("How weak may the image similarity g be? (mean ± sd over pairs and seeds)", pad=24)
@@ -156,7 +160,8 @@ def degradation_plot(degradation: pd.DataFrame, path: str | Path) -> Path:
 
 
 def calibration_plot(calibration: Any, path: str | Path) -> Path:
-    """Leave-one-pair-out predictions of XLR from BkR with their intervals, against the truth."""
+    """Leave-one-pair-out predictions of XLR from a candidate (``calibration.x``) with their
+    intervals, against the truth."""
     plt = pyplot()
     rows = calibration.rows
     fig, ax = plt.subplots(figsize=(6.2, 5.6))
@@ -170,8 +175,8 @@ def calibration_plot(calibration: Any, path: str | Path) -> Path:
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, linestyle="--")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("true XLR@10 (held-out pair)")
-    ax.set_ylabel("XLR@10 predicted from BkR")
+    ax.set_xlabel(f"true {calibration.y} (held-out pair)")
+    ax.set_ylabel(f"{calibration.y} predicted from {calibration.x}")
     mae = rows["abs_error"].mean()
     ax.set_title(f"Calibration, leave one pair out: MAE {mae:.3f}, {int(calibration.level * 100)}% interval coverage {rows['covered'].mean():.2f}", fontsize=9)
     ax.legend(fontsize=7, ncol=2, loc="upper left")

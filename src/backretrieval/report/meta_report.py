@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.evaluate import pair_labels, slug, summarize, write_results
-from ..analysis.meta import TRUTH, MetaResult
+from ..analysis.meta import KINDS, TRUTH, MetaResult
 from ..analysis.models import image_model_name, model_names
 from ..core import BackretrievalError, atomic_write_text, json_ready
-from ..metrics.table import metric_name
+from ..metrics.table import metric_name, parse_metric
 from .table import format_meta_table, format_summary
 
 
@@ -25,12 +25,63 @@ def _df_md(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines)
 
 
+def _interval(v: dict[str, float]) -> str:
+    ends = "" if v["low"] != v["low"] else f" [{v['low']:.3f}, {v['high']:.3f}]"
+    return f"{v['mean']:.3f}{ends}"
+
+
+def format_best_candidates(table: dict[str, dict[str, Any]]) -> str:
+    """Markdown: per pair and correlation type, the candidate that tracks the ground truth best,
+    its mean correlation with its interval, and its lead over the runner-up with its interval.
+
+    Args:
+        table: the meta table (:func:`~backretrieval.analysis.meta.meta_table`).
+
+    Returns:
+        One table row per pair; a lead whose interval reaches 0 is marked "not told apart".
+    """
+    if not table:
+        return "(no results)"
+    levels = [b["level"] for e in table.values() for b in e["best"].values() if b]
+    pct = f"{round(levels[0] * 100)}%" if levels else ""
+    head = ["pair"]
+    for kind in KINDS:
+        head += [f"best by {kind.capitalize()}", f"mean ({pct} CI)", f"lead over the runner-up ({pct} CI)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for pair, e in table.items():
+        cells = [pair]
+        for kind in KINDS:
+            b = e["best"][kind]
+            if b is None:
+                cells += ["-", "-", "-"]
+                continue
+            lead = "-"
+            if b["lead"] is not None:
+                lead = f"{b['runner_up']}: +{_interval(b['lead'])}"
+                if not b["lead"]["low"] > 0:
+                    lead += " (not told apart)"
+            cells += [b["candidate"], _interval(b), lead]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = True) -> str:
-    """Write the meta-evaluation outputs into ``out``; return the Markdown summary."""
+    """Write the meta-evaluation outputs into ``out``; return the Markdown summary.
+
+    Args:
+        res: the meta-evaluation (its candidates name every table, figure and calibration).
+        cfg: the grid it ran (:class:`~backretrieval.analysis.evaluate.EvalConfig`).
+        out: the output folder.
+        figures: also write the figures and ``report.html``.
+
+    Returns:
+        The Markdown of ``meta.md``.
+    """
     out.mkdir(parents=True, exist_ok=True)
     main_g = image_model_name(cfg.image_model)
-    bkr_key = metric_name("bkr@K", cfg.k)
-    columns = (TRUTH, bkr_key, "corr", metric_name("hubness_skew@K", cfg.k))
+    cands = list(res.candidates)
+    context = metric_name("hubness_skew@K", cfg.k)
+    columns = tuple(dict.fromkeys((res.truth, *cands, context)))
     datasets = res.datasets or [cfg.dataset]
     name = " + ".join(datasets)
     if len(datasets) > 1:  # the merged records (each dataset's own are in OUT/datasets/<name>/)
@@ -43,41 +94,52 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         "seeds": len(cfg.seeds),
         "models": model_names(cfg.models),
         "image_model": main_g,
-        "truth": TRUTH,
-        "candidates": {"bkr": bkr_key, "corr": "corr"},
+        "truth": res.truth,
+        "candidates": cands,
         "pairs": res.table,
         "image_models": res.degradation.to_dict(orient="records"),
         "run": res.run,
     }
-    if res.calibration is not None and not res.calibration.rows.empty:
+    cals = {c: cal for c, cal in res.calibration.items() if not cal.rows.empty}
+    if cals:
         doc["calibration"] = {
-            "level": res.calibration.level,
-            "per_pair": res.calibration.summary().to_dict(orient="records"),
-            "mae": float(res.calibration.rows["abs_error"].mean()),
-            "coverage": float(res.calibration.rows["covered"].mean()),
+            c: {
+                "level": cal.level,
+                "per_pair": cal.summary().to_dict(orient="records"),
+                "mae": float(cal.rows["abs_error"].mean()),
+                "coverage": float(cal.rows["covered"].mean()),
+            }
+            for c, cal in cals.items()
         }
+    truth = res.truth.upper()
     parts = [
         f"# Meta-evaluation on {name}",
         "",
         f"N={cfg.n} per side, {len(cfg.seeds)} seeds, {len(cfg.models)} models, image model g = {main_g}, "
-        f"similarity {cfg.sim}. Correlation across models of {bkr_key} (BkR) and of CORR with the ground truth "
-        f"{TRUTH.upper()} (whatever K is); mean ± sd over seeds; p = paired Wilcoxon signed-rank test over seeds of "
-        "BkR's vs CORR's correlation.",
+        f"similarity {cfg.sim}. Correlation across models of each candidate ({', '.join(cands)}) with the ground truth "
+        f"{truth} (whatever K is); mean ± sd over seeds; bold: the best candidate; p = paired Wilcoxon signed-rank "
+        "test over seeds of the best candidate's vs the runner-up's correlation. A candidate where lower is better "
+        "enters with its sign flipped.",
         "",
         format_meta_table(res.table),
+        "",
+        f"## Which candidate tracks {truth} best (Student t intervals over seeds)",
+        "",
+        format_best_candidates(res.table),
         "",
         "## How weak may g be? (mean over pairs and seeds)",
         "",
         _df_md(res.degradation),
     ]
-    if "calibration" in doc:
+    for c, cal in cals.items():
+        info = doc["calibration"][c]
         parts += [
             "",
-            f"## Calibration: isotonic BkR -> XLR map, leave one pair out ({int(res.calibration.level * 100)}% intervals)",
+            f"## Calibration: isotonic {c} -> {truth} map, leave one pair out ({int(cal.level * 100)}% intervals)",
             "",
-            _df_md(res.calibration.summary()),
+            _df_md(cal.summary()),
             "",
-            f"Overall MAE {doc['calibration']['mae']:.4f}, interval coverage {doc['calibration']['coverage']:.2f}.",
+            f"Overall MAE {info['mae']:.4f}, interval coverage {info['coverage']:.2f}.",
         ]
     parts += [
         "",
@@ -181,28 +243,26 @@ def _figures_and_html(res: MetaResult, cfg: Any, out: Path, md: str) -> None:
     fig_dir.mkdir(exist_ok=True)
     records = res.main.records
     pair0 = str(pair_labels(pd.DataFrame(records[:1])).iloc[0])
-    bkr_key = metric_name("bkr@K", cfg.k)
-    pngs = {
-        "scatter": F.scatter_xlr_bkr(records, pair0, cfg.seeds[0], fig_dir / "scatter_xlr_bkr.png", bkr=bkr_key),
-        "box": F.boxplot_by_model(records, bkr_key, fig_dir / "boxplot_bkr.png"),
-        "heat_bkr": F.heatmap(records, bkr_key, fig_dir / "heatmap_bkr.png"),
-        "heat_xlr": F.heatmap(records, TRUTH, fig_dir / "heatmap_xlr.png"),
-    }
-    if len(res.results) > 1:
-        pngs["weak"] = F.degradation_plot(res.degradation, fig_dir / "image_models.png")
-    if res.calibration is not None and not res.calibration.rows.empty:
-        pngs["cal"] = F.calibration_plot(res.calibration, fig_dir / "calibration.png")
+    cands = list(res.candidates)
     sections = [
         ("Summary", [md]),
-        (f"XLR vs BkR and CORR ({pair0}, seed {cfg.seeds[0]})", [pngs["scatter"]]),
-        ("BkR per model across pairs", [pngs["box"]]),
-        ("Pair x model", [pngs["heat_bkr"], pngs["heat_xlr"]]),
+        (f"{res.truth} vs each candidate ({pair0}, seed {cfg.seeds[0]})",
+         [F.scatter_candidates(records, pair0, cfg.seeds[0], fig_dir / "scatter.png", truth=res.truth, candidates=cands)]),
     ]
-    if "weak" in pngs:
-        sections.append(("How weak may g be?", [pngs["weak"]]))
-    if "cal" in pngs:
-        sections.append(("Calibration", [pngs["cal"]]))
-    examples, css = disagreement_examples(res.main, bkr_key)
-    sections.append((f"Where {bkr_key} and {TRUTH} disagree: example queries", [Html(examples)]))
+    sections += [(f"{c} per model across pairs", [F.boxplot_by_model(records, c, fig_dir / f"boxplot_{slug(c)}.png")])
+                 for c in cands]
+    sections.append(("Pair x model", [F.heatmap(records, m, fig_dir / f"heatmap_{slug(m)}.png")
+                                      for m in dict.fromkeys((*cands, res.truth))]))
+    if len(res.results) > 1:
+        sections.append(("How weak may g be?", [F.degradation_plot(res.degradation, fig_dir / "image_models.png")]))
+    cals = [F.calibration_plot(cal, fig_dir / f"calibration_{slug(c)}.png")
+            for c, cal in res.calibration.items() if not cal.rows.empty]
+    if cals:
+        sections.append(("Calibration", cals))
+    # example queries for the first candidate that follows single queries back (BkR's per-query ranks)
+    bkr = next((c for c in cands if parse_metric(c)[0].source == "bkr"), None)
+    if bkr is not None:
+        examples, css = disagreement_examples(res.main, bkr)
+        sections.append((f"Where {bkr} and {TRUTH} disagree: example queries", [Html(examples)]))
     build_html(f"Backretrieval meta-evaluation: {' + '.join(res.datasets or [cfg.dataset])}", sections,
-               out / "report.html", css)
+               out / "report.html", css if bkr is not None else "")

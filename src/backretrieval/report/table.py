@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.compare import Comparison
+from ..analysis.meta import KINDS, column
 from ..core import BackretrievalError
 from ..metrics.table import parse_metric, shown_columns
 
@@ -80,28 +81,32 @@ def approx_note(records: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
+def _p(v: float) -> str:
+    return "-" if v != v else (f"{v:.1e}" if v < 1e-3 else f"{v:.3f}")
+
+
 def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
-    """Markdown in the layout of the paper's Table 1 (mean ± sd over seeds; best in bold)."""
-    lines = [
-        "| pair | Pearson BkR | Pearson CORR | p | Spearman BkR | Spearman CORR | p | models | seeds |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-
-    def cell(e: dict[str, Any], kind: str, cand: str) -> str:
-        other = "corr" if cand == "bkr" else "bkr"
-        m, sd = e[f"{kind}_{cand}"]["mean"], e[f"{kind}_{cand}"]["sd"]
-        txt = f"{m:.3f} ± {sd:.3f}"
-        return f"**{txt}**" if m > e[f"{kind}_{other}"]["mean"] else txt
-
-    def p(v: float) -> str:
-        return "-" if v != v else (f"{v:.1e}" if v < 1e-3 else f"{v:.3f}")
-
+    """Markdown in the layout of the paper's Table 1: per correlation type, each candidate's mean ±
+    sd over seeds (the best in bold where it is ahead) and p, the paired Wilcoxon test of the
+    best candidate against the runner-up."""
+    if not table:
+        return "(no results)"
+    first = next(iter(table.values()))
+    cands = [c for c in (key[len("pearson["):-1] for key in first if key.startswith("pearson[")) if c]
+    head = ["pair"]
+    for kind in KINDS:
+        head += [f"{kind.capitalize()} {c}" for c in cands] + ["p"]
+    lines = ["| " + " | ".join([*head, "models", "seeds"]) + " |", "|" + "---|" * (len(head) + 2)]
     for pair, e in table.items():
-        lines.append(
-            f"| {pair} | {cell(e, 'pearson', 'bkr')} | {cell(e, 'pearson', 'corr')} | {p(e['p_pearson_wilcoxon'])} "
-            f"| {cell(e, 'spearman', 'bkr')} | {cell(e, 'spearman', 'corr')} | {p(e['p_spearman_wilcoxon'])} "
-            f"| {e['n_models']} | {e['seeds']} |"
-        )
+        cells = [pair]
+        for kind in KINDS:
+            best = e["best"][kind]
+            ahead = best and best["runner_up"] and e[column(kind, best["candidate"])]["mean"] > e[column(kind, best["runner_up"])]["mean"]
+            for c in cands:
+                txt = f"{e[column(kind, c)]['mean']:.3f} ± {e[column(kind, c)]['sd']:.3f}"
+                cells.append(f"**{txt}**" if ahead and c == best["candidate"] else txt)
+            cells.append(_p(e[f"p_{kind}_wilcoxon"]))
+        lines.append("| " + " | ".join([*cells, str(e["n_models"]), str(e["seeds"])]) + " |")
     return "\n".join(lines)
 
 
