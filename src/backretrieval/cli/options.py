@@ -408,29 +408,51 @@ def grid_config(dataset, pairs, models, image_model, n, seeds, k, sim, csls_k, d
 
 # what the grid commands write in --out: files, and folders whose whole content they own
 GRID_OUTPUT_FILES = ("results.jsonl", "results.csv", "summary.md", "run.json", "compare.md", "compare.json",
-                     "report.html", "report.json", "meta.md", "meta.json")
+                     "report.html", "report.json", "meta.md", "meta.json", "queries.parquet")
 GRID_OUTPUT_DIRS = (".partial", "figures", "image-models", "datasets")
 
 
+def model_paths(specs: Sequence[Any], option: str = "--models") -> list[tuple[str, str]]:
+    """``(path, option)`` of every existing file or folder a model spec reads: the ``ARG`` of
+    ``NAME:ARG`` (``precomputed:FILE``, ``cr5:DIR``, ``st:DIR``, ...), variants included
+    (``precomputed:FILE@noise=0.5``). Model objects and specs without a path give nothing."""
+    out = []
+    for spec in specs:
+        if not isinstance(spec, str):
+            continue
+        _, sep, arg = spec.split("@")[0].partition(":")
+        if sep and arg and Path(arg).expanduser().exists():
+            out.append((arg, f"{option} {spec}"))
+    return out
+
+
 def _check_not_inputs(out: str | Path, inputs: Sequence[tuple[Any, str]], files: Sequence[str] = GRID_OUTPUT_FILES,
-                      dirs: Sequence[str] = GRID_OUTPUT_DIRS) -> None:
+                      dirs: Sequence[str] = GRID_OUTPUT_DIRS, folders: Sequence[tuple[Any, str]] = ()) -> None:
     """No input file (``(value, option)``; values that are not existing files are skipped) is
-    one of the files the command writes in ``out`` (``files``, or anything below ``dirs``)."""
+    one of the files the command writes in ``out`` (``files``, or anything below ``dirs``), and
+    ``out`` is not inside an input folder of ``folders`` (a model directory, whose fingerprint
+    the results would change), nor such a folder below one of ``dirs``."""
     from ..core.errors import OutputError
 
     o = Path(out).expanduser().resolve()
-    for value, option in inputs:
-        if not isinstance(value, (str, os.PathLike)) or not str(value) or not Path(value).expanduser().is_file():
+    for value, option in [*inputs, *folders]:
+        if not isinstance(value, (str, os.PathLike)) or not str(value) or not Path(value).expanduser().exists():
             continue
         p = Path(value).expanduser().resolve()
-        if (p.parent == o and p.name in files) or any(p.is_relative_to(o / d) for d in dirs):
+        if (p.parent == o and p.name in files and p.is_file()) or any(p.is_relative_to(o / d) for d in dirs):
             raise OutputError(f"--out {out} would overwrite the input {value} ({option}): write the results to another folder")
+    for value, option in folders:
+        if isinstance(value, (str, os.PathLike)) and Path(value).expanduser().is_dir() \
+                and o.is_relative_to(Path(value).expanduser().resolve()):
+            raise OutputError(f"--out {out} would write into the input folder {value} ({option}): "
+                              "write the results to another folder")
 
 
 def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = (),
                 datasets: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
     """Before a grid runs: the executor, the image models, the output and cache folders, and
-    that no output file is one of the inputs (the dataset files and the paths among their options)."""
+    that no output file is one of the inputs (the dataset files, the paths among their options
+    and inside the model specs)."""
     _check_executor(executor)
     check_image_models([cfg.image_model], "--image-model")
     check_image_models(extra_image_models, "--weak-image-models")
@@ -442,7 +464,9 @@ def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] =
     for name, options in [(cfg.dataset, cfg.dataset_options), *datasets]:
         inputs.append((name, "--dataset"))
         inputs += [(v, f"--dataset-option {k}") for k, v in options.items()]
-    _check_not_inputs(out, inputs)
+    models = [*model_paths(cfg.models), *model_paths([cfg.image_model], "--image-model"),
+              *model_paths(extra_image_models, "--weak-image-models")]
+    _check_not_inputs(out, inputs, folders=models)
 
 
 def warn(msg: str) -> None:

@@ -1,0 +1,143 @@
+"""A probe of hostile use, run on every CI run: each case is an input a user (or a wrong
+script) can give, and the test checks the promise docs/bad-input.md makes about it -- one
+``error:`` line naming the offending item before any work, no input overwritten, no
+half-written or stale output, no unbounded allocation.
+
+Cases that could allocate without bound run in a subprocess under ``resource`` limits (address
+space and CPU time), so a regression fails the test instead of taking the machine's memory.
+Everything runs on a tiny generic data file with precomputed image features: no model is
+downloaded and no image is encoded; the whole module runs in well under a minute.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import backretrieval
+from backretrieval.cli import main
+
+SRC = Path(backretrieval.__file__).resolve().parents[1]
+
+
+def cli(args: list) -> object:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_refused(res, *fragments: str, code: int = 2) -> str:
+    """Exit code ``code`` and exactly one line of output, ``error: ...``, containing every fragment."""
+    out = res.output
+    assert res.exit_code == code, out
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    for f in fragments:
+        assert f in lines[0], (f, out)
+    return lines[0]
+
+
+def limited_run(code: str, *, memory_gb: float = 2.0, cpu_s: int = 120, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python under an address-space limit of ``memory_gb`` and ``cpu_s``
+    seconds of CPU time: an allocation without bound fails there, not on the machine."""
+    limits = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, ({int(memory_gb * 2**30)}, {int(memory_gb * 2**30)}))
+        resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", limits + textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A generic JSONL file: 40 concepts in en and de with precomputed 16-d image features."""
+    d = tmp_path_factory.mktemp("probe-data")
+    rng = np.random.default_rng(0)
+    np.save(d / "feats.npy", rng.standard_normal((40, 16)).astype(np.float32))
+    words = {"en": "red cat number", "de": "rote Katze Nummer"}
+    rows = [{"id": f"{lang}{i}", "lang": lang, "text": f"{words[lang]} {i}", "concept": f"c{i}", "image_feature_row": i}
+            for lang in words for i in range(40)]
+    path = d / "items.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    """A fresh cache folder per test: whatever a run encodes lands here."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(cache))
+    return cache
+
+
+def nothing_encoded(cache: Path) -> bool:
+    return not any(p.is_file() for p in cache.rglob("*")) if cache.exists() else True
+
+
+def grid(cmd: str, data: Path, out: Path, *extra: str) -> list[str]:
+    """A grid command on ``data`` (random and tfidf-char, N=20, one seed); ``extra`` flags
+    replace the defaults or are added."""
+    args = [cmd, "--dataset", str(data), "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
+            "--pairs", "en-de", "--models", "random,tfidf-char", "--image-model", "precomputed",
+            "--n", "20", "--k", "5", "--seeds", "1", "--out", str(out), "--quiet"]
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+def flags(*names: str) -> list[str]:
+    """Boolean flags appended to a grid command line (``grid`` pairs its extras)."""
+    return list(names)
+
+
+# ------------------------------------------------------------------- outputs never overwrite inputs
+def test_no_output_overwrites_an_input_of_any_kind(tmp_path, data, empty_cache):
+    """Every file a grid command writes, against every input path: the dataset, its options and the
+    paths inside model specs (``precomputed:``, ``cr5:``, ``st:``); refused before any work."""
+    d = tmp_path / "D"
+    d.mkdir()
+    shutil.copy(data.parent / "feats.npy", d / "feats.npy")
+    queries = d / "queries.parquet"
+    pd.read_json(data, lines=True).to_parquet(queries)
+    before = queries.read_bytes()
+    res = cli(grid("evaluate", queries, d) + flags("--save-queries"))
+    assert_refused(res, f"--out {d} would overwrite the input {queries} (--dataset): write the results to another folder")
+    assert queries.read_bytes() == before
+
+    emb = d / "results.jsonl"  # precomputed text vectors under the name of the run's records
+    emb.write_text("".join(json.dumps({"lang": lang, "id": f"{lang}{i}", "embedding": [float(i), 1.0]}) + "\n"
+                           for lang in ("en", "de") for i in range(40)), encoding="utf-8")
+    before = emb.read_bytes()
+    for cmd in ("evaluate", "compare"):
+        assert_refused(cli(grid(cmd, data, d, "--models", f"random,precomputed:{emb}")),
+                       f"--out {d} would overwrite the input {emb} (--models precomputed:{emb})")
+    assert_refused(cli(grid("evaluate", data, d, "--models", f"precomputed:{emb}@noise=0.5")),
+                   f"the input {emb} (--models precomputed:{emb}@noise=0.5)")
+    assert emb.read_bytes() == before
+
+    model = d / "model"  # a model folder: the results would land inside it and change its fingerprint
+    model.mkdir()
+    (model / "model.json").write_text("{}", encoding="utf-8")
+    for spec in (f"cr5:{model}", f"st:{model}"):
+        assert_refused(cli(grid("evaluate", data, model / "out", "--models", f"random,{spec}")),
+                       f"--out {model / 'out'} would write into the input folder {model} (--models {spec})")
+    report_fig = d / "figures" / "emb.jsonl"  # an input below a folder the run owns
+    report_fig.parent.mkdir()
+    shutil.copy(emb, report_fig)
+    assert_refused(cli(grid("compare", data, d, "--models", f"random,precomputed:{report_fig}") + flags("--report")),
+                   f"the input {report_fig} (--models precomputed:{report_fig})")
+    assert nothing_encoded(empty_cache)
+    assert not (d / "summary.md").exists()
