@@ -141,3 +141,52 @@ def test_no_output_overwrites_an_input_of_any_kind(tmp_path, data, empty_cache):
                    f"the input {report_fig} (--models precomputed:{report_fig})")
     assert nothing_encoded(empty_cache)
     assert not (d / "summary.md").exists()
+
+
+def test_an_output_path_taken_by_a_folder_is_refused_first_naming_it(tmp_path, data, empty_cache):
+    """A folder where the run writes a file (or a file where it writes a folder) is found before the
+    run, and the error names that path, not a temporary file."""
+    out = tmp_path / "out"
+    (out / "summary.md").mkdir(parents=True)
+    assert_refused(cli(grid("evaluate", data, out)),
+                   f"--out {out}: {out / 'summary.md'} is a folder where the run writes a file: move it away or choose another folder")
+    assert nothing_encoded(empty_cache) and not (out / "results.jsonl").exists()
+    (out / "summary.md").rmdir()
+    (out / "figures").write_text("x", encoding="utf-8")
+    assert_refused(cli(grid("compare", data, out) + flags("--report")),
+                   f"--out {out}: {out / 'figures'} is a file where the run writes a folder: move it away or choose another folder")
+
+
+def test_atomic_write_onto_a_folder_names_the_folder(tmp_path):
+    from backretrieval.core.io import atomic_write_text
+
+    (tmp_path / "report.html").mkdir()
+    with pytest.raises(IsADirectoryError) as e:
+        atomic_write_text(tmp_path / "report.html", "x")
+    assert e.value.filename == str(tmp_path / "report.html")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
+
+
+def test_a_killed_writers_temporary_file_is_swept_by_the_next_run(tmp_path):
+    """``kill -9`` during a large write leaves ``.NAME.tmp-*``; the next run that holds the folder
+    removes the temporary files of writers that are gone, and keeps those of live ones."""
+    from backretrieval.core.io import folder_lock
+
+    out = tmp_path / "out"
+    (out / "figures").mkdir(parents=True)
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from backretrieval.core.io import atomic_write
+        with atomic_write({str(out / 'figures' / 'big.bin')!r}) as fh:
+            fh.write(b"x" * 1_000_000); fh.flush(); print("writing", flush=True); time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert writer.stdout.readline().strip() == "writing"
+    writer.kill()
+    writer.wait()
+    left = list((out / "figures").glob(".big.bin.tmp-*"))
+    assert len(left) == 1
+    live = out / f".results.jsonl.tmp-{os.getpid()}-abc"  # a live writer's file stays
+    live.write_text("", encoding="utf-8")
+    with folder_lock(out):
+        pass
+    assert not left[0].exists() and live.exists()

@@ -412,6 +412,19 @@ GRID_OUTPUT_FILES = ("results.jsonl", "results.csv", "summary.md", "run.json", "
 GRID_OUTPUT_DIRS = (".partial", "figures", "image-models", "datasets")
 
 
+def check_output_paths(out: str | Path, files: Sequence[str] = GRID_OUTPUT_FILES, dirs: Sequence[str] = GRID_OUTPUT_DIRS) -> None:
+    """Before any work: no file the command writes in ``out`` is taken by a folder, and no
+    folder it writes by a file (the write would fail only after the whole run)."""
+    from ..core.errors import OutputError
+
+    o = Path(out).expanduser()
+    for names, wrong, kind, other in ((files, Path.is_dir, "a folder", "a file"), (dirs, Path.is_file, "a file", "a folder")):
+        for name in names:
+            if wrong(o / name):
+                raise OutputError(f"--out {out}: {o / name} is {kind} where the run writes {other}: "
+                                  "move it away or choose another folder")
+
+
 def model_paths(specs: Sequence[Any], option: str = "--models") -> list[tuple[str, str]]:
     """``(path, option)`` of every existing file or folder a model spec reads: the ``ARG`` of
     ``NAME:ARG`` (``precomputed:FILE``, ``cr5:DIR``, ``st:DIR``, ...), variants included
@@ -460,6 +473,7 @@ def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] =
 
     check_grid_size(len(cfg.models), len(cfg.pairs), len(cfg.seeds), len(dict.fromkeys([*cfg.image_models, *extra_image_models])))
     check_outputs((out, "--out"))
+    check_output_paths(out)
     inputs: list[tuple[Any, str]] = []
     for name, options in [(cfg.dataset, cfg.dataset_options), *datasets]:
         inputs.append((name, "--dataset"))
