@@ -190,3 +190,17 @@ def test_a_killed_writers_temporary_file_is_swept_by_the_next_run(tmp_path):
     with folder_lock(out):
         pass
     assert not left[0].exists() and live.exists()
+
+
+def test_a_rerun_leaves_no_earlier_runs_queries_or_report(tmp_path, data):
+    """A rerun into OUT that does not write queries.parquet or report.html removes those of the
+    earlier run (once its own results are written) and says so: what is shared is this run's."""
+    out = tmp_path / "out"
+    res = cli(grid("compare", data, out) + flags("--save-queries", "--report"))
+    assert res.exit_code == 0, res.output
+    assert (out / "queries.parquet").is_file() and (out / "report.html").is_file()
+    res = cli(grid("evaluate", data, out, "--models", "random"))
+    assert res.exit_code == 0, res.output
+    assert not (out / "queries.parquet").exists() and not (out / "report.html").exists() and not (out / "report.json").exists()
+    assert f"removed {out / 'queries.parquet'}, an earlier run's (this run wrote no queries.parquet: --save-queries)" in res.output
+    assert f"removed {out / 'report.html'}, an earlier run's (this run wrote no report.html: --report)" in res.output

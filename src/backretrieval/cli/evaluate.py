@@ -7,7 +7,8 @@ import click
 
 from ..core import BackretrievalError
 from ..core.io import folder_lock
-from .options import N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main, warn
+from .options import (N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main,
+                      remove_earlier_outputs, warn)
 
 
 def _check_metric(metric: str, n: int, approx_k: int | None = None):
@@ -157,6 +158,7 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
     if save_queries:
         click.echo(_write_queries(result, out))
+    remove_earlier_outputs(out, ["queries.parquet"] if save_queries else [])
 
 
 @main.command()
@@ -224,6 +226,7 @@ def _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, repo
         cs = comparisons_for(result, metric, n_boot=n_boot, level=level, alpha=alpha, first=c)
         path = write_compare_report(cs, result, out, command=command_line(), n_boot=n_boot)
         click.echo(f"\nwrote {path} (figures in {Path(out) / 'figures'})")
+    remove_earlier_outputs(out, ["queries.parquet"] * save_queries + ["report.html", "report.json"] * report)
 
 
 @main.command()
@@ -255,6 +258,7 @@ def meta(out, quiet, executor, weak_image_models, report, dataset, dataset_optio
     with folder_lock(out):
         res = run_meta_datasets(cfg, datasets, out, image_models=extra, progress=not quiet, log=warn, executor=executor)
         md = write_meta_outputs(res, cfg, Path(out), figures=report)
+        remove_earlier_outputs(out, ["report.html"] * report)
     click.echo(md)
 
 
