@@ -204,3 +204,14 @@ def test_a_rerun_leaves_no_earlier_runs_queries_or_report(tmp_path, data):
     assert not (out / "queries.parquet").exists() and not (out / "report.html").exists() and not (out / "report.json").exists()
     assert f"removed {out / 'queries.parquet'}, an earlier run's (this run wrote no queries.parquet: --save-queries)" in res.output
     assert f"removed {out / 'report.html'}, an earlier run's (this run wrote no report.html: --report)" in res.output
+
+
+def test_a_newline_in_the_dataset_path_keeps_summary_headings_one_line(tmp_path, data):
+    odd = tmp_path / "two\nlines"
+    odd.mkdir()
+    shutil.copy(data, odd / "items.jsonl")
+    out = tmp_path / "out"
+    res = cli(grid("evaluate", odd / "items.jsonl", out, "--dataset-option", f"image_features={data.parent / 'feats.npy'}"))
+    assert res.exit_code == 0, res.output
+    heading = (out / "summary.md").read_text(encoding="utf-8").splitlines()[0]
+    assert heading.startswith(f"# {tmp_path}/two\\nlines/items.jsonl: N=20"), heading

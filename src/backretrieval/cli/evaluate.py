@@ -113,7 +113,9 @@ def _header(cfg, result) -> str:
     from ..report.table import approx_note
 
     what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model}"
-    lines = [f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
+    from .options import one_line
+
+    lines = [f"# {one_line(str(cfg.dataset))}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
     if result.text_only:
         lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
     else:
