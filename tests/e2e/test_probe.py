@@ -215,3 +215,40 @@ def test_a_newline_in_the_dataset_path_keeps_summary_headings_one_line(tmp_path,
     assert res.exit_code == 0, res.output
     heading = (out / "summary.md").read_text(encoding="utf-8").splitlines()[0]
     assert heading.startswith(f"# {tmp_path}/two\\nlines/items.jsonl: N=20"), heading
+
+
+def _limited_cli(args: list, **limits) -> subprocess.CompletedProcess:
+    """``backretrieval ARGS`` in a subprocess under :func:`limited_run`'s limits."""
+    return limited_run(f"""
+        import sys
+        from backretrieval.cli import main
+        sys.argv = ["backretrieval", *{[str(a) for a in args]!r}]
+        main()
+    """, **limits)
+
+
+def assert_refused_run(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """A subprocess that ended with exit code 2 and one ``error:`` line containing ``fragments``."""
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (proc.returncode, proc.stdout, proc.stderr)
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+def test_train_triplet_layers_are_bounded(tmp_path, data):
+    """``--layers 1000000000`` asked for 2 TB and ``100000,100000`` for 40 GB: refused before any
+    data is read (the first under a memory limit, as a regression would allocate)."""
+    args = ["train", "triplet", "--dataset", data, "--langs", "en,de", "--base", "random", "--out", tmp_path / "model", "--quiet"]
+    proc = _limited_cli([*args, "--layers", "1000000000"], memory_gb=3)
+    assert_refused_run(proc, "Invalid value for '--layers': a layer of 1,000,000,000 units; at most 16,384 per layer")
+    assert_refused(cli([*args, "--layers", "100000,100000"]), "Invalid value for '--layers': a layer of 100,000 units; at most 16,384 per layer")
+    assert_refused(cli([*args, "--layers", ",".join(["300"] * 40)]), "Invalid value for '--layers': 40 layers; at most 16")
+    assert not (tmp_path / "model").exists()
+
+
+def test_triplet_layers_are_bounded_in_python():
+    from backretrieval import Triplet
+    from backretrieval.train.base import HyperParameterError
+
+    with pytest.raises(HyperParameterError, match="at most 16,384 per layer"):
+        Triplet(layers=[10**9]).check_params()

@@ -61,11 +61,15 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
                layers, tower, negatives, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
     from ..data import load_dataset
     from ..report.case_study import plot_curves
-    from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, Triplet
+    from ..train.base import HyperParameterError
+    from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, Triplet, check_layers
 
     options = parse_options(dataset_option, dataset)
     wanted = _langs(langs)
-    widths = parse_numbers(layers, "--layers", integer=True, low=1)
+    try:
+        widths = check_layers(parse_numbers(layers, "--layers", integer=True, low=1))
+    except HyperParameterError as e:
+        bad_option("--layers", str(e))
     est = Triplet(
         method, base=base, layers=widths, tower=tower, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
         refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
