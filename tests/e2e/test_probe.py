@@ -252,3 +252,40 @@ def test_triplet_layers_are_bounded_in_python():
 
     with pytest.raises(HyperParameterError, match="at most 16,384 per layer"):
         Triplet(layers=[10**9]).check_params()
+
+
+@pytest.fixture(scope="module")
+def image_data(tmp_path_factory) -> Path:
+    """A generic JSONL file: 48 concepts in en and de, each with its own small PNG."""
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("probe-images")
+    rows = []
+    for i in range(48):
+        Image.new("RGB", (8, 8), (5 * i, 255 - 5 * i, (37 * i) % 256)).save(d / f"img{i}.png")
+        rows += [{"id": f"{lang}{i}", "lang": lang, "text": f"{word} {i}", "concept": f"c{i}", "image": f"img{i}.png"}
+                 for lang, word in (("en", "cat number"), ("de", "Katze Nummer"))]
+    (d / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return d / "items.jsonl"
+
+
+def test_compare_report_reads_the_gallery_images_before_writing_anything(tmp_path, image_data):
+    """A changed (here: removed) image fails the report before any figure is written; an existing
+    file as the report folder is one clear error."""
+    import backretrieval as br
+    from backretrieval.core import DataError
+    from backretrieval.core.errors import OutputError
+
+    images = tmp_path / "data"
+    shutil.copytree(image_data.parent, images)
+    cfg = br.EvalConfig(dataset=str(images / "items.jsonl"), pairs=[("en", "de")], models=["random", "tfidf-char"],
+                        image_model="color-hist", n=20, k=5, seeds=[0])
+    result = br.evaluate(cfg, tmp_path / "run", progress=False)
+    (tmp_path / "taken").write_text("x", encoding="utf-8")
+    with pytest.raises(OutputError, match=f"compare_report: {tmp_path / 'taken'} is a file, not a folder"):
+        br.compare_report(result, tmp_path / "taken")
+    for png in images.glob("img*.png"):
+        png.unlink()
+    with pytest.raises(DataError, match="not found or unreadable"):
+        br.compare_report(result, tmp_path / "report")
+    assert not (tmp_path / "report").exists() or not any((tmp_path / "report").rglob("*"))
