@@ -289,3 +289,38 @@ def test_compare_report_reads_the_gallery_images_before_writing_anything(tmp_pat
     with pytest.raises(DataError, match="not found or unreadable"):
         br.compare_report(result, tmp_path / "report")
     assert not (tmp_path / "report").exists() or not any((tmp_path / "report").rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def queries_run(data, tmp_path_factory) -> Path:
+    """OUT of ``evaluate --save-queries`` on the probe data (random vs tfidf-char)."""
+    out = tmp_path_factory.mktemp("queries-run")
+    res = cli(grid("evaluate", data, out, "--seeds", "0,1") + flags("--save-queries"))
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_study_from_queries_checks_texts_and_column_types(tmp_path, data, queries_run):
+    """Per-query results of an edited dataset are refused (texts are compared, not ids alone), and
+    a column of the wrong type is named instead of reading as 'every query agrees'."""
+    q = pd.read_parquet(queries_run / "queries.parquet")
+    study = ["study", "create", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--images", "none",
+             "--dataset-option", f"image_features={data.parent / 'feats.npy'}", "--quiet"]
+    res = cli([*study, "--dataset", data, "--from-queries", queries_run / "queries.parquet", "--out", tmp_path / "ok.db"])
+    assert res.exit_code == 0, res.output
+    edited = tmp_path / "items.jsonl"
+    rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["text"] = r["text"].replace("red cat", "blue dog")
+    edited.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert_refused(cli([*study, "--dataset", edited, "--from-queries", queries_run / "queries.parquet", "--out", tmp_path / "a.db"]),
+                   "items/en: query id 'en10': its text 'blue dog number 10' differs from the per-query results' "
+                   "('red cat number 10'); were they computed on this version of the dataset?")
+    bad = tmp_path / "queries.parquet"
+    q.assign(query_id=1.5).to_parquet(bad)
+    assert_refused(cli([*study, "--dataset", data, "--from-queries", bad, "--out", tmp_path / "b.db"]),
+                   f"{bad}: column 'query_id' must hold item ids (strings or integers); row 1 holds float 1.5")
+    q.assign(retrieved_ids=q["query_id"]).to_parquet(bad)
+    assert_refused(cli([*study, "--dataset", data, "--from-queries", bad, "--out", tmp_path / "c.db"]),
+                   f"{bad}: column 'retrieved_ids' must hold lists of item ids; row 1 holds str")
+    assert not any((tmp_path / f"{x}.db").exists() for x in "abc")
