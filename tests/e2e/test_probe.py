@@ -324,3 +324,23 @@ def test_study_from_queries_checks_texts_and_column_types(tmp_path, data, querie
     assert_refused(cli([*study, "--dataset", data, "--from-queries", bad, "--out", tmp_path / "c.db"]),
                    f"{bad}: column 'retrieved_ids' must hold lists of item ids; row 1 holds str")
     assert not any((tmp_path / f"{x}.db").exists() for x in "abc")
+
+
+def test_feature_files_that_are_not_one_npy_array_are_named(tmp_path, data, empty_cache):
+    """An ``.npz`` archive or a 0-byte ``.npy`` as ``image_features``: one error line naming the file."""
+    npz = tmp_path / "feats.npz"
+    np.savez(npz, feats=np.load(data.parent / "feats.npy"))
+    assert_refused(cli(grid("evaluate", data, tmp_path / "a", "--dataset-option", f"image_features={npz}")),
+                   f"image_features: {npz} is an .npz archive (arrays: feats); give a .npy file holding one "
+                   "(n_images, d) array (numpy.save)")
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")
+    assert_refused(cli(grid("evaluate", data, tmp_path / "b", "--dataset-option", f"image_features={empty}")),
+                   f"image_features: cannot read {empty}: the file is empty (0 bytes)")
+    from backretrieval.core import DataError
+    from backretrieval.encoders.image.precomputed_image import load_feature_rows
+
+    for path, says in ((npz, "is an .npz archive"), (empty, "the file is empty")):
+        with pytest.raises(DataError, match=says):
+            load_feature_rows(path, [0], "precomputed")
+    assert nothing_encoded(empty_cache)
