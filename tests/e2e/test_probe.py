@@ -344,3 +344,15 @@ def test_feature_files_that_are_not_one_npy_array_are_named(tmp_path, data, empt
         with pytest.raises(DataError, match=says):
             load_feature_rows(path, [0], "precomputed")
     assert nothing_encoded(empty_cache)
+
+
+def test_a_ray_address_where_nothing_listens_fails_at_once(tmp_path, data):
+    """``--executor ray:127.0.0.1:1``: one ``error:`` line within seconds, before any work (Ray's own
+    client would retry for minutes)."""
+    import time
+
+    t0 = time.monotonic()
+    proc = _limited_cli(grid("evaluate", data, tmp_path / "out", "--executor", "ray:127.0.0.1:1"), memory_gb=8, cpu_s=60, timeout=90)
+    assert_refused_run(proc, "Invalid value for '--executor': cannot reach Ray at 127.0.0.1:1 within 10 s")
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "out").exists()

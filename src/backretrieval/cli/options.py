@@ -238,6 +238,13 @@ def _check_executor(spec: str) -> None:
               "each takes its own memory (no more workers start than the grid has tasks)")
     if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
         bad_option("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
+    if spec.partition(":")[0] == "ray":
+        from ..analysis.ray_executor import check_address
+
+        try:
+            check_address(spec.partition(":")[2])
+        except BackretrievalError as e:
+            bad_option("--executor", str(e))
 
 
 def check_image_models(specs: Sequence[str], option: str) -> None:
