@@ -356,3 +356,25 @@ def test_a_ray_address_where_nothing_listens_fails_at_once(tmp_path, data):
     assert_refused_run(proc, "Invalid value for '--executor': cannot reach Ray at 127.0.0.1:1 within 10 s")
     assert time.monotonic() - t0 < 60
     assert not (tmp_path / "out").exists()
+
+
+def test_training_never_overwrites_its_data_or_base(tmp_path, data, empty_cache):
+    """The model commands write model.json, history.csv, ... in --out: a dataset of such a name
+    there is refused, and so is an --out inside the base model's folder."""
+    d = tmp_path / "D"
+    d.mkdir()
+    history = d / "history.csv"
+    pd.read_json(data, lines=True).to_csv(history, index=False)
+    before = history.read_bytes()
+    assert_refused(cli(["train", "cr5", "--dataset", history, "--langs", "en,de", "--out", d, "--quiet"]),
+                   f"--out {d} would overwrite the input {history} (--dataset): write the results to another folder")
+    assert_refused(cli(["train", "triplet", "--dataset", history, "--langs", "en,de", "--base", "random", "--out", d, "--quiet"]),
+                   f"--out {d} would overwrite the input {history} (--dataset)")
+    from backretrieval.encoders.trained.cr5 import Cr5Model
+
+    vocab = {"en": ["cat", "red"], "de": ["katze", "rot"]}
+    rng = np.random.default_rng(0)
+    Cr5Model(vocab, {lang: np.ones(2) for lang in vocab}, {lang: rng.standard_normal((2, 2)).astype(np.float32) for lang in vocab}).save(d)
+    assert_refused(cli(["train", "triplet", "--dataset", data, "--langs", "en,de", "--base", f"cr5:{d}", "--out", d, "--quiet"]),
+                   f"--out {d} would write into the input folder {d} (--base cr5:{d})")
+    assert history.read_bytes() == before and nothing_encoded(empty_cache)

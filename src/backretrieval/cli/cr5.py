@@ -6,8 +6,8 @@ from pathlib import Path
 import click
 
 from .options import (
-    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_outputs, parse_list, parse_numbers,
-    parse_options, warn, train,
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_inputs_kept, check_outputs, parse_list,
+    parse_numbers, parse_options, warn, train,
 )
 
 
@@ -111,6 +111,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     if not holdout and len(lams) != 1:
         bad_option("--lam", "training without held-out concepts (--no-holdout) cannot choose lambda: give one lambda")
     check_outputs((out, "--out"))
+    check_inputs_kept(out, dataset, options)
     log = (lambda m: None) if quiet else warn
     t0 = time.perf_counter()
     ds = load_dataset(dataset, langs=need, **options)

@@ -487,6 +487,23 @@ def _check_not_inputs(out: str | Path, inputs: Sequence[tuple[Any, str]], files:
                               "write the results to another folder")
 
 
+# what the training and model commands write in --out (model directories, image-retrieval results, case-study work)
+MODEL_OUTPUT_FILES = ("model.json", "weights.npz", "history.csv", "history.json", "curves.png", "checkpoint.pt",
+                      "config.json", "eval.json", "split.json", "results.json", "table.md", "projection.png", "ranks.npz",
+                      "prepare.json")
+
+
+def check_inputs_kept(out: str | Path, dataset: Any, options: dict[str, Any], models: Sequence[tuple[Sequence[str], str]] = (),
+                      folders: Sequence[tuple[Any, str]] = (), files: Sequence[str] = MODEL_OUTPUT_FILES) -> None:
+    """Before a command that writes ``files`` in ``out`` reads anything: the dataset and the paths
+    among its options are not overwritten, and ``out`` is not inside a folder the command reads:
+    those inside the model specs of ``models`` (``(specs, option)``) and ``folders``
+    (``(path, option)``)."""
+    inputs = [(dataset, "--dataset"), *((v, f"--dataset-option {k}") for k, v in options.items())]
+    read = [*(p for specs, option in models for p in model_paths(specs, option)), *folders]
+    _check_not_inputs(out, inputs, files, dirs=(), folders=read)
+
+
 def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = (),
                 datasets: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
     """Before a grid runs: the executor, the image models, the output and cache folders, and
