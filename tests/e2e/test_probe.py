@@ -378,3 +378,15 @@ def test_training_never_overwrites_its_data_or_base(tmp_path, data, empty_cache)
     assert_refused(cli(["train", "triplet", "--dataset", data, "--langs", "en,de", "--base", f"cr5:{d}", "--out", d, "--quiet"]),
                    f"--out {d} would write into the input folder {d} (--base cr5:{d})")
     assert history.read_bytes() == before and nothing_encoded(empty_cache)
+
+
+def test_study_create_never_overwrites_its_inputs(tmp_path, data, queries_run):
+    """``study create --force --out`` naming its own per-query results or dataset is refused."""
+    q = tmp_path / "queries.parquet"
+    shutil.copy(queries_run / "queries.parquet", q)
+    before = q.read_bytes()
+    study = ["study", "create", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--images", "none",
+             "--dataset-option", f"image_features={data.parent / 'feats.npy'}", "--quiet", "--force"]
+    assert_refused(cli([*study, "--dataset", data, "--from-queries", q, "--out", q]),
+                   f"--out {q} would overwrite the input {q} (--from-queries): write to another file")
+    assert q.read_bytes() == before

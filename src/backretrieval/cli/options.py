@@ -504,6 +504,18 @@ def check_inputs_kept(out: str | Path, dataset: Any, options: dict[str, Any], mo
     _check_not_inputs(out, inputs, files, dirs=(), folders=read)
 
 
+def check_file_not_input(out: str | Path, inputs: Sequence[tuple[Any, str]], option: str = "--out") -> None:
+    """The one file a command writes (``out``) is none of its input files (``(value, option)``;
+    values that are not existing files are skipped)."""
+    from ..core.errors import OutputError
+
+    o = Path(out).expanduser().resolve()
+    for value, what in inputs:
+        if isinstance(value, (str, os.PathLike)) and str(value) and Path(value).expanduser().is_file() \
+                and Path(value).expanduser().resolve() == o:
+            raise OutputError(f"{option} {out} would overwrite the input {value} ({what}): write to another file")
+
+
 def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] = (),
                 datasets: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
     """Before a grid runs: the executor, the image models, the output and cache folders, and

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_image_models, parse_options, warn, main
+from .options import (N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_file_not_input, check_image_models, parse_options,
+                      warn, main)
 
 
 @main.group()
@@ -70,6 +71,8 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
     from ..study import StudyConfig, create_study
 
     model_list = [m for m in models.split(",") if m.strip()]
+    check_file_not_input(out, [(dataset, "--dataset"), (from_queries, "--from-queries"),
+                               *((v, f"--dataset-option {k}") for k, v in parse_options(dataset_option).items())])
     query_ids = None
     if disagree is not None and from_queries is None:
         bad_option("--disagree", "needs --from-queries (the per-query results the models disagree in)")
