@@ -3,10 +3,11 @@ script) can give, and the test checks the promise docs/bad-input.md makes about 
 ``error:`` line naming the offending item before any work, no input overwritten, no
 half-written or stale output, no unbounded allocation.
 
-Cases that could allocate without bound run in a subprocess under ``resource`` limits (address
-space and CPU time), so a regression fails the test instead of taking the machine's memory.
-Everything runs on a tiny generic data file with precomputed image features: no model is
-downloaded and no image is encoded; the whole module runs in well under a minute.
+Cases that could allocate or wait without bound run in a subprocess under ``resource`` limits
+(address space and CPU time) and a wall-clock timeout, so a regression fails the test instead of
+taking the machine's memory or hanging the suite. Everything runs on tiny generic data files
+(precomputed 16-d image features, or 8 x 8 PNGs with ``color-hist``): no model is downloaded and
+nothing but the two small models random and tfidf-char is encoded.
 """
 from __future__ import annotations
 
