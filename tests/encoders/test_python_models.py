@@ -70,3 +70,29 @@ def test_bad_models_are_named():
     nan = PythonTextModel("nan", lambda t: np.full((len(t), 2), np.nan))
     with pytest.raises(Exception, match="NaN"):
         nan.encode(["a"], "en")
+
+
+@pytest.mark.parametrize("output, says", [
+    (lambda t: [str(x) for x in t], "returned strings (<U1), not numbers"),
+    (lambda t: {"embeddings": np.ones((len(t), 3))}, "returned a dict, not an array of numbers"),
+    (lambda t: (np.ones(3) for _ in t), "returned a generator, not an array of numbers"),
+    (lambda t: [np.ones(3), np.ones(2)][: len(t)], "returned rows of different lengths, not a rectangular array"),
+    (lambda t: [{"v": 1}] * len(t), "returned Python objects (object), not numbers"),
+    (lambda t: np.ones((len(t), 3)) * (1 + 2j), "returned complex numbers (complex128); embeddings must be real"),
+])
+def test_output_that_is_not_an_array_of_real_numbers_is_named(output, says):
+    """Strings, dicts, a generator, a ragged list, complex numbers: one EncoderError naming the
+    model and what it returned, never a raw numpy error or a silently dropped imaginary part."""
+    with pytest.raises(EncoderError) as e:
+        PythonTextModel("mine", output).encode(["a", "b"], "en")
+    assert str(e.value).startswith("model 'mine' ") and says in str(e.value), str(e.value)
+
+
+def test_image_model_complex_output_is_named(tmp_path):
+    from PIL import Image
+
+    from backretrieval.encoders.image.python_model import PythonImageModel
+
+    Image.new("RGB", (4, 4), (200, 10, 10)).save(tmp_path / "a.png")
+    with pytest.raises(EncoderError, match="image model 'img' returned complex numbers"):
+        PythonImageModel("img", lambda images: np.ones((len(images), 3)) * 1j).encode_images([tmp_path / "a.png"])

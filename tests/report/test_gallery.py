@@ -292,3 +292,17 @@ def test_report_without_per_query_results_says_so(tmp_path):
     assert "<h2>Examples: what each model retrieved</h2>" in path.read_text(encoding="utf-8")
     write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path / "none", examples=0)
     assert "examples" not in json.loads((tmp_path / "none" / "report.json").read_text())
+
+
+def test_long_ids_are_cut_with_the_full_id_on_hover():
+    """5,000-character ids are shown cut (the full id in the element's title, once per cell), so
+    the page stays small."""
+    long_q, long_t = "q" * 5000, "t" * 5000
+    df = frame({long_q: {"a": 2, "b": 3}}, retrieved={long_q: {"a": long_t, "b": long_t}})
+    out = gallery_table(df, select_queries(df, n=1), Thumbnails(), models=["a", "b"])
+    assert len(out) < 3 * 5000 + 2000, len(out)  # the query's id once, the retrieved id once per model
+    assert out.count(long_q) == 1 and out.count(long_t) == 2
+    assert f'title="{long_q}"' in out and f'title="{long_t}"' in out
+    assert "q" * 39 + "\u2026" in out and "t" * 39 + "\u2026" in out
+    short = gallery_table(frame({"q1": {"a": 1}}), select_queries(frame({"q1": {"a": 1}}), n=1), Thumbnails())
+    assert "<small>q1 (" in short and "title=" not in short  # short ids stay as they are

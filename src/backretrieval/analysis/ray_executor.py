@@ -34,6 +34,34 @@ from .executors import LocalExecutor, RowsRef, SharesMatrices, bounded_imap, res
 
 T = TypeVar("T")
 R = TypeVar("R")
+CONNECT_TIMEOUT_S = 10  # a cluster's head (HOST:PORT) must accept a TCP connection within this
+
+
+def check_address(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """A ``HOST:PORT`` cluster address accepts a connection within ``timeout`` seconds (Ray's
+    own client retries an address where nothing listens for minutes). ``None``, ``"auto"``,
+    ``"local"`` and ``ray://`` addresses (Ray Client fails at once by itself) are not checked.
+
+    Args:
+        address: the address as given to :func:`ray_init`.
+        timeout: seconds to wait for the connection.
+
+    Raises:
+        BackretrievalError: nothing accepts the connection (the address and the reason named).
+    """
+    import socket
+
+    if not address or address in ("auto", "local") or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # not HOST:PORT: Ray says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise BackretrievalError(f"cannot reach Ray at {address} within {timeout:g} s ({why}): is the cluster's head "
+                                 "running there (`ray start --head`)?") from None
 
 
 def ray_init(address: str | None = None, num_cpus: int | None = None):
@@ -67,6 +95,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None):
 
             import backretrieval
 
+            check_address(address)
             kwargs["address"] = address
             # the package's folder (a path, not the module object: Ray Client pickles the runtime env)
             kwargs["runtime_env"] = {"py_modules": [str(Path(backretrieval.__file__).parent)]}

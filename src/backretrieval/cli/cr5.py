@@ -6,8 +6,8 @@ from pathlib import Path
 import click
 
 from .options import (
-    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_outputs, parse_list, parse_numbers,
-    parse_options, warn, train,
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_inputs_kept, check_outputs, parse_list,
+    parse_numbers, parse_options, warn, train,
 )
 
 
@@ -94,6 +94,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
                   cg_tol=cg_tol, cg_maxiter=cg_maxiter, eig_tol=eig_tol, eig_maxiter=eig_maxiter, n_jobs=n_jobs,
                   seed=seed, progress=not quiet)
     check_outputs((out, "--out"))
+    check_inputs_kept(out, dataset, options)
     log = (lambda m: None) if quiet else warn
     t0 = time.perf_counter()
     ds = load_dataset(dataset, langs=plan.load, **options)

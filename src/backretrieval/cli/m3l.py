@@ -9,7 +9,7 @@ from .options import (
     NON_NEGATIVE, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
     check_text_models, parse_list, parse_numbers, parse_options, warn, main, train,
 )
-from .options import device_option
+from .options import check_inputs_kept, device_option
 
 DEFAULT_LANGS = "en,de,fr,it,es,ru,ja,zh,pl,tr,ko"  # the XTD10 languages
 DEFAULT_PLOT_LANGS = "en,de,ru,ja"
@@ -83,6 +83,7 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
     check_text_models([base], "--base")
     check_image_models([image_model], "--image-model")
     check_outputs((out, "--out"))
+    check_inputs_kept(out, dataset, options, [([base], "--base"), ([image_model], "--image-model")])
     ds = load_dataset(dataset, langs=list(dict.fromkeys([*tl, *(vl or [])])), **options)
     model.fit(ds, source={"dataset": dataset, "options": options}, log=None if quiet else (lambda s: click.echo(s, err=True)))
     path = model.save(out)
@@ -182,6 +183,7 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
         except BackretrievalError as e:
             bad_option("--model", str(e))
     check_outputs((out, "--out"))
+    check_inputs_kept(out, dataset, options, folders=[(m, "--model") for m in models])
     if plot_note:
         warn(plot_note)
     ds = load_dataset(dataset, langs=lang_list, **options)

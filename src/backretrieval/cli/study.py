@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_image_models, parse_options, warn, main
+from .options import (N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_file_not_input, check_image_models, parse_options,
+                      warn, main)
 
 
 @main.group()
@@ -70,22 +71,24 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
     from ..study import StudyConfig, create_study
 
     model_list = [m for m in models.split(",") if m.strip()]
+    check_file_not_input(out, [(dataset, "--dataset"), (from_queries, "--from-queries"),
+                               *((v, f"--dataset-option {k}") for k, v in parse_options(dataset_option).items())])
     query_ids = None
     if disagree is not None and from_queries is None:
         bad_option("--disagree", "needs --from-queries (the per-query results the models disagree in)")
     if from_queries is not None:
-        from ..study import disagreeing_queries, read_query_table
+        from ..study import disagreeing_queries, query_texts, read_query_table
 
         names = [m.strip() for m in (disagree.split(",") if disagree is not None else model_list) if m.strip()]
+        table = read_query_table(from_queries)
+        texts = query_texts(table, src, tgt)
         try:
-            query_ids = disagreeing_queries(read_query_table(from_queries), src, tgt, names)
+            query_ids = disagreeing_queries(table, src, tgt, names)
         except BackretrievalError as e:
             bad_option("--disagree" if disagree is not None else "--from-queries", str(e))
         if not query_ids:
             bad_option("--from-queries", f"{', '.join(names)} retrieved the same targets for every {src}-{tgt} query in "
                        f"{from_queries}: no query to study")
-        shown = min(len(query_ids), queries)
-        warn(f"{len(query_ids)} {src} queries on which {', '.join(names)} disagree in {from_queries}; the study takes {shown}")
     cfg = StudyConfig(
         dataset=dataset,
         src=src,
@@ -99,8 +102,12 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
         images=images,
         dataset_options=parse_options(dataset_option),
         query_ids=query_ids,
+        query_texts=texts if from_queries is not None else None,
     )
     summary = create_study(cfg, out, raters=raters, force=force, progress=not quiet, log=warn)
+    if query_ids is not None:
+        warn(f"{len(query_ids)} {src} queries on which {', '.join(names)} disagree in {from_queries}; "
+             f"the study takes {min(len(query_ids), queries)}")
     click.echo(
         f"wrote {out}: {summary['queries']} queries, {summary['suggestions']} suggestions "
         f"({summary['shared_suggestions']} retrieved by more than one model), {len(summary['raters'])} rater(s)"

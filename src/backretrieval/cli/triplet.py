@@ -19,6 +19,7 @@ import click
 
 from .options import (
     NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
+    check_inputs_kept,
     N_BOOT, check_text_models, parse_list, parse_numbers, parse_options, parse_seeds, warn, main, train,
 )
 
@@ -61,11 +62,15 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
                layers, tower, negatives, val_frac, patience, seed, threads, resume, quiet, beta=0.01, k=5, refresh_every=1) -> None:
     from ..data import load_dataset
     from ..report.case_study import plot_curves
-    from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, Triplet
+    from ..train.base import HyperParameterError
+    from ..train.triplet import CHECKPOINT_FILE, TitleBodyData, Triplet, check_layers
 
     options = parse_options(dataset_option, dataset)
     wanted = _langs(langs)
-    widths = parse_numbers(layers, "--layers", integer=True, low=1)
+    try:
+        widths = check_layers(parse_numbers(layers, "--layers", integer=True, low=1))
+    except HyperParameterError as e:
+        bad_option("--layers", str(e))
     est = Triplet(
         method, base=base, layers=widths, tower=tower, lr=lr, alpha=alpha, batch_size=batch_size, epochs=epochs, beta=beta, k=k,
         refresh_every=refresh_every, negatives=negatives, val_frac=val_frac, patience=patience, seed=seed, threads=threads, progress=not quiet,
@@ -73,6 +78,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
     est.check_params()  # every setting, before any data is read
     check_text_models([base], "--base")
     check_outputs((out, "--out"))
+    check_inputs_kept(out, dataset, options, [([base], "--base")])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if not resume and (out / CHECKPOINT_FILE).exists():
@@ -145,6 +151,7 @@ def prepare(dataset, langs, holdout, seed, dataset_option, out) -> None:
     wanted = _langs(langs)
     options = parse_options(dataset_option, dataset)
     check_outputs((out, "--out"))
+    check_inputs_kept(out, dataset, options)
     train_rows, test_rows, info = title_body_split(load_dataset(dataset, langs=wanted, **options), wanted, holdout, seed)
     out, name = Path(out), Path(dataset).stem
     dump = lambda rows: "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)  # noqa: E731

@@ -3,7 +3,7 @@
 Every other layer may import from here; this package imports nothing from the project.
 """
 from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
-from .rows import first_bad_row, normalize_rows
+from .rows import first_bad_row, normalize_rows, numeric_rows
 from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default, json_ready
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "json_default",
     "json_ready",
     "normalize_rows",
+    "numeric_rows",
 ]

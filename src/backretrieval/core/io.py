@@ -2,7 +2,10 @@
 
 A file is written under a temporary name in the same directory and moved into place with
 ``os.replace``: readers see either the old file or the complete new one, never a half-written
-file, and an interrupted run leaves at most a stray ``*.tmp-*`` file that is ignored.
+file. The temporary name, ``.NAME.tmp-PID-XXXX``, names the writing process: a writer killed
+mid-write (``kill -9``) leaves it behind, and the next run that holds the folder
+(:func:`folder_lock`) removes the temporary files of writers that are gone
+(:func:`sweep_temp_files`).
 
 Result files get the mode a plain ``open()`` would give them (``0o666`` less the umask), so they
 can be shared like any other file; a caller that writes a secret asks for ``private=True``
@@ -17,6 +20,7 @@ import hashlib
 import io
 import math
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -221,6 +225,7 @@ def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
             except _Busy:
                 raise OutputError(f"{what} {path} is being written by another run{_lock_holders(key / LOCK_FILE)}: "
                                   "wait for it to finish or choose another folder") from None
+            sweep_temp_files(key)
         yield path
     finally:
         with _held_guard:
@@ -234,6 +239,42 @@ def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
                     key.rmdir()
         if fd is not None:
             os.close(fd)
+
+
+_TEMP = re.compile(r"\..+\.tmp-(?:(\d+)-)?[^/]*")  # .NAME.tmp-PID-XXXX (.NAME.tmp-XXXX: no writer named)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def sweep_temp_files(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of :func:`atomic_write` in ``folder`` and below whose writer
+    is gone (no live process of the pid in the name, or no pid in it): what a writer killed
+    mid-write leaves. Call it only while holding the folder (:func:`folder_lock` does), so no
+    writer of another run is mid-write there.
+
+    Args:
+        folder: the output folder.
+
+    Returns:
+        The files removed.
+    """
+    removed = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            m = _TEMP.fullmatch(name)
+            if m and not (m.group(1) and _alive(int(m.group(1)))):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(root, name))
+                    removed.append(Path(root, name))
+    return removed
 
 
 @contextlib.contextmanager
@@ -253,7 +294,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = F
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")  # always 0o600
+    if path.is_dir():  # found before writing, and named (os.replace would name the temporary file)
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-")  # always 0o600
     try:
         if not private and hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~current_umask())
@@ -265,7 +308,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, private: bool = F
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+        if isinstance(e, OSError) and e.filename in (None, tmp) and e.errno is not None:
             raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise
 

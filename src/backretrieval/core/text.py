@@ -65,3 +65,12 @@ def decode_utf8(raw: bytes, path: str | os.PathLike) -> str:
         raise DataError(
             f"{path}: line {line}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {col}); save the file as UTF-8"
         ) from None
+
+
+def one_line(message: str) -> str:
+    """``message`` with every character that does not print (a newline or tab in a path, other
+    control and format characters) escaped as Python's ``repr`` writes it (``\\n``, ``\\x1b``,
+    ``\\u200b``), so an error or a heading stays one line."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)

@@ -174,6 +174,35 @@ def _resolve_features(option: str | os.PathLike, base: Path) -> Path:
     return p.resolve()
 
 
+def open_feature_file(path: str | os.PathLike, what: str) -> np.ndarray:
+    """The one array of a feature ``.npy`` file, memory-mapped (nothing is read into memory).
+
+    Args:
+        path: the file.
+        what: how errors name its option, e.g. ``"image_features"``.
+
+    Returns:
+        The array (read-only memory map; its shape is the caller's to check).
+
+    Raises:
+        DataError: the file is empty, unreadable, not a ``.npy`` (an ``.npz`` archive is named
+            with its arrays), or holds Python objects.
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size == 0:
+            raise DataError(f"{what}: cannot read {path}: the file is empty (0 bytes)")
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"{what}: cannot read {path}: {e}") from None
+    if not isinstance(arr, np.ndarray):  # an NpzFile
+        names = ", ".join(arr.files) or "none"
+        arr.close()
+        raise DataError(f"{what}: {path} is an .npz archive (arrays: {names}); give a .npy file holding one "
+                        "(n_images, d) array (numpy.save)")
+    return arr
+
+
 def load(
     path: str | os.PathLike,
     langs: Sequence[str] | None = None,
@@ -248,10 +277,7 @@ def build_dataset(
                 f"columns present: {', '.join(columns)}"
             )
         feat_path = _resolve_features(image_features, base)
-        try:
-            arr = np.load(feat_path, mmap_mode="r")
-        except (OSError, ValueError) as e:
-            raise DataError(f"image_features: cannot read {feat_path}: {e}") from None
+        arr = open_feature_file(feat_path, "image_features")
         if arr.ndim != 2:
             raise DataError(f"image_features: {feat_path} must be a 2-D (n_images, d) array, got shape {arr.shape}")
         n_feat_rows = arr.shape[0]

@@ -1,7 +1,10 @@
 """Figures of a model comparison (``compare --report``), each written as PNG and SVG.
 
 * :func:`heatmap_ci` -- language pair x model table of the ranked metric, the estimate and the
-  half-width of its bootstrap interval in each cell, chance level marked on the colour bar.
+  half-width of its bootstrap interval in each cell, chance level marked on the colour bar. The
+  colour range spans the values and reaches down to chance below them; equal values get a range
+  of their own (:func:`colour_range`), and a chance level outside the range is said in the title
+  (:func:`chance_note`) instead of being drawn far off the bar.
 * :func:`forest` -- one panel per language pair: each model's estimate with its interval, best
   first; a bracket with ``*`` joins two neighbours whose gap is significant after Holm; chance
   level as a dashed line.
@@ -55,6 +58,38 @@ def _chance_label(chance: float | None) -> str:
     return "" if chance is None else f"chance {chance:.3g}"
 
 
+def colour_range(values: np.ndarray, chance: float | None) -> tuple[float, float]:
+    """The heatmap's colour range: the finite values' span, extended down to ``chance`` when
+    chance lies below them; equal values (every model tied) get a range of
+    ``max(0.01, 10% of the value)`` around them, so the range always has a width."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 1.0)
+    if chance is not None and np.isfinite(chance) and chance < lo:
+        lo = float(chance)
+    if not hi - lo > 1e-9 * max(1.0, abs(hi)):
+        pad = max(0.005, 0.05 * abs(hi))
+        lo, hi = lo - pad, hi + pad
+    return lo, hi
+
+
+def chance_note(c: Comparison, chance: float | None) -> str:
+    """What the heatmap says about a chance level outside its colour range ("" when it is on the bar)."""
+    if chance is None:
+        return ""
+    lo, hi = colour_range(c.per_pair["estimate"].to_numpy(float), chance)
+    if lo <= chance <= hi:
+        return ""
+    return f"chance {chance:.3g} lies {'above' if chance > hi else 'below'} every value (not on the colour bar)"
+
+
+def heatmap_title(c: Comparison, chance: float | None) -> str:
+    """The heatmap's title: what the cells hold and, where it is off the bar, where chance lies."""
+    pct = int(round(c.level * 100))
+    note = chance_note(c, chance)
+    return f"{c.metric}: estimate ± half-width of its {pct}% bootstrap interval" + (f"\n{note}" if note else "")
+
+
 def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
     """Pairs (rows) x models (columns, best on average first): estimate and ± CI half-width."""
     plt = pyplot()
@@ -66,9 +101,8 @@ def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, P
     half = half.pivot(index="pair", columns="model", values="h").reindex(index=pairs, columns=models)
     v = est.to_numpy(float)
     fig, ax = plt.subplots(figsize=(max(5.5, 1.05 * len(models) + 2.5), max(2.6, 0.5 * len(pairs) + 1.8)))
-    lo = np.nanmin(v) if chance is None else min(np.nanmin(v), chance)
-    hi = np.nanmax(v)
-    im = ax.imshow(v, cmap="viridis", aspect="auto", vmin=lo, vmax=hi if hi > lo else lo + 1e-9)
+    lo, hi = colour_range(v, chance)
+    im = ax.imshow(v, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
     for (i, j), x in np.ndenumerate(v):
         if np.isfinite(x):
             light = (x - lo) < 0.6 * (hi - lo)
@@ -77,11 +111,10 @@ def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, P
     ax.set_xticks(range(len(models)), [short_label(m) for m in models], rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(pairs)), pairs, fontsize=8)
     cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric)
-    if chance is not None:
+    if chance is not None and lo <= chance <= hi:
         cb.ax.axhline(chance, color="red", linewidth=2)
         cb.ax.text(1.05, chance, " chance", transform=cb.ax.get_yaxis_transform(), color="red", fontsize=7, va="center")
-    pct = int(round(c.level * 100))
-    ax.set_title(f"{c.metric}: estimate ± half-width of its {pct}% bootstrap interval", fontsize=10)
+    ax.set_title(heatmap_title(c, chance), fontsize=10)
     return _save(fig, stem)
 
 
@@ -97,7 +130,7 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
     n_models = c.per_pair.groupby("pair").size().max()
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, (0.42 * n_models + 1.3) * nrow), squeeze=False)
     xmin = min(c.per_pair["ci_low"].min(), chance if chance is not None else np.inf)
-    xmax = c.per_pair["ci_high"].max()
+    xmax = max(c.per_pair["ci_high"].max(), chance if chance is not None else -np.inf)
     pad = 0.05 * (xmax - xmin if xmax > xmin else 1.0)
     for ax, pair in zip(axes.ravel(), pairs):
         g = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank")

@@ -32,6 +32,7 @@ from ..analysis.evaluate import EvalResult, slug
 from ..analysis.verdict import lead_and_check
 from ..core import BackretrievalError, atomic_write_text, json_ready
 from ..core.env import environment
+from ..core.io import check_writable_dir
 from ..metrics import table
 from . import compare_figures as F
 from . import gallery as G
@@ -153,14 +154,20 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
             :func:`backretrieval.report.gallery.select_queries`).
 
     Returns:
-        The path of ``report.html`` (written last, atomically: figures and report.json first).
+        The path of ``report.html`` (written last, atomically: figures and report.json first;
+        the galleries' images are read before anything is written).
+
+    Raises:
+        OutputError: ``out_dir`` is a file, below a file, or not writable.
+        DataError: an image of the galleries is missing or unreadable (nothing is written).
     """
     if not isinstance(comparison, Comparison):
         raise BackretrievalError(f"write_compare_report takes one finished Comparison (from compare()), got "
                                  f"{type(comparison).__name__}")
     lead, check = lead_and_check(comparison)
     cs = [lead] + ([check] if check is not None else [])
-    out = Path(out_dir)
+    out = check_writable_dir(out_dir, "compare_report:")
+    gallery = _galleries(result, lead, examples, seed) if examples else None  # reads every image before anything is written
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     if command is None:
@@ -188,7 +195,6 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
     agree = v.get("agreement")
     if agree is not None:
         doc["agreement"] = {"metric": check.metric, "truth": lead.metric, "per_pair": agree}
-    gallery = _galleries(result, lead, examples, seed) if examples else None
     if gallery is not None:
         doc["examples"] = gallery["selected"].to_dict(orient="records") if "selected" in gallery else gallery["note"]
     atomic_write_text(out / "report.json", json.dumps(json_ready(doc), indent=1))
@@ -291,7 +297,8 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
                 f'<li class="{"sig" if x.get("significant") else "tie"}">{_e(x["text"])}</li>' for x in v if x["pair"] == pair)
             h.append(f'<p><b>{_e(pair)}</b></p><ul class="verdicts">{items}</ul>')
     h.append("<h2>Language pairs x models</h2>")
-    h.append(_figures([(b[4]["heatmap"][0], f"{b[0].metric}: estimate ± interval half-width") for b in blocks]))
+    h.append(_figures([(b[4]["heatmap"][0], "; ".join(filter(None, (f"{b[0].metric}: estimate ± interval half-width",
+                                                                      F.chance_note(b[0], b[1]))))) for b in blocks]))
     h.append("<h2>Per pair: each model with its interval</h2>")
     h.append(_figures([(b[4]["forest"][0], f"{b[0].metric} per pair; * = significant gap to the next model") for b in blocks], wide=True))
     for c, *_ in blocks:

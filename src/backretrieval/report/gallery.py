@@ -36,6 +36,7 @@ from ..core import DataError
 DISAGREE, ALL_FAIL, RANDOM = "models disagree", "every model fails", "random"
 THUMB_PX = 96  # longest side of an embedded thumbnail
 TEXT_CHARS = 240  # longer texts are cut, with an ellipsis
+ID_CHARS = 40  # longer ids are shown cut, with the full id on hover (the element's title)
 
 CSS = """
 table.gallery { table-layout: fixed; width: 100%; font-size: .85em; }
@@ -144,7 +145,8 @@ class Thumbnails:
         if not isinstance(image, (str, Path)) or not str(image):
             return ""
         key = self._add(str(image), item)
-        return f'<i class="th i{key[:24]}" role="img" aria-label="{html.escape(item)}"></i>'
+        label = item if len(item) <= 2 * ID_CHARS else item[: 2 * ID_CHARS - 1] + "\u2026"  # errors name the whole item
+        return f'<i class="th i{key[:24]}" role="img" aria-label="{html.escape(label)}"></i>'
 
     def style(self) -> str:
         """The CSS of the remembered images, one rule per distinct image."""
@@ -164,6 +166,14 @@ def _text(text: Any, lang: Any) -> str:
     if len(t) > TEXT_CHARS:
         t = t[: TEXT_CHARS - 1] + "\u2026"
     return f'<div dir="auto" lang="{_lang(lang)}">{html.escape(t)}</div>'
+
+
+def _id(item_id: Any) -> str:
+    """An id as shown: cut to ``ID_CHARS`` with an ellipsis, the full id in the title (on hover)."""
+    t = str(item_id)
+    if len(t) <= ID_CHARS:
+        return html.escape(t)
+    return f'<span title="{html.escape(t)}">{html.escape(t[: ID_CHARS - 1])}\u2026</span>'
 
 
 def _known(v: Any) -> bool:
@@ -189,7 +199,7 @@ def _cell(r: Any, thumbs: Thumbnails) -> str:
         notes.append(f"{len(ties) - 1} more tied")
     cls = "" if hit is None else (' class="hit"' if hit else ' class="miss"')
     return (f"<td{cls}>{thumbs.tag(r.retrieved_image, f'{r.tgt_lang} item {r.retrieved_id}')}"
-            f"{_text(r.retrieved_text, r.tgt_lang)}<small>{html.escape(str(r.retrieved_id))}: "
+            f"{_text(r.retrieved_text, r.tgt_lang)}<small>{_id(r.retrieved_id)}: "
             f"{html.escape('; '.join(notes))}</small></td>")
 
 
@@ -218,7 +228,7 @@ def gallery_table(df: pd.DataFrame, selected: pd.DataFrame, thumbs: Thumbnails, 
         rows = [by.get((s.pair, _or_none(s.sample_kind), s.seed, s.query_id, m)) for m in models]
         q = next(r for r in rows if r is not None)
         src = (f"<td>{thumbs.tag(q.query_image, f'{q.src_lang} item {q.query_id}')}{_text(q.query_text, q.src_lang)}"
-               f"<small>{html.escape(str(q.query_id))} ({html.escape(s.why)}, seed {html.escape(str(s.seed))})</small></td>")
+               f"<small>{_id(q.query_id)} ({html.escape(s.why)}, seed {html.escape(str(s.seed))})</small></td>")
         cells = "".join("<td></td>" if r is None else _cell(r, thumbs) for r in rows)
         body.append(f"<tr>{src}{cells}</tr>")
     return f'<table class="gallery"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'

@@ -25,6 +25,7 @@ from ..analysis.evaluate import write_results
 from ..analysis.verdict import lead_and_check
 from ..core import atomic_write_text
 from ..core.io import check_writable_dir, folder_lock
+from ..core.text import one_line
 from ..metrics.table import chance_level, shown_columns
 from .table import approx_note, format_comparison, format_summary
 
@@ -52,7 +53,7 @@ def summary_markdown(result: EvalResult) -> str:
     """
     cfg = result.config
     what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model_name}"
-    lines = [f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
+    lines = [f"# {one_line(str(cfg.dataset))}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
     if result.text_only:
         lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
     else:

@@ -8,7 +8,7 @@
 """
 from .agreement import krippendorff_alpha
 from .build import StudyConfig, create_study
-from .from_queries import disagreeing_queries, read_query_table
+from .from_queries import disagreeing_queries, query_texts, read_query_table
 from .store import SCALE, Conflict, NotFound, StudyError, add_rater, connect, list_raters, record_rating, rater_state
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "disagreeing_queries",
     "krippendorff_alpha",
     "list_raters",
+    "query_texts",
     "rater_state",
     "read_query_table",
     "record_rating",

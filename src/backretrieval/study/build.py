@@ -58,6 +58,7 @@ class StudyConfig:
     images: str = "all"
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     query_ids: list[str] | None = None  # the queries by source item id (see the module doc); None: sampled
+    query_texts: dict[str, str] | None = None  # their texts where they were taken from (compared with the dataset's)
 
     def validate(self) -> None:
         """Check every setting before any work; a clear error naming the first bad one."""
@@ -123,6 +124,11 @@ def _given_queries(cfg: StudyConfig, src: Corpus, rng: np.random.Generator) -> n
     if missing:
         raise DataError(f"{src.dataset}/{src.lang}: query id {missing[0]!r} is not in the corpus ({len(missing)} of the "
                         f"{len(ids)} given are not); were the per-query results computed on this dataset?")
+    for q in ids if cfg.query_texts is not None else ():
+        given, text = cfg.query_texts.get(q), src.texts[row_of[q]]
+        if given is not None and given != text:
+            raise DataError(f"{src.dataset}/{src.lang}: query id {q!r}: its text {text[:60]!r} differs from the per-query "
+                            f"results' ({given[:60]!r}); were they computed on this version of the dataset?")
     if len(ids) > cfg.queries:
         keep = np.sort(rng.choice(len(ids), size=cfg.queries, replace=False))
         ids = [ids[i] for i in keep]

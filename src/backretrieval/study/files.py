@@ -182,7 +182,7 @@ def private_tempfile(out: str | os.PathLike) -> Path:
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.tmp-")
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.tmp-{os.getpid()}-")  # names its writer (core.io.sweep_temp_files)
     try:
         os.fchmod(fd, PRIVATE_MODE)
     finally:

@@ -7,17 +7,46 @@ Which rows count: those of the study's pair; of BkR's queries (``sample_kind == 
 where the file has them for the pair, else of XLR's (``"matching"``). A query *disagrees* when,
 for some seed, the models do not all retrieve the same set of tied top targets
 (``retrieved_ids``); every named model must have rows for the pair.
+
+The file is checked before it is trusted: the columns a selection reads must hold what
+``EvalResult.queries`` writes (ids as strings or integers, ``retrieved_ids`` as lists of ids),
+and :func:`query_texts` gives each query's text, which the study compares with the dataset's
+(an id alone does not say the results were computed on this version of the data).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..core import BackretrievalError, DataError
 
-NEEDED = ("src_lang", "tgt_lang", "model", "seed", "query_id", "retrieved_ids", "sample_kind")
+NEEDED = ("src_lang", "tgt_lang", "model", "seed", "query_id", "query_text", "retrieved_ids", "sample_kind")
+
+
+def _is_id(v) -> bool:
+    return isinstance(v, (str, int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_types(df: pd.DataFrame, path: Path) -> None:
+    """The columns a selection reads hold what ``EvalResult.queries`` writes (first bad row named)."""
+    checks = (
+        ("query_id", _is_id, "item ids (strings or integers)"),
+        ("model", lambda v: isinstance(v, str), "model names (strings)"),
+        ("src_lang", lambda v: isinstance(v, str), "language codes (strings)"),
+        ("tgt_lang", lambda v: isinstance(v, str), "language codes (strings)"),
+        ("seed", lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)), "integer seeds"),
+        ("query_text", lambda v: isinstance(v, str), "texts (strings)"),
+    )
+    for col, ok, what in checks:
+        for i, v in enumerate(df[col].tolist(), 1):
+            if not ok(v):
+                raise DataError(f"{path}: column {col!r} must hold {what}; row {i} holds {type(v).__name__} {v!r}")
+    for i, v in enumerate(df["retrieved_ids"].tolist(), 1):
+        if not isinstance(v, (list, tuple, np.ndarray)) or not all(_is_id(x) for x in v):
+            raise DataError(f"{path}: column 'retrieved_ids' must hold lists of item ids; row {i} holds {type(v).__name__}")
 
 
 def read_query_table(path: str | Path) -> pd.DataFrame:
@@ -30,7 +59,8 @@ def read_query_table(path: str | Path) -> pd.DataFrame:
         The table.
 
     Raises:
-        DataError: the file cannot be read as Parquet, or lacks a needed column (named).
+        DataError: the file cannot be read as Parquet, lacks a needed column, or a column holds
+            values of the wrong type (each named, with the first bad row).
     """
     path = Path(path)
     try:
@@ -41,7 +71,29 @@ def read_query_table(path: str | Path) -> pd.DataFrame:
     missing = [c for c in NEEDED if c not in df.columns]
     if missing:
         raise DataError(f"{path}: not per-query results of evaluate --save-queries: no column {missing[0]!r}")
+    _check_types(df, path)
     return df
+
+
+def query_texts(table: pd.DataFrame, src: str, tgt: str) -> dict[str, str]:
+    """Each query's text in the per-query results of the pair, by source item id (as a string).
+
+    Args:
+        table: per-query results (:func:`read_query_table`).
+        src, tgt: the pair.
+
+    Returns:
+        ``{query_id: query_text}``.
+
+    Raises:
+        DataError: one id with two different texts (the file mixes versions of the data).
+    """
+    rows = table[(table["src_lang"] == src) & (table["tgt_lang"] == tgt)]
+    out: dict[str, str] = {}
+    for q, text in zip(rows["query_id"].map(str), rows["query_text"]):
+        if out.setdefault(q, text) != text:
+            raise DataError(f"the per-query results give query id {q!r} two texts ({out[q][:60]!r}, {text[:60]!r})")
+    return out
 
 
 def disagreeing_queries(table: pd.DataFrame, src: str, tgt: str, models: Sequence[str]) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...core import DataError, EncoderError
+from ...data.generic import open_feature_file
 from .batching import BatchedImageEncoder
 from ..base import Example, check_embeddings
 from ..registry import register_image
@@ -102,10 +103,7 @@ def load_feature_rows(npy_path: str | os.PathLike[str], rows: Sequence[int] | np
     path = os.fspath(npy_path)
     if not os.path.isfile(path):
         raise DataError(f"{what}: precomputed image feature file not found: {path}")
-    try:
-        feats = np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as e:
-        raise DataError(f"{what}: cannot read precomputed image features {path}: {e}") from e
+    feats = open_feature_file(path, what)
     if not isinstance(feats, np.ndarray) or feats.ndim != 2:
         shape = getattr(feats, "shape", None)
         raise DataError(f"{what}: {path} must hold a 2-D (n_images, d) array, got shape {shape}")

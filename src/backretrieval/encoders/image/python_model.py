@@ -33,7 +33,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ...core import EncoderError, first_bad_row
+from ...core import EncoderError, first_bad_row, numeric_rows
 from .batching import load_rgb
 from ..text.python_model import encode_call, torch_fingerprint
 
@@ -148,13 +148,7 @@ class PythonImageModel:
         naming the model and the offending image."""
         if hasattr(vecs, "detach"):  # a torch tensor, on any device, in any dtype
             vecs = vecs.detach().float().cpu().numpy()
-        try:
-            arr = np.asarray(vecs, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise EncoderError(
-                f"image model {self.name!r} returned {type(vecs).__name__}, not an array of numbers, "
-                f"for {len(chunk)} images: {e}"
-            ) from None
+        arr = numeric_rows(vecs, f"image model {self.name!r}")
         if arr.ndim != 2 or arr.shape[0] != len(chunk):
             raise EncoderError(
                 f"image model {self.name!r} returned shape {arr.shape} for {len(chunk)} images; "

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...core import EncoderError, UnsupportedLanguageError
+from ...core import EncoderError, UnsupportedLanguageError, numeric_rows
 from ..text_batching import supports_language
 from ..base import check_embeddings
 
@@ -129,7 +129,7 @@ class PythonTextModel:
                 raise EncoderError(f"model {self.name!r} failed to encode {len(chunk)} {lang} texts: {type(e).__name__}: {e}") from e
             if hasattr(vecs, "detach"):  # a torch tensor
                 vecs = vecs.detach().cpu().numpy()
-            arr = np.asarray(vecs, dtype=np.float32)
+            arr = numeric_rows(vecs, f"model {self.name!r}")
             if arr.ndim != 2 or arr.shape[0] != len(chunk):
                 raise EncoderError(
                     f"model {self.name!r} returned shape {arr.shape} for {len(chunk)} texts; expected ({len(chunk)}, dim)"

@@ -6,14 +6,14 @@ package holds the :class:`Triplet` estimator (:mod:`.estimator`), its data (:mod
 detail: the docstring of :mod:`.estimator`.
 """
 from .data import TitleBodyData, assert_no_links, embed_title_body
-from .estimator import NEGATIVES, Triplet, resume_key
+from .estimator import MAX_LAYERS, MAX_WIDTH, NEGATIVES, Triplet, check_layers, resume_key
 from .loop import CHECKPOINT_FILE, LoopData, LoopSettings, train_tower
 from .losses import cosine_distance, sample_negatives, triplet_loss, xl_loss
 from .neighbours import find_neighbours
 from .tower import build_tower, params_of
 
 __all__ = [
-    "CHECKPOINT_FILE", "NEGATIVES", "LoopData", "LoopSettings", "TitleBodyData", "Triplet", "assert_no_links",
-    "build_tower", "cosine_distance", "embed_title_body", "find_neighbours", "params_of", "resume_key", "sample_negatives",
+    "CHECKPOINT_FILE", "MAX_LAYERS", "MAX_WIDTH", "NEGATIVES", "LoopData", "LoopSettings", "TitleBodyData", "Triplet", "assert_no_links",
+    "build_tower", "check_layers", "cosine_distance", "embed_title_body", "find_neighbours", "params_of", "resume_key", "sample_negatives",
     "train_tower", "triplet_loss", "xl_loss",
 ]

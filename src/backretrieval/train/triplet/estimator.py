@@ -70,6 +70,32 @@ from .loop import LoopData, LoopSettings, train_tower
 from .tower import params_of
 
 NEGATIVES = ("batch", "language")
+MAX_WIDTH = 16_384  # units of one tower layer: a 16,384 x 16,384 layer is 1 GiB of float32 weights
+MAX_LAYERS = 16
+
+
+def check_layers(layers: Sequence[Any]) -> list[int]:
+    """The tower's layer widths, checked: positive integers, at most ``MAX_WIDTH`` each and
+    ``MAX_LAYERS`` of them (a width of 10^9 would ask for terabytes before training starts).
+
+    Args:
+        layers: the widths.
+
+    Returns:
+        The widths as ints.
+
+    Raises:
+        HyperParameterError: naming the first width or the count that is out of bounds.
+    """
+    widths = list(layers)
+    if not widths or any(not isinstance(w, numbers.Integral) or isinstance(w, bool) or w < 1 for w in widths):
+        raise HyperParameterError(f"must be positive integer widths, got {layers!r}")
+    if len(widths) > MAX_LAYERS:
+        raise HyperParameterError(f"{len(widths)} layers; at most {MAX_LAYERS}")
+    big = next((w for w in widths if w > MAX_WIDTH), None)
+    if big is not None:
+        raise HyperParameterError(f"a layer of {big:,} units; at most {MAX_WIDTH:,} per layer")
+    return [int(w) for w in widths]
 # The parameters in the checkpoint's resume key (``epochs`` is left out so that a run with more
 # epochs resumes; ``negatives`` and ``tower`` join only away from their defaults, so checkpoints
 # without those options resume too). Frozen: changing it orphans checkpoints.
@@ -213,9 +239,10 @@ class Triplet(Estimator):
         self.progress = progress
 
     def _check_more(self) -> None:
-        layers = list(self.layers)
-        if not layers or any(not isinstance(w, numbers.Integral) or isinstance(w, bool) or w < 1 for w in layers):
-            raise HyperParameterError(f"The 'layers' parameter of {type(self).__name__} must be positive integer widths, got {self.layers!r}")
+        try:
+            check_layers(self.layers)
+        except HyperParameterError as e:
+            raise HyperParameterError(f"The 'layers' parameter of {type(self).__name__}: {e}") from None
 
     # -- fitting
     @fit_context

@@ -1,0 +1,393 @@
+"""A probe of hostile use, run on every CI run: each case is an input a user (or a wrong
+script) can give, and the test checks the promise docs/bad-input.md makes about it -- one
+``error:`` line naming the offending item before any work, no input overwritten, no
+half-written or stale output, no unbounded allocation.
+
+Cases that could allocate or wait without bound run in a subprocess under ``resource`` limits
+(address space and CPU time) and a wall-clock timeout, so a regression fails the test instead of
+taking the machine's memory or hanging the suite. Everything runs on tiny generic data files
+(precomputed 16-d image features, or 8 x 8 PNGs with ``color-hist``): no model is downloaded and
+nothing but the two small models random and tfidf-char is encoded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import backretrieval
+from backretrieval.cli import main
+
+SRC = Path(backretrieval.__file__).resolve().parents[1]
+
+
+def cli(args: list) -> object:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_refused(res, *fragments: str, code: int = 2) -> str:
+    """Exit code ``code`` and exactly one line of output, ``error: ...``, containing every fragment."""
+    out = res.output
+    assert res.exit_code == code, out
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    for f in fragments:
+        assert f in lines[0], (f, out)
+    return lines[0]
+
+
+def limited_run(code: str, *, memory_gb: float = 2.0, cpu_s: int = 120, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python under an address-space limit of ``memory_gb`` and ``cpu_s``
+    seconds of CPU time: an allocation without bound fails there, not on the machine."""
+    limits = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, ({int(memory_gb * 2**30)}, {int(memory_gb * 2**30)}))
+        resource.setrlimit(resource.RLIMIT_CPU, ({cpu_s}, {cpu_s}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", limits + textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A generic JSONL file: 40 concepts in en and de with precomputed 16-d image features."""
+    d = tmp_path_factory.mktemp("probe-data")
+    rng = np.random.default_rng(0)
+    np.save(d / "feats.npy", rng.standard_normal((40, 16)).astype(np.float32))
+    words = {"en": "red cat number", "de": "rote Katze Nummer"}
+    rows = [{"id": f"{lang}{i}", "lang": lang, "text": f"{words[lang]} {i}", "concept": f"c{i}", "image_feature_row": i}
+            for lang in words for i in range(40)]
+    path = d / "items.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    """A fresh cache folder per test: whatever a run encodes lands here."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(cache))
+    return cache
+
+
+def nothing_encoded(cache: Path) -> bool:
+    return not any(p.is_file() for p in cache.rglob("*")) if cache.exists() else True
+
+
+def grid(cmd: str, data: Path, out: Path, *extra: str) -> list[str]:
+    """A grid command on ``data`` (random and tfidf-char, N=20, one seed); ``extra`` flags
+    replace the defaults or are added."""
+    args = [cmd, "--dataset", str(data), "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
+            "--pairs", "en-de", "--models", "random,tfidf-char", "--image-model", "precomputed",
+            "--n", "20", "--k", "5", "--seeds", "1", "--out", str(out), "--quiet"]
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+def flags(*names: str) -> list[str]:
+    """Boolean flags appended to a grid command line (``grid`` pairs its extras)."""
+    return list(names)
+
+
+# ------------------------------------------------------------------- outputs never overwrite inputs
+def test_no_output_overwrites_an_input_of_any_kind(tmp_path, data, empty_cache):
+    """Every file a grid command writes, against every input path: the dataset, its options and the
+    paths inside model specs (``precomputed:``, ``cr5:``, ``st:``); refused before any work."""
+    d = tmp_path / "D"
+    d.mkdir()
+    shutil.copy(data.parent / "feats.npy", d / "feats.npy")
+    queries = d / "queries.parquet"
+    pd.read_json(data, lines=True).to_parquet(queries)
+    before = queries.read_bytes()
+    res = cli(grid("evaluate", queries, d) + flags("--save-queries"))
+    assert_refused(res, f"--out {d} would overwrite the input {queries} (--dataset): write the results to another folder")
+    assert queries.read_bytes() == before
+
+    emb = d / "results.jsonl"  # precomputed text vectors under the name of the run's records
+    emb.write_text("".join(json.dumps({"lang": lang, "id": f"{lang}{i}", "embedding": [float(i), 1.0]}) + "\n"
+                           for lang in ("en", "de") for i in range(40)), encoding="utf-8")
+    before = emb.read_bytes()
+    for cmd in ("evaluate", "compare"):
+        assert_refused(cli(grid(cmd, data, d, "--models", f"random,precomputed:{emb}")),
+                       f"--out {d} would overwrite the input {emb} (--models precomputed:{emb})")
+    assert_refused(cli(grid("evaluate", data, d, "--models", f"precomputed:{emb}@noise=0.5")),
+                   f"the input {emb} (--models precomputed:{emb}@noise=0.5)")
+    assert emb.read_bytes() == before
+
+    model = d / "model"  # a model folder: the results would land inside it and change its fingerprint
+    model.mkdir()
+    (model / "model.json").write_text("{}", encoding="utf-8")
+    for spec in (f"cr5:{model}", f"st:{model}"):
+        assert_refused(cli(grid("evaluate", data, model / "out", "--models", f"random,{spec}")),
+                       f"--out {model / 'out'} would write into the input folder {model} (--models {spec})")
+    report_fig = d / "figures" / "emb.jsonl"  # an input below a folder the run owns
+    report_fig.parent.mkdir()
+    shutil.copy(emb, report_fig)
+    assert_refused(cli(grid("compare", data, d, "--models", f"random,precomputed:{report_fig}") + flags("--report")),
+                   f"the input {report_fig} (--models precomputed:{report_fig})")
+    assert nothing_encoded(empty_cache)
+    assert not (d / "summary.md").exists()
+
+
+def test_an_output_path_taken_by_a_folder_is_refused_first_naming_it(tmp_path, data, empty_cache):
+    """A folder where the run writes a file (or a file where it writes a folder) is found before the
+    run, and the error names that path, not a temporary file."""
+    out = tmp_path / "out"
+    (out / "summary.md").mkdir(parents=True)
+    assert_refused(cli(grid("evaluate", data, out)),
+                   f"--out {out}: {out / 'summary.md'} is a folder where the run writes a file: move it away or choose another folder")
+    assert nothing_encoded(empty_cache) and not (out / "results.jsonl").exists()
+    (out / "summary.md").rmdir()
+    (out / "figures").write_text("x", encoding="utf-8")
+    assert_refused(cli(grid("compare", data, out) + flags("--report")),
+                   f"--out {out}: {out / 'figures'} is a file where the run writes a folder: move it away or choose another folder")
+
+
+def test_atomic_write_onto_a_folder_names_the_folder(tmp_path):
+    from backretrieval.core.io import atomic_write_text
+
+    (tmp_path / "report.html").mkdir()
+    with pytest.raises(IsADirectoryError) as e:
+        atomic_write_text(tmp_path / "report.html", "x")
+    assert e.value.filename == str(tmp_path / "report.html")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
+
+
+def test_a_killed_writers_temporary_file_is_swept_by_the_next_run(tmp_path):
+    """``kill -9`` during a large write leaves ``.NAME.tmp-*``; the next run that holds the folder
+    removes the temporary files of writers that are gone, and keeps those of live ones."""
+    from backretrieval.core.io import folder_lock
+
+    out = tmp_path / "out"
+    (out / "figures").mkdir(parents=True)
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from backretrieval.core.io import atomic_write
+        with atomic_write({str(out / 'figures' / 'big.bin')!r}) as fh:
+            fh.write(b"x" * 1_000_000); fh.flush(); print("writing", flush=True); time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert writer.stdout.readline().strip() == "writing"
+    writer.kill()
+    writer.wait()
+    left = list((out / "figures").glob(".big.bin.tmp-*"))
+    assert len(left) == 1
+    live = out / f".results.jsonl.tmp-{os.getpid()}-abc"  # a live writer's file stays
+    live.write_text("", encoding="utf-8")
+    with folder_lock(out):
+        pass
+    assert not left[0].exists() and live.exists()
+
+
+def test_a_rerun_leaves_no_earlier_runs_queries_or_report(tmp_path, data):
+    """A rerun into OUT that does not write queries.parquet or report.html removes those of the
+    earlier run (once its own results are written) and says so: what is shared is this run's."""
+    out = tmp_path / "out"
+    res = cli(grid("compare", data, out) + flags("--save-queries", "--report"))
+    assert res.exit_code == 0, res.output
+    assert (out / "queries.parquet").is_file() and (out / "report.html").is_file()
+    res = cli(grid("evaluate", data, out, "--models", "random"))
+    assert res.exit_code == 0, res.output
+    assert not (out / "queries.parquet").exists() and not (out / "report.html").exists() and not (out / "report.json").exists()
+    assert f"removed {out / 'queries.parquet'}, an earlier run's (this run wrote no queries.parquet: --save-queries)" in res.output
+    assert f"removed {out / 'report.html'}, an earlier run's (this run wrote no report.html: --report)" in res.output
+
+
+def test_a_newline_in_the_dataset_path_keeps_summary_headings_one_line(tmp_path, data):
+    odd = tmp_path / "two\nlines"
+    odd.mkdir()
+    shutil.copy(data, odd / "items.jsonl")
+    out = tmp_path / "out"
+    res = cli(grid("evaluate", odd / "items.jsonl", out, "--dataset-option", f"image_features={data.parent / 'feats.npy'}"))
+    assert res.exit_code == 0, res.output
+    heading = (out / "summary.md").read_text(encoding="utf-8").splitlines()[0]
+    assert heading.startswith(f"# {tmp_path}/two\\nlines/items.jsonl: N=20"), heading
+
+
+def _limited_cli(args: list, **limits) -> subprocess.CompletedProcess:
+    """``backretrieval ARGS`` in a subprocess under :func:`limited_run`'s limits."""
+    return limited_run(f"""
+        import sys
+        from backretrieval.cli import main
+        sys.argv = ["backretrieval", *{[str(a) for a in args]!r}]
+        main()
+    """, **limits)
+
+
+def assert_refused_run(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """A subprocess that ended with exit code 2 and one ``error:`` line containing ``fragments``."""
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (proc.returncode, proc.stdout, proc.stderr)
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+def test_train_triplet_layers_are_bounded(tmp_path, data):
+    """``--layers 1000000000`` asked for 2 TB and ``100000,100000`` for 40 GB: refused before any
+    data is read (the first under a memory limit, as a regression would allocate)."""
+    args = ["train", "triplet", "--dataset", data, "--langs", "en,de", "--base", "random", "--out", tmp_path / "model", "--quiet"]
+    proc = _limited_cli([*args, "--layers", "1000000000"], memory_gb=3)
+    assert_refused_run(proc, "Invalid value for '--layers': a layer of 1,000,000,000 units; at most 16,384 per layer")
+    assert_refused(cli([*args, "--layers", "100000,100000"]), "Invalid value for '--layers': a layer of 100,000 units; at most 16,384 per layer")
+    assert_refused(cli([*args, "--layers", ",".join(["300"] * 40)]), "Invalid value for '--layers': 40 layers; at most 16")
+    assert not (tmp_path / "model").exists()
+
+
+def test_triplet_layers_are_bounded_in_python():
+    from backretrieval import Triplet
+    from backretrieval.train.base import HyperParameterError
+
+    with pytest.raises(HyperParameterError, match="at most 16,384 per layer"):
+        Triplet(layers=[10**9]).check_params()
+
+
+@pytest.fixture(scope="module")
+def image_data(tmp_path_factory) -> Path:
+    """A generic JSONL file: 48 concepts in en and de, each with its own small PNG."""
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("probe-images")
+    rows = []
+    for i in range(48):
+        Image.new("RGB", (8, 8), (5 * i, 255 - 5 * i, (37 * i) % 256)).save(d / f"img{i}.png")
+        rows += [{"id": f"{lang}{i}", "lang": lang, "text": f"{word} {i}", "concept": f"c{i}", "image": f"img{i}.png"}
+                 for lang, word in (("en", "cat number"), ("de", "Katze Nummer"))]
+    (d / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return d / "items.jsonl"
+
+
+def test_compare_report_reads_the_gallery_images_before_writing_anything(tmp_path, image_data):
+    """A changed (here: removed) image fails the report before any figure is written; an existing
+    file as the report folder is one clear error."""
+    import backretrieval as br
+    from backretrieval.core import DataError
+    from backretrieval.core.errors import OutputError
+
+    images = tmp_path / "data"
+    shutil.copytree(image_data.parent, images)
+    cfg = br.EvalConfig(dataset=str(images / "items.jsonl"), pairs=[("en", "de")], models=["random", "tfidf-char"],
+                        image_model="color-hist", n=20, k=5, seeds=[0])
+    result = br.evaluate(cfg, tmp_path / "run", progress=False)
+    (tmp_path / "taken").write_text("x", encoding="utf-8")
+    with pytest.raises(OutputError, match=f"compare_report: {tmp_path / 'taken'} is a file, not a folder"):
+        br.compare_report(result, tmp_path / "taken")
+    for png in images.glob("img*.png"):
+        png.unlink()
+    with pytest.raises(DataError, match="not found or unreadable"):
+        br.compare_report(result, tmp_path / "report")
+    assert not (tmp_path / "report").exists() or not any((tmp_path / "report").rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def queries_run(data, tmp_path_factory) -> Path:
+    """OUT of ``evaluate --save-queries`` on the probe data (random vs tfidf-char)."""
+    out = tmp_path_factory.mktemp("queries-run")
+    res = cli(grid("evaluate", data, out, "--seeds", "0,1") + flags("--save-queries"))
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_study_from_queries_checks_texts_and_column_types(tmp_path, data, queries_run):
+    """Per-query results of an edited dataset are refused (texts are compared, not ids alone), and
+    a column of the wrong type is named instead of reading as 'every query agrees'."""
+    q = pd.read_parquet(queries_run / "queries.parquet")
+    study = ["study", "create", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--images", "none",
+             "--dataset-option", f"image_features={data.parent / 'feats.npy'}", "--quiet"]
+    res = cli([*study, "--dataset", data, "--from-queries", queries_run / "queries.parquet", "--out", tmp_path / "ok.db"])
+    assert res.exit_code == 0, res.output
+    edited = tmp_path / "items.jsonl"
+    rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["text"] = r["text"].replace("red cat", "blue dog")
+    edited.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert_refused(cli([*study, "--dataset", edited, "--from-queries", queries_run / "queries.parquet", "--out", tmp_path / "a.db"]),
+                   "items/en: query id 'en10': its text 'blue dog number 10' differs from the per-query results' "
+                   "('red cat number 10'); were they computed on this version of the dataset?")
+    bad = tmp_path / "queries.parquet"
+    q.assign(query_id=1.5).to_parquet(bad)
+    assert_refused(cli([*study, "--dataset", data, "--from-queries", bad, "--out", tmp_path / "b.db"]),
+                   f"{bad}: column 'query_id' must hold item ids (strings or integers); row 1 holds float 1.5")
+    q.assign(retrieved_ids=q["query_id"]).to_parquet(bad)
+    assert_refused(cli([*study, "--dataset", data, "--from-queries", bad, "--out", tmp_path / "c.db"]),
+                   f"{bad}: column 'retrieved_ids' must hold lists of item ids; row 1 holds str")
+    assert not any((tmp_path / f"{x}.db").exists() for x in "abc")
+
+
+def test_feature_files_that_are_not_one_npy_array_are_named(tmp_path, data, empty_cache):
+    """An ``.npz`` archive or a 0-byte ``.npy`` as ``image_features``: one error line naming the file."""
+    npz = tmp_path / "feats.npz"
+    np.savez(npz, feats=np.load(data.parent / "feats.npy"))
+    assert_refused(cli(grid("evaluate", data, tmp_path / "a", "--dataset-option", f"image_features={npz}")),
+                   f"image_features: {npz} is an .npz archive (arrays: feats); give a .npy file holding one "
+                   "(n_images, d) array (numpy.save)")
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")
+    assert_refused(cli(grid("evaluate", data, tmp_path / "b", "--dataset-option", f"image_features={empty}")),
+                   f"image_features: cannot read {empty}: the file is empty (0 bytes)")
+    from backretrieval.core import DataError
+    from backretrieval.encoders.image.precomputed_image import load_feature_rows
+
+    for path, says in ((npz, "is an .npz archive"), (empty, "the file is empty")):
+        with pytest.raises(DataError, match=says):
+            load_feature_rows(path, [0], "precomputed")
+    assert nothing_encoded(empty_cache)
+
+
+def test_a_ray_address_where_nothing_listens_fails_at_once(tmp_path, data):
+    """``--executor ray:127.0.0.1:1``: one ``error:`` line within seconds, before any work (Ray's own
+    client would retry for minutes)."""
+    import time
+
+    t0 = time.monotonic()
+    proc = _limited_cli(grid("evaluate", data, tmp_path / "out", "--executor", "ray:127.0.0.1:1"), memory_gb=8, cpu_s=60, timeout=90)
+    assert_refused_run(proc, "Invalid value for '--executor': cannot reach Ray at 127.0.0.1:1 within 10 s")
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_never_overwrites_its_data_or_base(tmp_path, data, empty_cache):
+    """The model commands write model.json, history.csv, ... in --out: a dataset of such a name
+    there is refused, and so is an --out inside the base model's folder."""
+    d = tmp_path / "D"
+    d.mkdir()
+    history = d / "history.csv"
+    pd.read_json(data, lines=True).to_csv(history, index=False)
+    before = history.read_bytes()
+    assert_refused(cli(["train", "cr5", "--dataset", history, "--langs", "en,de", "--out", d, "--quiet"]),
+                   f"--out {d} would overwrite the input {history} (--dataset): write the results to another folder")
+    assert_refused(cli(["train", "triplet", "--dataset", history, "--langs", "en,de", "--base", "random", "--out", d, "--quiet"]),
+                   f"--out {d} would overwrite the input {history} (--dataset)")
+    from backretrieval.encoders.trained.cr5 import Cr5Model
+
+    vocab = {"en": ["cat", "red"], "de": ["katze", "rot"]}
+    rng = np.random.default_rng(0)
+    Cr5Model(vocab, {lang: np.ones(2) for lang in vocab}, {lang: rng.standard_normal((2, 2)).astype(np.float32) for lang in vocab}).save(d)
+    assert_refused(cli(["train", "triplet", "--dataset", data, "--langs", "en,de", "--base", f"cr5:{d}", "--out", d, "--quiet"]),
+                   f"--out {d} would write into the input folder {d} (--base cr5:{d})")
+    assert history.read_bytes() == before and nothing_encoded(empty_cache)
+
+
+def test_study_create_never_overwrites_its_inputs(tmp_path, data, queries_run):
+    """``study create --force --out`` naming its own per-query results or dataset is refused."""
+    q = tmp_path / "queries.parquet"
+    shutil.copy(queries_run / "queries.parquet", q)
+    before = q.read_bytes()
+    study = ["study", "create", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--images", "none",
+             "--dataset-option", f"image_features={data.parent / 'feats.npy'}", "--quiet", "--force"]
+    assert_refused(cli([*study, "--dataset", data, "--from-queries", q, "--out", q]),
+                   f"--out {q} would overwrite the input {q} (--from-queries): write to another file")
+    assert q.read_bytes() == before
