@@ -504,3 +504,12 @@ def test_ddtp_without_apt_explains(fresh_cache, monkeypatch):
     with pytest.raises(DataError, match="source_dir") as e:
         ddtp.load(["de"])
     assert "Translation-<lang>.xz" in str(e.value) and "apt-get" in str(e.value)
+
+
+def test_a_misspelled_dataset_or_option_gets_did_you_mean():
+    with pytest.raises(DataError, match=r"^unknown dataset 'emoji-cdlr' \(did you mean 'emoji-cldr'\?\); known: ddtp, emoji-cldr"):
+        load_dataset("emoji-cdlr")
+    with pytest.raises(DataError, match=r"^unknown dataset 'bert'; known: "):  # nothing close: no guess
+        load_dataset("bert")
+    with pytest.raises(DataError, match=r"unknown option 'txt' for dataset 'emoji-cldr' \(did you mean 'text'\?\); its options: text,"):
+        load_dataset("emoji-cldr", txt="name")

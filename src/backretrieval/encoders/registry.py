@@ -10,6 +10,7 @@ import importlib
 from typing import Any, Mapping
 
 from ..core import EncoderError
+from ..core.hints import did_you_mean, install_hint
 from .base import EncoderInfo, ImageEncoder, TextEncoder
 
 _TEXT: dict[str, EncoderInfo] = {}
@@ -65,7 +66,7 @@ def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping
     name, _, arg = spec.partition(":")
     info = table.get(name)
     if info is None:
-        raise EncoderError(f"unknown {kind} model {spec!r}; known: {', '.join(sorted(table))}")
+        raise EncoderError(f"unknown {kind} model {spec!r}{did_you_mean(name, table)}; known: {', '.join(sorted(table))}")
     if info.takes_arg and not arg:
         raise EncoderError(f"{kind} model {name!r} needs an argument: {name}:PATH")
     if arg and not info.takes_arg:
@@ -84,7 +85,7 @@ def build_encoder(info: EncoderInfo, arg: str | None = None, **options: Any) -> 
         enc = info.factory(arg, **options)
     except ImportError as e:
         raise EncoderError(
-            f"{info.kind} model {info.name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
+            f"{info.kind} model {info.name!r} needs {info.requires or e.name}: {install_hint(info.requires or e.name)} ({e})"
         ) from e
     enc.name = f"{info.name}:{arg}" if arg else info.name
     return enc
