@@ -233,9 +233,10 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     nodes = {"tasks": ex.nodes, "encoding": ex.encode_nodes} if hasattr(ex, "encode_nodes") else None
     info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     order = {m: i for i, m in enumerate(names)}
+    pair_order = {pair: i for i, pair in reversed(list(enumerate(cfg.pairs)))}  # records keep the pairs' order as given
     results = {}
     for g in image_models:
-        keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
+        keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], pair_order[k[2], k[3]], k[4]))
         results[g] = EvalResult(
             cfg,
             [with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
