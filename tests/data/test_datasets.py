@@ -504,3 +504,49 @@ def test_ddtp_without_apt_explains(fresh_cache, monkeypatch):
     with pytest.raises(DataError, match="source_dir") as e:
         ddtp.load(["de"])
     assert "Translation-<lang>.xz" in str(e.value) and "apt-get" in str(e.value)
+
+
+def test_a_misspelled_dataset_or_option_gets_did_you_mean():
+    with pytest.raises(DataError, match=r"^unknown dataset 'emoji-cdlr' \(did you mean 'emoji-cldr'\?\); known: ddtp, emoji-cldr"):
+        load_dataset("emoji-cdlr")
+    with pytest.raises(DataError, match=r"^unknown dataset 'bert'; known: "):  # nothing close: no guess
+        load_dataset("bert")
+    with pytest.raises(DataError, match=r"unknown option 'txt' for dataset 'emoji-cldr' \(did you mean 'text'\?\); its options: text,"):
+        load_dataset("emoji-cldr", txt="name")
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"], ids=["semicolon", "tab", "pipe"])
+def test_generic_csv_delimiter_is_sniffed_from_the_header(tmp_path, sep):
+    (tmp_path / "img.png").write_bytes(b"")  # the loader checks that the file exists, not its content
+    lines = [["id", "lang", "text", "concept", "image"], ["1", "en", '"red, apple; fresh"', "c1", "img.png"],
+             ["2", "de", "Apfel", "c1", "img.png"]]
+    path = tmp_path / "items.csv"
+    path.write_text("\ufeff" + "".join(sep.join(row) + "\n" for row in lines), encoding="utf-8")
+    ds = generic.load(path)
+    assert ds["en"].texts == ["red, apple; fresh"] and ds["de"].concepts == ["c1"]
+    assert ds["de"].image_paths == [str(tmp_path / "img.png")]
+
+
+def test_generic_csv_with_another_delimiter_and_no_required_columns_names_the_delimiter(tmp_path):
+    path = tmp_path / "items.csv"
+    path.write_text("ID;Language;text\n1;en;x\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"items\.csv: the header is semicolon-separated \('ID;Language;text'\) but lacks "
+                                        r"the required columns 'id', 'lang'; columns present: ID, Language, text$"):
+        generic.load(path)
+    path.write_text("id,language,text\n1,en,x\n", encoding="utf-8")  # comma-separated: the column is named
+    with pytest.raises(DataError, match=r"missing required column 'lang'; columns present: id, language, text$"):
+        generic.load(path)
+
+
+def test_generic_missing_image_says_where_paths_are_resolved_and_how_many_rows(tmp_path):
+    data = tmp_path / "shop"
+    (data / "images").mkdir(parents=True)
+    (data / "images" / "a.png").write_bytes(b"")
+    rows = [{"id": str(i), "lang": "en", "text": f"t{i}", "image": img}
+            for i, img in enumerate(["images/a.png", "photos/b.png", "photos/c.png", None, str(tmp_path / "d.png")])]
+    path = _write_jsonl(data / "items.jsonl", rows)
+    with pytest.raises(DataError) as e:
+        generic.load(path)
+    assert str(e.value) == (
+        f"{path}: id '1' (line 2): image file not found: {data / 'photos' / 'b.png'}; relative image paths are resolved "
+        f"against the data file's folder, {data.resolve()}; 3 of the 4 rows with an image name a file that is not there")

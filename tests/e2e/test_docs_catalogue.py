@@ -1,30 +1,23 @@
-"""docs/your-data.md stays true: docs/make_catalogue.py writes the images and one CSV per language
+"""docs/your-data.md stays true: `backretrieval make-catalogue` writes the images and one CSV per language
 from the real emoji data, and the tutorial's stacking step gives a file the generic loader reads
 with images and cross-lingual links."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
+from click.testing import CliRunner
 
+from backretrieval.cli import main
 from backretrieval.data import load_dataset
 
-SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "make_catalogue.py"
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("make_catalogue", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_make_catalogue_and_the_tutorial_stacking_step(tmp_path, shared_data, capsys):
+def test_make_catalogue_and_the_tutorial_stacking_step(tmp_path, shared_data):
     shop = tmp_path / "shop"
-    _script().main([str(shop), "--langs", "en,ja", "--categories", "Food & Drink"])
-    printed = capsys.readouterr().out
+    res = CliRunner().invoke(main, ["make-catalogue", str(shop), "--langs", "en,ja", "--categories", "Food & Drink"])
+    assert res.exit_code == 0, res.output
+    printed = res.output
     rows = {lang: list(csv.DictReader(open(shop / f"{lang}.csv", encoding="utf-8"))) for lang in ("en", "ja")}
     assert 100 < len(rows["en"]) < 200 and f"{shop / 'en.csv'} ({len(rows['en'])} rows)" in printed
     assert list(rows["en"][0]) == ["id", "text", "image"]
@@ -42,3 +35,10 @@ def test_make_catalogue_and_the_tutorial_stacking_step(tmp_path, shared_data, ca
     assert len(en.ids) == len(rows["en"]) and set(en.concepts) & set(ja.concepts)
     i = en.ids.index("1f34e")
     assert Path(en.image_paths[i]).resolve() == (shop / "images" / "1f34e.png").resolve()
+
+
+def test_make_catalogue_refuses_an_unknown_category(tmp_path, shared_data):
+    res = CliRunner().invoke(main, ["make-catalogue", str(tmp_path / "shop"), "--categories", "Food & Drinks"])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: unknown categories 'Food & Drinks'; emoji.json has: Activities, Animals & Nature,")
+    assert not (tmp_path / "shop").exists()

@@ -39,7 +39,7 @@ def _prepare_your_data(cwd: Path) -> None:
     import pandas as pd
 
     shop = cwd / "shop"
-    subprocess.run([sys.executable, str(REPO / "docs" / "make_catalogue.py"), str(shop), "--langs", "en,de,fr,ja"],
+    subprocess.run([sys.executable, "-m", "backretrieval.cli", "make-catalogue", str(shop), "--langs", "en,de,fr,ja"],
                    check=True, capture_output=True, cwd=cwd)
     parts = [pd.read_csv(f, dtype=str).assign(lang=f.stem) for f in sorted(shop.glob("??.csv"))]
     catalogue = pd.concat(parts, ignore_index=True)

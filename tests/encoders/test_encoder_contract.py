@@ -9,8 +9,8 @@ import pytest
 
 from backretrieval.core import EncoderError
 from backretrieval.encoders import (
-    ContractError, build_encoder, check_image_encoder, check_text_encoder, get_text_encoder, list_image_encoders,
-    list_text_encoders,
+    ContractError, build_encoder, check_image_encoder, check_text_encoder, get_image_encoder, get_text_encoder,
+    list_image_encoders, list_text_encoders,
 )
 
 TEXT = list_text_encoders()
@@ -68,6 +68,10 @@ def test_an_unknown_model_is_named():
         check_text_encoder("no-such-model")
     with pytest.raises(EncoderError, match="unknown text model 'no-such-model'"):
         get_text_encoder("no-such-model")
+    with pytest.raises(EncoderError, match=r"^unknown text model 'e5-smal' \(did you mean 'e5-small'\?\); known: cr5, "):
+        get_text_encoder("e5-smal")
+    with pytest.raises(EncoderError, match=r"^unknown image model 'colour-hist' \(did you mean 'color-hist'\?\); known: "):
+        get_image_encoder("colour-hist")
 
 
 def test_the_plugin_guide_runs(tmp_path):

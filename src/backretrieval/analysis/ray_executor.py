@@ -82,7 +82,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None):
     try:
         import ray
     except ImportError as e:
-        raise BackretrievalError("executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])") from e
+        raise BackretrievalError("executor 'ray' needs Ray: pip install 'backretrieval[ray]' (or: pip install 'ray[data,client]')") from e
     quiet = os.environ.get("BACKRETRIEVAL_RAY_LOGS", "") in ("", "0")
     if quiet:
         _quiet_ray_logs()

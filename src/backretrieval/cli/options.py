@@ -229,7 +229,7 @@ def _check_executor(spec: str) -> None:
         warn(f"--executor {spec}: {ex.workers} workers for {usable_cores()} usable CPU cores; they share the cores and "
               "each takes its own memory (no more workers start than the grid has tasks)")
     if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
-        bad_option("--executor", "executor 'ray' needs Ray: pip install 'ray[data]' (or backretrieval[ray])")
+        bad_option("--executor", "executor 'ray' needs Ray: pip install 'backretrieval[ray]' (or: pip install 'ray[data,client]')")
     if spec.partition(":")[0] == "ray":
         from ..analysis.ray_executor import check_address
 

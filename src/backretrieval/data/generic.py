@@ -14,8 +14,9 @@ One row per item. Columns:
   ``image_feature_row`` -- a non-negative integer row of the precomputed feature matrix given
   with the dataset option ``image_features=PATH.npy`` (shape ``(n_images, d)``).
 
-A ``.json`` file is either a JSON array of objects or JSON lines. Text files must be UTF-8 (a
-byte-order mark is dropped). The dataset name is the file stem. Every error names the offending
+A ``.json`` file is either a JSON array of objects or JSON lines. A ``.csv`` file is separated by
+commas, semicolons, tabs or pipes (sniffed from the header, which must name the required
+columns). Text files must be UTF-8 (a byte-order mark is dropped). The dataset name is the file stem. Every error names the offending
 file and line (JSON lines), item (JSON array) or row (CSV, parquet; data rows counted from 1),
 id, column or path.
 """
@@ -108,7 +109,7 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], list[str]]
     try:
         if suffix == ".csv":
             text = _read_text(path)
-            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+            df = pd.read_csv(io.StringIO(text), sep=_csv_delimiter(path, text), dtype=str, keep_default_na=False)
         elif suffix == ".parquet":
             df = pd.read_parquet(path)
         else:
@@ -120,6 +121,33 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], list[str]]
     columns = [str(c) for c in df.columns]
     df.columns = columns
     return df.to_dict(orient="records"), columns, [f"row {i + 1}" for i in range(len(df))]
+
+
+DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
+
+
+def _csv_delimiter(path: Path, text: str) -> str:
+    """The delimiter of a CSV file, sniffed from its header: the first of :data:`DELIMITERS`
+    that splits the header into columns including the required ones. A header that no
+    delimiter splits that way is read as comma-separated (the missing column is then named),
+    unless another delimiter is plainly meant (it occurs more often): then refused, naming it."""
+    header = next((line for line in text.splitlines() if line.strip()), "")
+
+    def columns(d: str) -> list[str]:
+        return [c.strip().strip('"').strip() for c in header.split(d)]
+
+    for d in DELIMITERS:
+        if all(r in columns(d) for r in REQUIRED):
+            return d
+    likely = max(DELIMITERS, key=header.count)
+    if likely != "," and header.count(likely) > header.count(","):
+        missing = [r for r in REQUIRED if r not in columns(likely)]
+        raise DataError(
+            f"{path}: the header is {DELIMITERS[likely]}-separated ({header[:80]!r}) but lacks the required "
+            f"column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))}; columns present: "
+            f"{', '.join(columns(likely))}"
+        )
+    return ","
 
 
 def _key(v: Any, column: str, where: str) -> str:
@@ -315,7 +343,7 @@ def build_dataset(
             if not p.is_absolute():
                 p = base / p
             if not p.is_file():
-                raise DataError(f"{at}: image file not found: {p}")
+                raise DataError(f"{at}: image file not found: {p}; {_missing_images_note(rows, base, source)}")
             img = str(p)
         if frow is not None:
             frow = _feature_row(frow, at)
@@ -368,6 +396,22 @@ def build_dataset(
             extra=extra,
         )
     return Dataset(name=dsname, corpora=corpora, description=description or f"items read from {path}")
+
+
+def _missing_images_note(rows: Sequence[dict[str, Any]], base: Path, source: str) -> str:
+    """How many rows name an image file that is not there, and where relative paths are looked
+    for (the data file's folder), for the message about the first such row."""
+    given = missing = 0
+    for r in rows:
+        img = r.get("image")
+        if not isinstance(img, str) or _missing(img):
+            continue
+        given += 1
+        p = Path(img).expanduser()
+        missing += not (p if p.is_absolute() else base / p).is_file()
+    folder = "the data file's folder, " if Path(source).is_file() and Path(source).resolve().parent == base else ""
+    return (f"relative image paths are resolved against {folder}{base}; "
+            f"{missing:,} of the {given:,} rows with an image name a file that is not there")
 
 
 def _all_or_none(col: dict[str, list], key: str, path: Any, lang: str, field: str, thing: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core import DataError
+from ..core.hints import did_you_mean
 from .corpus import Dataset
 
 
@@ -102,7 +103,8 @@ def loader_for(spec: Any) -> tuple[DatasetInfo, dict[str, Any]]:
         raise DataError(f"a dataset is a name, a file path, hf:FOLDER or a Hugging Face dataset, not {type(spec).__name__}")
     known = ", ".join(sorted(k for k, info in _REGISTRY.items() if not info.fallback))
     claimed = "".join(f", or {info.claims_text}" for k, info in sorted(_REGISTRY.items()) if info.fallback)
-    raise DataError(f"unknown dataset {spec!r}; known: {known}{claimed}")
+    hint = did_you_mean(spec, [k for k, info in _REGISTRY.items() if not info.fallback])
+    raise DataError(f"unknown dataset {spec!r}{hint}; known: {known}{claimed}")
 
 
 def dataset_option_names(spec: str) -> dict[str, inspect.Parameter]:
@@ -139,7 +141,8 @@ def check_dataset_options(spec: str, options: Mapping[str, Any]) -> None:
         if key not in known:
             info, _ = loader_for(spec)
             raise DataError(
-                f"unknown option {key!r} for {_what(spec, info)}; its options: {', '.join(known) or '(none)'}"
+                f"unknown option {key!r} for {_what(spec, info)}{did_you_mean(key, known)}; "
+                f"its options: {', '.join(known) or '(none)'}"
             )
 
 

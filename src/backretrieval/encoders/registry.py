@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 from ..core import EncoderError
+from ..core.hints import did_you_mean, install_hint
 from .base import EncoderInfo, Example, ImageEncoder, TextEncoder
 from .options import read_signature, resolve_options, split_spec
 
@@ -144,7 +145,7 @@ def _build(spec: str, table: dict[str, EncoderInfo], kind: str, options: Mapping
     name, _, arg = head.partition(":")
     info = table.get(name)
     if info is None:
-        raise EncoderError(f"unknown {kind} model {spec!r}; known: {', '.join(sorted(table))}")
+        raise EncoderError(f"unknown {kind} model {spec!r}{did_you_mean(name, table)}; known: {', '.join(sorted(table))}")
     return _make(info, arg or None, written, options)
 
 
@@ -179,7 +180,7 @@ def _make(info: EncoderInfo, arg: str | None, written: list[tuple[str, str]], op
         enc = info.factory(arg, **kwargs) if info.takes_arg else info.factory(**kwargs)
     except ImportError as e:
         raise EncoderError(
-            f"{info.kind} model {info.name!r} needs {info.requires or e.name}: pip install {info.requires or e.name} ({e})"
+            f"{info.kind} model {info.name!r} needs {info.requires or e.name}: {install_hint(info.requires or e.name)} ({e})"
         ) from e
     enc.name = label
     return enc

@@ -257,10 +257,10 @@ class StudyServer:
     end of the process."""
 
     def __init__(self, db_path: str | Path, host: str = "127.0.0.1", port: int = 8765):
-        from werkzeug.serving import make_server
-
         self.db_path = Path(db_path)
-        self.app = create_app(db_path)  # checks the study file first (no lock file for a typo)
+        self.app = create_app(db_path)  # checks Flask, then the study file (no lock file for a typo)
+        from werkzeug.serving import make_server  # Flask's own server library: there when Flask is
+
         # one connection for the server's whole life: it holds the study's shared lock (no
         # `create --force` can replace a served study) and keeps SQLite's WAL in place between
         # requests (no checkpoint-and-delete each time the last request connection closes)

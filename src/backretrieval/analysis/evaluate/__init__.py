@@ -6,7 +6,8 @@ query retrieved (:mod:`.queries`: ``EvalResult.queries``, ``queries.parquet``) a
 work, and which versions a record's key names).
 """
 from .config import (
-    MAX_RECORDS, MAX_SEED, MAX_SEEDS, EvalConfig, EvalResult, RunKey, check_grid_size, check_seeds, pair_labels, parse_pairs,
+    MAX_CORR_BOOT, MAX_RECORDS, MAX_SEED, MAX_SEEDS, EvalConfig, EvalResult, RunKey, check_grid_size, check_seeds, grid_pairs,
+    grid_seeds, pair_labels, parse_pairs,
     slug, summarize,
 )
 from .features import NEEDS, check_image_model
@@ -22,7 +23,8 @@ __all__ = [
     "APPROX_CHECK_SAMPLE", "APPROX_METHODS", "APPROX_NOT_COMPUTED", "MANIFEST", "MAX_RECORDS", "MAX_SEED", "MAX_SEEDS", "NEEDS",
     "QUERY_COLUMNS", "SAMPLES", "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleItems", "SampleTask",
     "SideItems", "TaskResult", "query_table", "sample_items", "write_queries",
-    "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
+    "MAX_CORR_BOOT", "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
+    "grid_pairs", "grid_seeds",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from typing import Any, Iterable, Sequence
 
@@ -17,6 +18,8 @@ from ..models import image_model_name
 MAX_SEEDS = 1000  # seeds in one grid: each is one sample per pair and one record per model
 MAX_SEED = 2**32 - 1  # the largest seed value (numpy's legacy seed range)
 MAX_RECORDS = 100_000  # models x pairs x seeds x image models in one run
+MAX_CORR_BOOT = 100_000  # CORR's bootstrap resamples per record (the CLI's --n-boot range)
+SIMILARITIES = ("cosine", "csls")
 
 
 def check_seeds(seeds: Sequence[Any]) -> list[int]:
@@ -53,6 +56,66 @@ def check_seeds(seeds: Sequence[Any]) -> list[int]:
     return out
 
 
+def grid_seeds(seeds: Any) -> list[int]:
+    """The seeds of a grid as the CLI's ``--seeds`` spells them, checked.
+
+    Args:
+        seeds: a count ``S`` (an int, or a string such as ``"3"``: seeds 0..S-1), a list of
+            seeds, or a comma list of seeds as a string (``"0,3,7"``).
+
+    Returns:
+        The seeds as a list of Python ints, in the order given.
+
+    Raises:
+        BackretrievalError: a count below 1 or above :data:`MAX_SEEDS`, anything that is neither
+            a count nor a list of seeds, or a bad seed (:func:`check_seeds`), named.
+    """
+    if isinstance(seeds, str):
+        text = seeds.strip()
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not all(re.fullmatch(r"[+-]?\d{1,40}", x) for x in items) or not items:
+            raise BackretrievalError(
+                f"seeds {seeds!r}: give a count (3 -> seeds 0..2) or a comma list of seeds ('0,3,7')")
+        seeds = int(items[0]) if "," not in text else [int(x) for x in items]
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, (bool, np.bool_)):
+        count = int(seeds)
+        if count < 1:
+            raise BackretrievalError(f"seeds={count}: the number of seeds must be at least 1 (one given seed: seeds=[{abs(count)}])")
+        if count > MAX_SEEDS:
+            raise BackretrievalError(f"seeds={count:,}: at most {MAX_SEEDS:,} seeds in one grid (one given seed: seeds=[{count}])")
+        return list(range(count))
+    if isinstance(seeds, (str, bytes, dict)) or not isinstance(seeds, Iterable):
+        raise BackretrievalError(
+            f"seeds {seeds!r} ({type(seeds).__name__}): give a count (3 -> seeds 0..2) or a list of seeds ([0, 3, 7])")
+    return check_seeds(seeds)
+
+
+def check_count(value: Any, name: str, low: int, high: int | None = None, zero: bool = False) -> int:
+    """An integer setting of the grid, checked: ``low <= value <= high`` (or 0 with ``zero``).
+
+    Args:
+        value: the value given.
+        name: the setting's name, for the message (``"n"``, ``"k"``).
+        low: the smallest value allowed.
+        high: the largest value allowed (None: no bound).
+        zero: whether 0 is allowed besides ``low..high`` (``corr_boot=0``: no bootstrap).
+
+    Returns:
+        The value as a Python int.
+
+    Raises:
+        BackretrievalError: not an integer (a bool, a float, a string, NaN), or out of range, named.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        shown = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
+        raise BackretrievalError(f"{name}={shown} ({type(value).__name__}): {name} must be an integer")
+    v = int(value)
+    if (v < low or (high is not None and v > high)) and not (zero and v == 0):
+        span = f"from {low:,} to {high:,}" if high is not None else f">= {low:,}"
+        raise BackretrievalError(f"{name}={v:,} is out of range: {name} must be {'0 or ' if zero else ''}{span}")
+    return v
+
+
 def check_grid_size(n_models: int, n_pairs: int, n_seeds: int, n_image_models: int = 1) -> None:
     """A grid of at most :data:`MAX_RECORDS` records (one per model, pair, seed and image model).
 
@@ -85,8 +148,8 @@ class EvalConfig:
     Attributes:
         dataset: the dataset name or path given to :func:`backretrieval.data.load_dataset`.
         pairs: (source, target) language codes (:func:`parse_pairs` reads ``"en-de,de-en"``).
-        models: model spec strings, or a dict from the name records carry to a spec string or a
-            Python object (see :mod:`backretrieval.analysis.models`).
+        models: model spec strings (a list, or a comma list as on the CLI), or a dict from the
+            name records carry to a spec string or a Python object (see :mod:`backretrieval.analysis.models`).
         image_model: the image model whose features BkR and CORR use (``g`` in the paper): a
             spec string (``"precomputed"`` for a dataset's feature file), or a Python object: a
             ``PythonImageModel``, a torch module, an object with ``encode(images)`` or a function
@@ -114,9 +177,17 @@ class EvalConfig:
         approx_cost_check: with ``approx``, search exactly where the cost model says exact
             search is cheaper (:mod:`backretrieval.metrics.approx`); False: approximately anyway.
 
+    ``pairs`` and ``seeds`` take what the CLI takes too: ``pairs="en-de,en-ja"`` or
+    ``["en-de", "en:zh-Hant"]`` (:func:`parse_pairs`), ``seeds=3`` (seeds 0, 1, 2) or a list of seeds
+    (:func:`grid_seeds`); the configuration holds them as (source, target) tuples and a list of ints.
+
     Raises:
-        BackretrievalError: when the configuration is made: bad seeds (:func:`check_seeds`) or a
-            grid of more than :data:`MAX_RECORDS` records (:func:`check_grid_size`).
+        BackretrievalError: when the configuration is made, each named: bad pairs (no pair, an item
+            that is not SRC-TGT, the same language on both sides), bad seeds (:func:`grid_seeds`),
+            ``n``, ``k``, ``csls_k`` or ``corr_boot`` not an integer or out of range (``k`` and, with
+            ``sim="csls"``, ``csls_k`` at most ``n``; ``corr_boot`` 0 or 2 to :data:`MAX_CORR_BOOT`),
+            an unknown ``sim``, ``dataset_options`` not a dict, no model, or a grid of more than
+            :data:`MAX_RECORDS` records (:func:`check_grid_size`).
     """
 
     dataset: str
@@ -137,7 +208,26 @@ class EvalConfig:
     approx_cost_check: bool = True  # with approx: exact search where the cost model says it is cheaper
 
     def __post_init__(self) -> None:
-        self.seeds = check_seeds(self.seeds)
+        self.pairs = grid_pairs(self.pairs)
+        self.seeds = grid_seeds(self.seeds)
+        self.n = check_count(self.n, "n", 1)
+        self.k = check_count(self.k, "k", 1)
+        if self.k > self.n:
+            raise BackretrievalError(f"k={self.k} is larger than n={self.n}: K of BkR@K is at most N")
+        if not isinstance(self.sim, str) or self.sim not in SIMILARITIES:
+            raise BackretrievalError(f"sim={self.sim!r}: use one of {', '.join(SIMILARITIES)}")
+        self.csls_k = check_count(self.csls_k, "csls_k", 1)
+        if self.sim == "csls" and self.csls_k > self.n:
+            raise BackretrievalError(f"csls_k={self.csls_k} is larger than n={self.n}: CSLS takes at most N neighbours")
+        self.corr_boot = check_count(self.corr_boot, "corr_boot", 2, MAX_CORR_BOOT, zero=True)
+        if not isinstance(self.dataset_options, dict):
+            raise BackretrievalError(
+                f"dataset_options must be a dict of loader options, got {type(self.dataset_options).__name__}")
+        if isinstance(self.models, str):  # the CLI's comma list
+            self.models = [m.strip() for m in self.models.split(",") if m.strip()]
+        if not isinstance(self.models, (list, tuple, dict)) or not self.models:
+            raise BackretrievalError(
+                f"models={self.models!r}: give model specs ('use-m,random' or ['use-m', 'random']) or a dict name -> model")
         check_grid_size(len(self.models), len(self.pairs), len(self.seeds), len(self.image_models))
 
     @property
@@ -207,6 +297,43 @@ def parse_pairs(spec: str | Iterable[str]) -> list[tuple[str, str]]:
     if not pairs:
         raise BackretrievalError("no language pair given")
     return pairs
+
+
+def grid_pairs(pairs: Any) -> list[tuple[str, str]]:
+    """The language pairs of a grid as the CLI's ``--pairs`` spells them, or as tuples.
+
+    Args:
+        pairs: ``"en-de,en-ja"``, or a list whose items are ``"en-de"`` strings (``"en:zh-Hant"``
+            for codes with hyphens) or ``(source, target)`` pairs of strings.
+
+    Returns:
+        (source, target) tuples in the order given.
+
+    Raises:
+        BackretrievalError: no pair, an item that is neither ``"SRC-TGT"`` nor a pair of language
+            codes, or the same language on both sides, named.
+    """
+    if isinstance(pairs, str):
+        return parse_pairs(pairs)
+    if isinstance(pairs, (bytes, dict)) or not isinstance(pairs, Iterable):
+        raise BackretrievalError(f"pairs {pairs!r}: give 'en-de,en-ja' or a list such as ['en-de'] or [('en', 'de')]")
+    out: list[tuple[str, str]] = []
+    for item in pairs:
+        if isinstance(item, str):
+            out += parse_pairs([item])
+            continue
+        if isinstance(item, (bytes, dict)) or not isinstance(item, Iterable):
+            raise BackretrievalError(f"bad language pair {item!r}: expected 'SRC-TGT' or (source, target), e.g. ('en', 'de')")
+        langs = tuple(item)
+        if len(langs) != 2 or not all(isinstance(x, str) and x.strip() for x in langs):
+            raise BackretrievalError(f"bad language pair {item!r}: expected two language codes, e.g. ('en', 'de')")
+        src, tgt = (x.strip() for x in langs)
+        if src == tgt:
+            raise BackretrievalError(f"bad language pair {item!r}: source and target are the same language")
+        out.append((src, tgt))
+    if not out:
+        raise BackretrievalError("no language pair given: pairs is empty")
+    return out
 
 
 RunKey = tuple[str, str, str, int]  # (model, src_lang, tgt_lang, seed)

@@ -234,9 +234,10 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     order = {m: i for i, m in enumerate(names)}
     largest = {f"{s}->{t}": largest_n(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
+    pair_order = {pair: i for i, pair in reversed(list(enumerate(cfg.pairs)))}  # records keep the pairs' order as given
     results = {}
     for g in image_models:
-        keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
+        keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], pair_order[k[2], k[3]], k[4]))
         results[g] = EvalResult(
             cfg,
             [with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],

@@ -164,7 +164,7 @@ def check_approx(cfg: EvalConfig) -> None:
     import importlib.util
 
     if importlib.util.find_spec("faiss") is None:
-        raise BackretrievalError("approximate search needs FAISS: pip install faiss-cpu (or 'backretrieval[search]')")
+        raise BackretrievalError("approximate search needs FAISS: pip install 'backretrieval[search]' (or: pip install faiss-cpu)")
 
 
 def _approx_options(seed: int) -> Any:
