@@ -69,9 +69,10 @@ def _span(g: Mapping[str, float]) -> str:
 
 def _more_data(c: "Comparison", pair: str, largest_n: Mapping[str, Mapping[str, int | None]] | None) -> str:
     """What would narrow the intervals on ``pair``: more queries where the data hold them, else
-    the plain fact that N is the most the data allow."""
-    source = "xlr" if _truth(c.metric) else "bkr"
-    most = (largest_n or {}).get(pair, {}).get(source)
+    the plain fact that N is the most the data allow (one N serves both samples, so the smaller
+    of their limits counts)."""
+    limits = [x for x in (largest_n or {}).get(pair, {}).values() if x is not None]
+    most = min(limits) if limits else None
     if most is None:
         return "more queries (N) or seeds would narrow the intervals"
     if c.n is not None and most <= c.n:
