@@ -240,12 +240,12 @@ def verdict(c: "Comparison", largest_n: Mapping[str, Mapping[str, int | None]] |
     check_text = ""
     if agree is not None:
         said = []
-        for kind, what in (("agrees", "agrees with {m} on {p}"), ("reverses", "reverses a significant gap of {m} on {p}"),
-                             ("not enough data", "has not enough data to tell on {p}")):
+        for kind, what in (("agrees", "it agrees with {m} on {p}"), ("reverses", "it reverses a significant gap of {m} on {p}"),
+                           ("not enough data", "on {p} there is not enough data to tell")):
             on = [a["pair"] for a in agree if a["status"] == kind]
             if on:
                 said.append(what.format(m=lead.metric, p=", ".join(on)))
-        check_text = f"{check.metric}, which needs no translations, is the check: it {'; it '.join(said)}."
+        check_text = f"{check.metric}, which needs no translations, is the check: {'; '.join(said)}."
     text = " ".join(t for t in [head, *(v["text"] for v in per), check_text] if t)
     return {"metric": lead.metric, "check": None if check is None else check.metric, "status": status, "ship": ship,
             "leading": always, "pairs": per, "agreement": agree, "summary": head, "check_text": check_text, "text": text}
