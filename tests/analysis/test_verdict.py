@@ -65,7 +65,7 @@ def test_two_indistinguishable_models_are_picked_by_cost():
         assert p["status"] == "tied" and sorted(p["leading"]) == ["a", "b"]
         assert p["gap"]["low"] <= 0 <= p["gap"]["high"]  # the interval behind "indistinguishable"
         assert "pick among them by cost or speed" in p["text"]
-        assert "more queries would narrow the intervals (the data allow N up to 5000)" in p["text"]
+        assert "more queries would narrow the intervals (the data allow N up to 2000)" in p["text"]
     assert "are indistinguishable at N = 200 on all 2 pairs" in v["text"]
 
 
@@ -110,3 +110,33 @@ def test_check_that_reverses_the_truth_is_named():
 def test_one_or_two_models(models):
     c = compare(grid({m: GOOD if m == "only" else RANDOM for m in models}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200)
     assert c.verdict["ship"] == "only" and c.verdict["status"] == "ship"
+
+
+def test_a_sixty_product_catalogue_gets_an_xlr_led_verdict_without_advice_it_cannot_follow(tmp_path, shared_data):
+    """60 real products (emoji) in en, de and es, linked by concept: BkR's disjoint samples allow
+    N = 30 at most (2N distinct products), where BkR@10's chance is 1/3. XLR, computed because
+    the data link languages, leads; nothing advises a larger N."""
+    from backretrieval.data import load_dataset
+
+    ds = load_dataset("emoji-cldr", langs=["en", "de", "es"])
+    ids = [i for i in ds["en"].ids if i in set(ds["de"].ids) & set(ds["es"].ids)][:60]
+    rows = []
+    for lang in ("en", "de", "es"):
+        c = ds[lang]
+        where = {x: j for j, x in enumerate(c.ids)}
+        rows += [{"id": i, "lang": lang, "text": c.texts[where[i]], "concept": i, "image": c.image_paths[where[i]]} for i in ids]
+    path = tmp_path / "shop.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = EvalConfig(dataset=str(path), pairs=[("en", "de"), ("en", "es")], models=["tfidf-char", "random"],
+                     image_model="color-hist", n=30, seeds=[0, 1])
+    c = compare(cfg, "bkr@10", n_boot=200, n_perm=1000)
+    v = c.verdict
+    assert v["metric"] == "xlr@10" and v["check"] == "bkr@10"
+    assert c.beside.chance == pytest.approx(1 / 3) and c.chance == pytest.approx(1 / 3)
+    for p in v["pairs"]:
+        assert "raise" not in p["text"] and "up to" not in p["text"]  # the matching sample could grow to 60, but
+    for a in v["agreement"]:  # the check never reassures without a test that could have failed
+        assert (a["status"] == "not enough data") == (a["tested"] == [])
+    bkr_only = pair_verdict(c, "en->de", {"en->de": {"xlr": 60, "bkr": 30}})
+    if bkr_only["status"] != "ship":
+        assert "N = 30 is the most these data allow on en->de" in bkr_only["text"]

@@ -1,6 +1,6 @@
 """Analysis layer: the evaluation grid over models x language pairs x seeds (:mod:`.evaluate`),
 and what is built on its records: model comparison with confidence intervals and paired tests
-(:mod:`.compare`, :mod:`.stats`), the meta-evaluation of BkR and CORR against XLR (:mod:`.meta`),
+(:mod:`.compare`, :mod:`.stats`) and its verdict (:mod:`.verdict`), the meta-evaluation of BkR and CORR against XLR (:mod:`.meta`),
 image retrieval (:mod:`.image_retrieval`), the case study (:mod:`.case_study`) and the local,
 process and Ray executors (:mod:`.executors`, :mod:`.ray_executor`)."""
 from ..encoders.image.python_model import PythonImageModel

@@ -69,9 +69,10 @@ def _span(g: Mapping[str, float]) -> str:
 
 def _more_data(c: "Comparison", pair: str, largest_n: Mapping[str, Mapping[str, int | None]] | None) -> str:
     """What would narrow the intervals on ``pair``: more queries where the data hold them, else
-    the plain fact that N is the most the data allow."""
-    source = "xlr" if _truth(c.metric) else "bkr"
-    most = (largest_n or {}).get(pair, {}).get(source)
+    the plain fact that N is the most the data allow (one N serves both samples, so the smaller
+    of their limits counts)."""
+    limits = [x for x in (largest_n or {}).get(pair, {}).values() if x is not None]
+    most = min(limits) if limits else None
     if most is None:
         return "more queries (N) or seeds would narrow the intervals"
     if c.n is not None and most <= c.n:
@@ -239,12 +240,12 @@ def verdict(c: "Comparison", largest_n: Mapping[str, Mapping[str, int | None]] |
     check_text = ""
     if agree is not None:
         said = []
-        for kind, what in (("agrees", "agrees with {m} on {p}"), ("reverses", "reverses a significant gap of {m} on {p}"),
-                             ("not enough data", "has not enough data to tell on {p}")):
+        for kind, what in (("agrees", "it agrees with {m} on {p}"), ("reverses", "it reverses a significant gap of {m} on {p}"),
+                           ("not enough data", "on {p} there is not enough data to tell")):
             on = [a["pair"] for a in agree if a["status"] == kind]
             if on:
                 said.append(what.format(m=lead.metric, p=", ".join(on)))
-        check_text = f"{check.metric}, which needs no translations, is the check: it {'; it '.join(said)}."
+        check_text = f"{check.metric}, which needs no translations, is the check: {'; '.join(said)}."
     text = " ".join(t for t in [head, *(v["text"] for v in per), check_text] if t)
     return {"metric": lead.metric, "check": None if check is None else check.metric, "status": status, "ship": ship,
             "leading": always, "pairs": per, "agreement": agree, "summary": head, "check_text": check_text, "text": text}

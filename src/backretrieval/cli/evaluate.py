@@ -148,7 +148,9 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
-    OUT/compare.md, OUT/compare.json and the evaluation records. With --metric corr the CORR
+    OUT/compare.md (the verdict: which model to ship, or which are indistinguishable at this N;
+    then the rankings; XLR leads where the data link languages), OUT/compare.json and the
+    evaluation records. With --metric corr the CORR
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
     --report also OUT/report.html, a page to share (see docs/your-data.md); with --save-queries
     also OUT/queries.parquet.

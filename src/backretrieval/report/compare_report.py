@@ -289,7 +289,7 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
                  f"<p>These data have known translations, so the ranking {_e(check)} gives without them can be "
                  f"checked. Where the two agree, {_e(check)} can be trusted on similar data without translations; "
                  f"a reversed pair says which kind of model it misjudges here.</p><ul class=\"verdicts\">{items}</ul>")
-    h.append("<h2>Verdicts</h2>")
+    h.append("<h2>Each model against the next</h2>")
     for c, _, _, _, _, v in blocks:
         h.append(f"<h3>By {_e(c.metric)}</h3>")
         for pair in dict.fromkeys(x["pair"] for x in v) if v else []:
