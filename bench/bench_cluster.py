@@ -193,7 +193,7 @@ def run_ray(cfg) -> dict:
             cluster.add_worker("w2")
             for key in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED"):
                 os.environ[key] = cluster.env[key]
-            from backretrieval.analysis.ray_executor import ray_init
+            from backretrieval.analysis.executors.ray import ray_init
 
             ray_init(cluster.address)  # connect first: the run's time is the grid's, not Ray's start
             row = run_one(cfg, f"ray:{cluster.address}", cluster)

@@ -1,18 +1,28 @@
-"""The processes executor's shared matrices: written once per grid, mapped by the workers, tasks
+"""The executors: every row of the executor table holds to one contract (the local executor's
+records, a failing task's error with the task named, nothing left after Ctrl-C), and the
+processes executor's shared matrices are written once per grid, mapped by the workers, tasks
 carry row positions, nothing left behind (also after a failing task or a killed grid)."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from backretrieval.analysis.executors import SHARED_PREFIX, ProcessExecutor, RowsRef, resolve_rows
+import backretrieval
+from backretrieval.analysis.executors import (
+    EXECUTORS, SHARED_PREFIX, ProcessExecutor, RowsRef, executor_usage, get_executor, resolve_rows, task_label,
+)
 from backretrieval.core import BackretrievalError
+
+SRC = Path(backretrieval.__file__).resolve().parents[1]
 
 
 def _ours() -> list[str]:
@@ -93,3 +103,164 @@ def test_a_matrix_of_objects_is_refused():
     with pytest.raises(BackretrievalError, match="Python objects"):
         ex.rows_of(np.array([[object()]], dtype=object), np.array([0]))
     ex._unshare()
+
+
+# --------------------------------------------------------------- the contract, for every executor of the table
+TIMING = {"seconds", "encode_seconds"}
+NAMES = [entry.name for entry in EXECUTORS]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_ray_left():
+    """The Ray executor starts a local Ray in this process: end it with this module."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """40 concepts in en and de with precomputed image features: a grid that encodes no image."""
+    d = tmp_path_factory.mktemp("executor-data")
+    rng = np.random.default_rng(0)
+    np.save(d / "feats.npy", rng.standard_normal((40, 8)).astype(np.float32))
+    words = {"en": "red cat number", "de": "rote Katze Nummer"}
+    rows = [{"id": f"{lang}{i}", "lang": lang, "text": f"{words[lang]} {i * 7 % 13} {i}", "concept": f"c{i}",
+             "image_feature_row": i} for lang in ("en", "de") for i in range(40)]
+    (d / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(d / "items.jsonl"), {"image_features": str(d / "feats.npy")}
+
+
+def test_the_table_names_every_executor():
+    assert executor_usage() == "local, processes[:N] or ray[:ADDRESS]"
+    for entry in EXECUTORS:
+        ex = get_executor(entry.name)
+        assert isinstance(ex, entry.load()) and ex.check() == []
+        assert callable(ex.imap) and callable(ex.text_encoder) and ex.name.startswith(entry.name)
+    with pytest.raises(BackretrievalError, match=r"^unknown executor 'threads': use local, processes\[:N\] or ray\[:ADDRESS\]$"):
+        get_executor("threads")
+    with pytest.raises(BackretrievalError, match="^bad executor 'local:3': local takes no argument$"):
+        get_executor("local:3")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_executor_gives_the_local_records(name, small_data, tmp_path):
+    from backretrieval.analysis import EvalConfig, evaluate
+
+    dataset, options = small_data
+    cfg = EvalConfig(dataset=dataset, dataset_options=options, pairs=[("en", "de"), ("de", "en")],
+                     models=["random", "tfidf-char"], image_model="precomputed", n=15, k=5, seeds=[0, 1])
+    local = evaluate(cfg, None, progress=False).records
+    other = evaluate(cfg, None, progress=False, executor=get_executor(name)).records
+    assert len(local) == 2 * 2 * 2 and any(r["bkr@1"] > 0 for r in local)
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in TIMING} for r in recs]  # noqa: E731
+    assert strip(other) == strip(local)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_executor_raises_a_tasks_error_with_the_task_named(name):
+    ex = get_executor(name)
+    with pytest.raises(ValueError) as e:
+        list(ex.imap(float, ["1.5", "2", "oops", "3"]))
+    assert "could not convert string to float: 'oops'" in str(e.value)
+    assert "in task 'oops'" in getattr(e.value, "__notes__", []), e.value
+
+
+def test_a_grid_task_is_named_by_its_pair_and_seed():
+    from backretrieval.analysis.evaluate import SampleTask
+
+    task = SampleTask("en", "de", 3, 10, 5, "cosine", 10, [], None, None, {})
+    assert task_label(task) == "en->de seed 3" and task_label("oops") == "'oops'"
+
+
+CTRL_C_SCRIPT = """
+import sys
+import numpy as np
+from backretrieval.analysis.executors import get_executor
+from slowtask import task
+
+ex = get_executor(sys.argv[1])
+m = np.ones((50, 4), np.float32)
+share = getattr(ex, "rows_of", lambda m, rows: m[rows])
+for out in ex.imap(task, ((share(m, np.arange(3)), i) for i in range(8))):
+    print(out, flush=True)
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                parents[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ctrl_c_ends_the_grid_and_leaves_nothing_behind(name, tmp_path):
+    """Ctrl-C (SIGINT to the run's process group, as a terminal sends it) while tasks run: the
+    run ends within a minute, no process it started outlives it, no shared-matrix folder stays."""
+    import signal
+    import time
+
+    (tmp_path / "slowtask.py").write_text(
+        "import os, time\nfrom pathlib import Path\n\n"
+        f"def task(x):\n    Path({str(tmp_path)!r}, f'started-{{os.getpid()}}-{{x[1]}}').touch()\n"
+        "    time.sleep(300)\n    return x[1]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    children: set[int] = set()
+    for attempt in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, name], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, cwd=tmp_path, start_new_session=True)
+        deadline = time.monotonic() + 300  # workers start (spawn, imports; Ray starts its processes)
+        while not list(tmp_path.glob("started-*")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no task started"
+            time.sleep(0.2)
+        if proc.poll() is None:
+            break
+        _, err = proc.communicate()
+        # a local Ray waits a fixed 30 s for its node to start, which a loaded machine can exceed
+        assert b"timed out during startup" in err and attempt < 2, err[-3000:]
+    try:
+        children = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0 and b"KeyboardInterrupt" in err, err[-2000:]
+        deadline = time.monotonic() + 60
+        while [p for p in children if _alive(p)]:
+            assert time.monotonic() < deadline, f"outlived the run: {[p for p in children if _alive(p)]}"
+            time.sleep(0.5)
+        assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"{SHARED_PREFIX}{proc.pid}-")]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(OSError):
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_the_docs_table_is_the_executor_table():
+    text = (SRC.parent / "docs" / "scale.md").read_text(encoding="utf-8")
+    section = text.split("## Executors", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `") and "`--executor`" not in line]
+    assert rows == [f"| `{e.usage}` | {e.description} |" for e in EXECUTORS]

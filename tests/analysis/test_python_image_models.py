@@ -182,7 +182,7 @@ def test_processes_executor_runs_an_unpicklable_image_model_here(tmp_path, emoji
 def test_ray_executor_runs_an_unpicklable_image_model_in_the_driver(tmp_path, emoji):
     import ray  # scripts/setup.sh installs it (the `ray` extra)
 
-    from backretrieval.analysis.ray_executor import RayExecutor
+    from backretrieval.analysis.executors import RayExecutor
 
     model = Unpicklable()
     cfg = cfg_for(PythonImageModel("mine", model), n=40)

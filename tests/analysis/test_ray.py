@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backretrieval.analysis import EvalConfig, evaluate
-from backretrieval.analysis.ray_executor import RayExecutor
+from backretrieval.analysis.executors import RayExecutor
 from backretrieval.encoders.registry import get_text_encoder
 
 TIMING = {"seconds", "encode_seconds"}

@@ -123,7 +123,7 @@ def test_ray_data_encoding_runs_on_both_nodes_and_equals_local(cluster, tmp_path
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     script = (
         "import json, sys, numpy as np\n"
-        "from backretrieval.analysis.ray_executor import RayExecutor\n"
+        "from backretrieval.analysis.executors import RayExecutor\n"
         "ex = RayExecutor(address=sys.argv[1])\n"
         "enc = ex.text_encoder('use-m')\n"
         "enc.batch_size = 50\n"

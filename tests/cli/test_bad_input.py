@@ -199,9 +199,11 @@ def test_cache_folder_that_is_a_file_is_refused(tmp_path, feature_data, monkeypa
         (("--models", ","), ("Invalid value for '--models': ',' names no model",)),
         (("--sim", "csls", "--csls-k", "30"), ("Invalid value for '--csls-k': CSLS k=30 is larger than N=20",)),
         (("--executor", "threads"), ("Invalid value for '--executor': unknown executor 'threads'",)),
+        (("--executor", "local:3"), ("Invalid value for '--executor': bad executor 'local:3': local takes no argument",)),
+        (("--executor", "processes:0"), ("Invalid value for '--executor': bad executor 'processes:0': N must be positive",)),
     ],
     ids=["unknown-dataset-option", "negative-seed", "no-seed", "zero-seeds", "seed-twice", "no-model",
-         "csls-k-above-n", "unknown-executor"],
+         "csls-k-above-n", "unknown-executor", "local-with-argument", "no-workers"],
 )
 def test_bad_grid_options_are_refused_before_any_work(tmp_path, feature_data, empty_cache, extra, fragments):
     out = tmp_path / "out"
@@ -768,7 +770,7 @@ def test_more_process_workers_than_cores_is_warned_and_capped_at_the_tasks(tmp_p
 
 
 def test_the_process_pool_is_no_larger_than_the_tasks(monkeypatch):
-    import backretrieval.analysis.executors as executors
+    import backretrieval.analysis.executors.processes as executors
 
     sizes = []
 

@@ -2,7 +2,7 @@
 and what is built on its records: model comparison with confidence intervals and paired tests
 (:mod:`.compare`, :mod:`.stats`) and its verdict (:mod:`.verdict`), the meta-evaluation of BkR and CORR against XLR (:mod:`.meta`),
 image retrieval (:mod:`.image_retrieval`), the case study (:mod:`.case_study`) and the local,
-process and Ray executors (:mod:`.executors`, :mod:`.ray_executor`)."""
+process and Ray executors (:mod:`.executors`, one module each and their table)."""
 from ..encoders.image.python_model import PythonImageModel
 from ..encoders.text.python_model import PythonTextModel
 from .compare import compare

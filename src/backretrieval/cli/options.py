@@ -213,30 +213,25 @@ def check_outputs(*locations: tuple[str | Path, str], files: Sequence[tuple[str 
         check_writable_dir(cache_root(), what)
 
 
+def _executor_help() -> str:
+    """``--executor``'s help, from the executor table."""
+    from ..analysis.executors import EXECUTORS
+
+    return "Where the per-sample tasks run: " + "; ".join(f"{e.usage} ({e.description})" for e in EXECUTORS) + "."
+
+
 def _check_executor(spec: str) -> None:
-    """The executor spec is valid, and Ray is installed when it is asked for."""
-    import importlib.util
-
+    """The executor spec is valid and can run here (its own ``check``: Ray installed, ...);
+    its warnings (more workers than cores, ...) are shown."""
     from ..analysis.executors import get_executor
-
-    from ..analysis.executors import ProcessExecutor, usable_cores
 
     try:
         ex = get_executor(spec)
+        warnings = ex.check()
     except BackretrievalError as e:
         bad_option("--executor", str(e))
-    if isinstance(ex, ProcessExecutor) and ex.workers > usable_cores():
-        warn(f"--executor {spec}: {ex.workers} workers for {usable_cores()} usable CPU cores; they share the cores and "
-              "each takes its own memory (no more workers start than the grid has tasks)")
-    if spec.partition(":")[0] == "ray" and importlib.util.find_spec("ray") is None:
-        bad_option("--executor", "executor 'ray' needs Ray: pip install 'backretrieval[ray]' (or: pip install 'ray[data,client]')")
-    if spec.partition(":")[0] == "ray":
-        from ..analysis.ray_executor import check_address
-
-        try:
-            check_address(spec.partition(":")[2])
-        except BackretrievalError as e:
-            bad_option("--executor", str(e))
+    for message in warnings:
+        warn(f"--executor {spec}: {message}")
 
 
 def check_image_models(specs: Sequence[str], option: str) -> None:
@@ -318,7 +313,7 @@ def grid_options(fn=None, *, several_datasets: bool = False):
         click.option("--csls-k", type=POSITIVE, default=10, show_default=True, help="Neighbours of the CSLS penalty (with --sim csls); at most N."),
         click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. text=name, source_dir=DIR)."),
         click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output directory."),
-        click.option("--executor", default="local", show_default=True, help="Where the per-sample tasks run: local, processes[:N] (worker processes), ray[:ADDRESS] (a Ray cluster)."),
+        click.option("--executor", default="local", show_default=True, help=_executor_help()),
         click.option("--quiet", is_flag=True, help="No progress bars."),
     ]
     for opt in reversed(opts):

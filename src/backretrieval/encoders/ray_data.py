@@ -9,7 +9,7 @@ Models that must be fitted on the evaluated texts (``tfidf-char``, PCA variants)
 are not wrapped: they run where the driver is.
 
 Ray is imported only when this module is used; the caller starts or connects to Ray first
-(``backretrieval.analysis.ray_executor.ray_init``).
+(``backretrieval.analysis.executors.ray.ray_init``).
 """
 from __future__ import annotations
 

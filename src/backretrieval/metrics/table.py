@@ -5,8 +5,7 @@ A metric name is a stem, with ``@K`` when the metric is taken at a cut-off K: ``
 ``bkr@5``, ``bkr_mrr``, ``corr``, ``hubness_skew@10``. Everything that names metrics reads this
 table: the evaluation's two routes (exact search and ``approx``) compute what it lists, the
 summary and its printed table show its summary columns, ``compare`` accepts its rankable metrics,
-``meta`` judges its candidate proxies against the ground truth, and the reports take chance
-levels and counterparts from it.
+``meta`` its candidate proxies, and the reports take chance levels and counterparts from it.
 
 Each entry says what its value is computed from (``source``):
 
@@ -98,9 +97,8 @@ class MetricSpec:
         source: what the value is computed from: ``"xlr"``, ``"xlr_t2s"``, ``"bkr"`` (per-query
             ranks), ``"text"`` (the non-matching sample's text embeddings) or ``"corr"``.
         function: the public function that reports the metric (its key in the dict it returns),
-            named relative to :mod:`backretrieval.metrics` (``"xlr"``, ``"approx.xlr_approx"``),
-            or the function itself (a metric defined outside the package); for source ``"text"``
-            the evaluation calls it.
+            named relative to :mod:`backretrieval.metrics` (``"xlr"``, ``"approx.xlr_approx"``) or
+            the function itself (defined elsewhere); for source ``"text"`` the evaluation calls it.
         higher_is_better: the direction of the metric.
         needs_truth: computed on the matching sample, whose rows are linked across languages
             (the ground truth).
@@ -114,9 +112,8 @@ class MetricSpec:
             metric without K, else the K it is summarised at.
         shown: in the printed summary table by default (same form as ``summary``).
         rankable: ``compare`` can rank models by it.
-        candidate: ``meta`` can judge it as a proxy of the ground truth: correlate it across
-            models with XLR (``meta --candidates``). A candidate needs no ground truth; one where
-            lower is better enters with its sign flipped.
+        candidate: ``meta --candidates`` can judge it as a proxy of the ground truth (never with
+            ``needs_truth``); one where lower is better enters with its sign flipped.
         outcome: for a rank source: ``outcome(ranks, K)`` -> per-query values (``K`` None for a
             metric without K).
         aggregate: for a rank source: the per-query values -> the metric (``np.mean``, ``np.median``).
@@ -144,17 +141,11 @@ class MetricSpec:
     chance: Callable[[int | None, int], float] | None = None
     counterpart: str | None = None
 
-    def __post_init__(self):
-        """A candidate proxy of the ground truth cannot need the ground truth itself."""
-        if self.candidate and self.needs_truth:
-            raise BackretrievalError(f"metric {self.name!r}: a candidate proxy cannot need the ground truth")
-
     def resolve(self) -> Callable[..., dict]:
         """The function named by ``function``.
 
         Returns:
-            The callable (importing its module, e.g. :mod:`backretrieval.metrics.approx`), or
-            ``function`` itself when it is one.
+            The callable: ``function`` itself, or imported from its module (:mod:`.approx`, ...).
         """
         import importlib
 
@@ -295,9 +286,8 @@ def parse_metric(name: str, *, rankable: bool = False, candidate: bool = False) 
 
     Raises:
         BackretrievalError: naming ``name``: unknown (listing the known names), a K missing or
-            given where the metric has none, K below 1, (with ``rankable``) a metric that
-            cannot rank models (listing those that can), or (with ``candidate``) a metric that is
-            no candidate proxy (listing the candidates).
+            given where the metric has none, K below 1, or a metric that cannot rank models (with
+            ``rankable``) or is no candidate proxy (with ``candidate``), listing those that are.
     """
     use = ", ".join(known_metrics(rankable=rankable, candidate=candidate))
     m = _NAME.fullmatch(name) if isinstance(name, str) else None

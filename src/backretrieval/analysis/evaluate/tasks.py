@@ -58,6 +58,11 @@ class SampleTask:
     approx_target: float = 0.99
     approx_cost_check: bool = True
 
+    @property
+    def label(self) -> str:
+        """How errors name the task: ``"en->de seed 0"``."""
+        return f"{self.src}->{self.tgt} seed {self.seed}"
+
 
 Run = tuple[str, str | None, dict[str, Any], dict[str, np.ndarray]]  # (model, g, values, ranks)
 TaskResult = tuple[tuple[str, str, int], list[Run]]  # ((src, tgt, seed), runs)

@@ -1,5 +1,6 @@
-"""Run the evaluation grid on Ray (https://docs.ray.io): the per-sample tasks as Ray tasks, and
-text encoding as Ray Data batch inference (see :mod:`backretrieval.encoders.ray_data`).
+"""The ``ray[:ADDRESS]`` executor: the evaluation grid on Ray (https://docs.ray.io), the
+per-sample tasks as Ray tasks, and text encoding as Ray Data batch inference (see
+:mod:`backretrieval.encoders.ray_data`).
 
 ``RayExecutor(address=None)`` starts a local Ray instance on this machine's cores, or connects
 to an existing cluster: ``address="auto"`` (this node is part of a running cluster),
@@ -29,8 +30,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..core import BackretrievalError
-from .executors import LocalExecutor, RowsRef, SharesMatrices, bounded_imap, resolve_rows
+from ...core import BackretrievalError
+from .base import RowsRef, SharesMatrices, bounded_imap, resolve_rows
+from .local import LocalExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,6 +64,7 @@ def check_address(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> No
         why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
         raise BackretrievalError(f"cannot reach Ray at {address} within {timeout:g} s ({why}): is the cluster's head "
                                  "running there (`ray start --head`)?") from None
+NO_RAY = "executor 'ray' needs Ray: pip install 'backretrieval[ray]' (or: pip install 'ray[data,client]')"
 
 
 def ray_init(address: str | None = None, num_cpus: int | None = None):
@@ -82,7 +85,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None):
     try:
         import ray
     except ImportError as e:
-        raise BackretrievalError("executor 'ray' needs Ray: pip install 'backretrieval[ray]' (or: pip install 'ray[data,client]')") from e
+        raise BackretrievalError(NO_RAY) from e
     quiet = os.environ.get("BACKRETRIEVAL_RAY_LOGS", "") in ("", "0")
     if quiet:
         _quiet_ray_logs()
@@ -130,7 +133,7 @@ def _quiet_ray_logs() -> None:
 
 # Imported on each node by the probe: what a grid task imports. The probe itself is compiled
 # from source, so Ray ships it by value and it runs on a node that cannot import backretrieval.
-_PROBE_MODULES = ("numpy", "backretrieval.analysis.evaluate.tasks", "backretrieval.analysis.ray_executor")
+_PROBE_MODULES = ("numpy", "backretrieval.analysis.evaluate.tasks", "backretrieval.analysis.executors.ray")
 _PROBE_SOURCE = """
 def probe(modules):
     import importlib
@@ -248,6 +251,36 @@ class RayExecutor(SharesMatrices, LocalExecutor):
         self._shared = {}  # id(matrix) -> (matrix, its object ref)
         self.shared_bytes = 0  # bytes put into the object store
 
+    @classmethod
+    def from_arg(cls, arg: str, spec: str) -> RayExecutor:
+        """The executor of ``--executor ray[:ADDRESS]``.
+
+        Args:
+            arg: what followed ``ray:``: the cluster's address ("" for a local Ray).
+            spec: the whole spec (unused: every address is tried when the grid starts).
+
+        Returns:
+            A :class:`RayExecutor` (Ray is not touched yet).
+        """
+        return cls(address=arg or None)
+
+    def check(self) -> list[str]:
+        """Ray is installed, and a ``HOST:PORT`` address accepts a connection within
+        :data:`CONNECT_TIMEOUT_S` (:func:`check_address`; joining the cluster waits until the grid starts).
+
+        Returns:
+            No warnings.
+
+        Raises:
+            BackretrievalError: Ray is not installed, or nothing listens at the address.
+        """
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise BackretrievalError(NO_RAY)
+        check_address(self.address)
+        return []
+
     def _put(self, matrix: np.ndarray) -> Any:
         """Put ``matrix`` into the object store (until the end of the grid) and return its
         reference: a language's embeddings travel to each node once instead of once per task."""
@@ -295,7 +328,7 @@ class RayExecutor(SharesMatrices, LocalExecutor):
         local = super().text_encoder(spec)
         if not getattr(local, "cacheable", True) or callable(getattr(local, "fit", None)) or getattr(local, "wants_extra", None):
             return local
-        from ..encoders.ray_data import RayDataTextEncoder
+        from ...encoders.ray_data import RayDataTextEncoder
 
         ray_init(self.address, self.num_cpus)
         enc = RayDataTextEncoder(spec)
@@ -310,7 +343,9 @@ class RayExecutor(SharesMatrices, LocalExecutor):
             tasks: tasks of plain arrays, consumed lazily.
 
         Yields:
-            ``fn(task)`` for each task in completion order; a task's exception is raised here.
+            ``fn(task)`` for each task in completion order; a task's exception is raised here, with
+            the task named. When the loop ends early (a failed task, Ctrl-C, the caller stopping)
+            the tasks still running are cancelled.
 
         Raises:
             BackretrievalError: Ray is missing or unreachable (see :func:`ray_init`), or a node
@@ -333,6 +368,7 @@ class RayExecutor(SharesMatrices, LocalExecutor):
             return value
 
         try:
-            yield from bounded_imap(lambda t: remote.remote(fn_ref, t), wait_any, result, tasks, in_flight=2 * cpus)
+            yield from bounded_imap(lambda t: remote.remote(fn_ref, t), wait_any, result, tasks, in_flight=2 * cpus,
+                                    abort=lambda pending: [ray.cancel(ref, force=True) for ref in pending])
         finally:
             self._unshare()  # the matrices leave the object store with their last reference
