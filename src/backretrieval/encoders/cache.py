@@ -311,6 +311,19 @@ class CachedTextEncoder(_Cached):
         return check_embeddings(out, len(texts), f"{enc.name}/{lang}", ids)
 
 
+    def missing(self, texts: Sequence[str], lang: str) -> list[str]:
+        """The distinct texts of ``texts`` (as the model embeds them) that the cache lacks: what
+        :meth:`encode` would send to the model, in the order it would send them."""
+        enc = self.encoder
+        texts = as_texts(texts, None, f"{enc.name}/{lang}")
+        cut = getattr(enc, "truncate", None)
+        if callable(cut):
+            texts, _ = cut(texts)
+        unique = list(dict.fromkeys(texts))
+        found = self.store(lang).get([content_hash(t) for t in unique])
+        return sorted((t for t, v in zip(unique, found) if v is None), key=len)
+
+
 class CachedImageEncoder(_Cached):
     """An image encoder whose vectors are cached by (model, version, file content)."""
 

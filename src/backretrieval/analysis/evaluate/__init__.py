@@ -10,7 +10,7 @@ from .config import (
     slug, summarize,
 )
 from .features import NEEDS, check_image_model
-from .grid import evaluate
+from .grid import encoding_facts, estimate, estimate_line, evaluate, send_estimate
 from .queries import QUERY_COLUMNS, SAMPLES, SampleItems, SideItems, query_table, sample_items, write_queries
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
@@ -23,6 +23,6 @@ __all__ = [
     "QUERY_COLUMNS", "SAMPLES", "EvalConfig", "EvalResult", "RecordSlot", "Run", "RunKey", "SampleItems", "SampleTask",
     "SideItems", "TaskResult", "query_table", "sample_items", "write_queries",
     "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
-    "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
+    "config_json", "encoding_facts", "estimate", "estimate_line", "evaluate", "send_estimate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
     "write_results",
 ]
