@@ -12,7 +12,8 @@ loads no numerical library::
 Evaluation: :func:`evaluate`, :func:`compare`, :func:`meta`, :class:`EvalConfig`,
 :class:`EvalResult`, :func:`compare_report`. Inputs: :func:`load_dataset`, :func:`text_model`,
 :func:`image_model`, :class:`PythonTextModel`, :class:`PythonImageModel`. Metrics on arrays:
-:func:`xlr`, :func:`bkr`, :func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`.
+:func:`xlr`, :func:`bkr`, :func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`;
+:class:`BackretrievalEvaluator` (BkR while fine-tuning a sentence-transformers model).
 The layers behind them (``core``, ``data``, ``encoders``, ``search``, ``metrics``, ``train``,
 ``analysis``, ``report``, ``study``, ``cli``) are documented public subpackages; ARCHITECTURE.md
 maps them.
@@ -44,6 +45,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "Cr5": ("backretrieval.train.cr5", "Cr5"),
     "Triplet": ("backretrieval.train.triplet", "Triplet"),
     "M3L": ("backretrieval.train.m3l", "M3L"),
+    "BackretrievalEvaluator": ("backretrieval.train.st_evaluator", "BackretrievalEvaluator"),
 }
 
 __all__ = ["__version__", *_PUBLIC]
@@ -73,4 +75,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .report.compare_report import compare_report
     from .train.cr5 import Cr5
     from .train.m3l import M3L
+    from .train.st_evaluator import BackretrievalEvaluator
     from .train.triplet import Triplet
