@@ -1,4 +1,5 @@
-"""`compare --report`: the gap statistics against naive references, the report built from a real
+"""`compare --report`: the gap statistics against naive references, the report rendered from the
+one finished comparison (nothing recomputed while rendering), the report built from a real
 small grid (emoji-cldr, tfidf-char / use-m / random, colour histograms as g) checked against
 compare.json, and the page in real headless Chromium (Playwright, as tests/study/test_study_browser.py):
 it loads from file://, every figure decodes, no console error, nothing is fetched but data: URIs."""
@@ -121,11 +122,56 @@ def test_pairwise_against_naive_reference_and_wins():
     assert w.loc["good", "wins"] == 6 and w.loc["random", "losses"] == 6
 
 
+def test_compare_holds_every_statistic_the_report_shows():
+    """One computation: compare()'s pairwise table is pairwise()'s, its adjacent gaps' raw
+    p-values are those of the same tests, and its wins count the significant gaps."""
+    res = synthetic_result()
+    c = compare(res, "bkr@10", n_boot=200, n_perm=400)
+    pd.testing.assert_frame_equal(c.pairwise, pairwise(res, "bkr@10", n_boot=200, n_perm=400))
+    for _, r in c.per_pair.dropna(subset=["p_vs_next"]).iterrows():
+        nxt = c.per_pair[(c.per_pair["pair"] == r["pair"]) & (c.per_pair["rank"] == r["rank"] + 1)].iloc[0]
+        gap = c.pairwise[(c.pairwise["pair"] == r["pair"]) & (c.pairwise["model_a"] == r["model"])
+                         & (c.pairwise["model_b"] == nxt["model"])].iloc[0]
+        assert r["p_vs_next"] == gap["p"]
+    w = wins(c.pairwise, c.across_pairs["model"].tolist())
+    assert c.across_pairs[["model", "wins", "losses", "ties"]].reset_index(drop=True).equals(w)
+    assert c.across_pairs.set_index("model").loc["good", "firsts"] == 2
+    assert c.beside is not None and c.beside.metric == "xlr@10"  # the records hold XLR's ranks too
+    assert (c.n, c.seeds, c.chance) == (200, 2, 0.05)
+
+
+def test_write_compare_report_renders_without_resampling(tmp_path, monkeypatch):
+    """The report takes the finished comparison: with every resampling function disabled it
+    still writes the page, and its numbers are compare.json's."""
+    import importlib
+
+    from backretrieval.analysis import stats
+
+    compare_module = importlib.import_module("backretrieval.analysis.compare")
+    res = synthetic_result()
+    c = compare(res, "bkr@10", n_boot=100, n_perm=200)
+
+    def refuse(*a, **k):
+        raise AssertionError("the report recomputed a statistic")
+
+    for mod, names in ((stats, ("bootstrap_ci", "paired_bootstrap_diff", "paired_permutation_test", "holm")),
+                       (compare_module, ("bootstrap_ci", "paired_bootstrap_diff", "paired_permutation_test", "holm",
+                                         "compare", "pairwise"))):
+        for name in names:
+            monkeypatch.setattr(mod, name, refuse)
+    write_compare_report(c, res, tmp_path, examples=0)
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["verdict"] == json.loads(json.dumps(c.verdict, default=float))
+    xlr, bkr = doc["metrics"]  # the ground truth leads, BkR beside it
+    assert (xlr["metric"], bkr["metric"]) == ("xlr@10", "bkr@10")
+    pd.testing.assert_frame_equal(pd.DataFrame(bkr["pairwise"]), c.pairwise, check_dtype=False)
+
+
 def test_verdicts_say_who_beats_whom_and_what_is_a_tie():
     res = synthetic_result()
     c = compare(res, "bkr@10", n_boot=200, n_perm=400)
-    pw = pairwise(res, "bkr@10", n_boot=200, n_perm=400)
-    v = verdicts(c, pw, 200, 2, chance_level("bkr@10", 200))
+    pw = c.pairwise
+    v = verdicts(c)
     gaps = [x for x in v if "better" in x]
     assert len(gaps) == 2 * 3
     for x in gaps:  # the significance of compare.json's adjacent gaps, the paired interval of pairwise()
@@ -134,7 +180,7 @@ def test_verdicts_say_who_beats_whom_and_what_is_a_tie():
         if x["significant"]:
             assert x["text"].startswith(f"{x['better']} beats {x['worse']} by {x['diff']:.3f} [{x['low']:.3f}, {x['high']:.3f}], significant after Holm")
         else:
-            assert x["text"].startswith(f"{x['better']} and {x['worse']} indistinguishable at this N (200 queries x 2 seeds): raise N or seeds")
+            assert x["text"].startswith(f"{x['better']} and {x['worse']} indistinguishable at this N (200 queries x 2 seeds; gap ")
     twins = [x for x in gaps if {x["better"], x["worse"]} == {"mid", "mid-twin"}]
     assert len(twins) == 2 and not any(x["significant"] for x in twins)
     assert all(x["significant"] for x in gaps if x["better"] == "good")
@@ -151,12 +197,11 @@ def test_chance_level_and_counterpart():
 
 def test_python_form_writes_the_report_for_synthetic_grid(tmp_path):
     res = synthetic_result()
-    cs = [compare(res, "bkr@10", n_boot=100, n_perm=200), compare(res, "xlr@10", n_boot=100, n_perm=200)]
-    path = write_compare_report(cs, res, tmp_path, n_boot=100, n_perm=200)
+    path = write_compare_report(compare(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path)
     text = path.read_text(encoding="utf-8")
-    assert "write_compare_report(&lt;comparisons by bkr@10, xlr@10&gt;, result, out_dir, n_boot=100" in text  # provenance
+    assert "write_compare_report(&lt;comparison by bkr@10&gt;, result, out_dir)" in text  # provenance
     doc = json.loads((tmp_path / "report.json").read_text())
-    assert [m["metric"] for m in doc["metrics"]] == ["bkr@10", "xlr@10"]
+    assert [m["metric"] for m in doc["metrics"]] == ["xlr@10", "bkr@10"]
     for m in doc["metrics"]:
         for files in m["figures"].values():
             assert [Path(f).suffix for f in files] == [".png", ".svg"]
@@ -185,8 +230,11 @@ def test_report_content_matches_compare_json(real_report):
     html = (out / "report.html").read_text(encoding="utf-8")
     cmp = json.loads((out / "compare.json").read_text())
     rep = json.loads((out / "report.json").read_text())
-    assert [m["metric"] for m in rep["metrics"]] == ["bkr@10", "xlr@10"]  # emoji-cldr has ground truth
+    assert [m["metric"] for m in rep["metrics"]] == ["xlr@10", "bkr@10"]  # emoji-cldr has ground truth: it leads
     assert sorted(a["pair"] for a in rep["agreement"]["per_pair"]) == ["de->ja", "en->de"]
+    assert rep["verdict"] == cmp["verdict"] and rep["verdict"]["metric"] == "xlr@10"
+    assert rep["verdict"]["text"] in (out / "compare.md").read_text(encoding="utf-8")
+    assert html.index('class="verdict') < html.index("<table")  # the verdict comes before the tables
     assert "bkr@10 against the ground truth xlr@10" in html
     assert "backretrieval compare --dataset emoji-cldr --pairs en-de,de-ja" in html
     assert rep["command"] == "backretrieval " + " ".join(args)
@@ -195,7 +243,7 @@ def test_report_content_matches_compare_json(real_report):
     for _, r in per_pair.iterrows():
         assert f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]" in html
         assert f"{r['estimate']:.4f}" in html
-    bkr = rep["metrics"][0]
+    bkr = rep["metrics"][1]
     gaps = [v for v in bkr["verdicts"] if "better" in v]
     assert len(gaps) == 2 * (len(MODELS) - 1)
     for v in gaps:
@@ -253,47 +301,44 @@ def test_report_in_headless_chromium(real_report):
     assert len(widths) == 8 and all(w > 0 for w in widths), widths
     assert not errors and not [c for c in console if c[0] in ("error", "warning")], (errors, console)
     assert [u for u in requests if u != url and not u.startswith("data:")] == []
-    assert title.startswith("Backretrieval comparison: bkr@10 and xlr@10 on emoji-cldr")
+    assert title.startswith("Backretrieval comparison: xlr@10 and bkr@10 on emoji-cldr")
     assert verdict_items >= 2 * 2 * (len(MODELS) - 1)
 
 
 def test_agreement_with_ground_truth_names_reversed_pairs():
-    from backretrieval.report.compare_report import agreement
+    from backretrieval.analysis.verdict import agreement
 
     res = synthetic_result()
     for (m, src, tgt, s), r in res.ranks.items():  # the truth: 'random' is the best model, 'good' the worst
         if m in ("good", "random"):
             other = "random" if m == "good" else "good"
             r["xlr"] = res.ranks[(other, src, tgt, s)]["bkr"].copy()
-    cs = {k: compare(res, k, n_boot=100, n_perm=400) for k in ("bkr@10", "xlr@10")}
-    pws = {k: pairwise(res, k, n_boot=100, n_perm=400) for k in cs}
-    agree = agreement(cs["bkr@10"], pws["bkr@10"], cs["xlr@10"], pws["xlr@10"])
+    cs = {k: compare(res, k, n_boot=100, n_perm=400, beside=False) for k in ("bkr@10", "xlr@10")}
+    agree = agreement(cs["bkr@10"], cs["xlr@10"])
     assert len(agree) == 2
     for a in agree:
-        assert ["good", "random"] in a["reversed"]
+        assert ["good", "random"] in a["reversed"] and a["status"] == "reverses"
         assert "bkr@10 puts good above random, xlr@10 puts random above good" in a["text"]
         assert a["spearman"] < 0.5
-    same = agreement(cs["bkr@10"], pws["bkr@10"], cs["bkr@10"], pws["bkr@10"])
-    assert all(a["reversed"] == [] and a["spearman"] == pytest.approx(1.0) for a in same)
+    same = agreement(cs["bkr@10"], cs["bkr@10"])
+    assert all(a["reversed"] == [] and a["status"] == "agrees" and a["spearman"] == pytest.approx(1.0) for a in same)
 
 
 def test_text_only_and_single_model_reports(tmp_path):
     """Records without BkR ranks get the XLR report alone; one model gets no verdict and no win."""
-    from backretrieval.report.compare_report import comparisons_for
-
     res = synthetic_result()
     for r in res.ranks.values():
         del r["bkr"]
     res.text_only = True
-    cs = comparisons_for(res, "xlr@10", n_boot=100)
-    assert [c.metric for c in cs] == ["xlr@10"]
-    write_compare_report(cs, res, tmp_path / "text", n_boot=100, n_perm=200)
+    c = compare(res, "xlr@10", n_boot=100, n_perm=200)
+    assert c.beside is None
+    write_compare_report(c, res, tmp_path / "text")
     doc = json.loads((tmp_path / "text" / "report.json").read_text())
     assert "agreement" not in doc and [m["metric"] for m in doc["metrics"]] == ["xlr@10"]
 
     one = EvalResult(config=res.config, records=[r for r in res.records if r["model"] == "good"],
                      ranks={k: v for k, v in res.ranks.items() if k[0] == "good"})
-    write_compare_report(compare(one, "xlr@10", n_boot=100), one, tmp_path / "one", n_boot=100, n_perm=200)
+    write_compare_report(compare(one, "xlr@10", n_boot=100, n_perm=200), one, tmp_path / "one")
     doc = json.loads((tmp_path / "one" / "report.json").read_text())
     m = doc["metrics"][0]
     assert m["pairwise"] == [] and m["wins"] == [{"model": "good", "wins": 0, "losses": 0, "ties": 0}]

@@ -286,10 +286,9 @@ def test_report_without_per_query_results_says_so(tmp_path):
     cfg = EvalConfig(dataset="synthetic", pairs=[("en", "de")], models=["a", "b"], n=40, seeds=[0])
     res = EvalResult(config=cfg, records=[{"model": m, "src_lang": "en", "tgt_lang": "de", "seed": 0} for m in "ab"],
                      ranks={(m, "en", "de", 0): {"bkr": rng.integers(1, 41, 40).astype(float)} for m in "ab"})
-    path = write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path, n_boot=50, n_perm=50)
+    path = write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path)
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["examples"].startswith("no example gallery: record ") and "holds no items of its samples" in doc["examples"]
     assert "<h2>Examples: what each model retrieved</h2>" in path.read_text(encoding="utf-8")
-    write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path / "none", n_boot=50, n_perm=50,
-                         examples=0)
+    write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path / "none", examples=0)
     assert "examples" not in json.loads((tmp_path / "none" / "report.json").read_text())

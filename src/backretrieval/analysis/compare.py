@@ -6,8 +6,15 @@ across pairs? Works the same for XLR metrics where ground truth exists.
 
 For each pair and model the per-query outcomes of all seeds are stacked; the estimate is their
 mean (= the metric averaged over seeds), the interval a seed-stratified percentile bootstrap.
-Models are sorted best first and each adjacent gap is tested with a paired sign-flip
-permutation test over the same queries; p-values are Holm-adjusted within the pair.
+Models are sorted best first; every two models' gap gets a paired bootstrap interval and a
+paired sign-flip permutation test over the same queries. The adjacent gaps' p-values are
+Holm-adjusted over the pair's adjacent gaps (the ranking's ``>`` / ``~``), all gaps' over all of
+the pair's model pairs (the significant wins and the verdict, :mod:`.verdict`). CORR has no
+per-query outcomes: its intervals and gaps come from the bootstrap replicates stored with each
+record (``EvalConfig.corr_boot``; replicate b uses the same resample of the source queries for
+every model of a sample, so differences are paired), a gap's p-value from a two-sided Wald test
+with the bootstrap standard error of the paired difference, ``2 Phi(-|d| / se*(d))`` (unlike the
+percentile count of replicates below 0, it has no 1/B floor, which Holm's correction would inflate).
 """
 from __future__ import annotations
 
@@ -20,8 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from ..core import BackretrievalError
-from ..metrics.table import MetricSpec, approx_ks, known_metrics, parse_metric
-from ..metrics.table import counterpart  # noqa: F401 (bkr@K <-> xlr@K: offered beside compare, for the reports)
+from ..metrics.table import MetricSpec, approx_ks, chance_level, counterpart, known_metrics, parse_metric
 from .evaluate import EvalConfig, EvalResult
 from .stats import bootstrap_ci, holm, paired_bootstrap_diff, paired_permutation_test
 
@@ -85,9 +91,12 @@ def outcome_fn(metric: str):
     return spec.source, (lambda r, spec=spec, k=k: spec.outcome(r, k))
 
 
+PAIRWISE_COLUMNS = ["pair", "model_a", "model_b", "diff", "diff_low", "diff_high", "p", "p_adj", "significant"]
+
+
 @dataclasses.dataclass
 class Comparison:
-    """The result of :func:`compare`.
+    """The result of :func:`compare`: everything a table, a page or a script shows of it, computed once.
 
     Attributes:
         metric: the metric the models were ranked by.
@@ -95,9 +104,23 @@ class Comparison:
         alpha: significance level of the Holm-adjusted gaps.
         per_pair: one row per language pair and model, best first: ``pair, rank, model,
             estimate, ci_low, ci_high, p_vs_next, p_adj, significant`` (the p-values of the gap
-            to the next model; NaN for the last).
+            to the next model, Holm over the pair's adjacent gaps; NaN for the last).
         across_pairs: one row per model, best mean first: ``model, mean, sd, min, max, pairs,
-            mean_rank, wins`` (wins: pairs where it ranks first).
+            mean_rank, firsts, wins, losses, ties`` (firsts: pairs where it ranks first; wins,
+            losses, ties: the (pair, opponent) gaps of :attr:`pairwise` it leads significantly,
+            trails significantly, or that are not significant).
+        pairwise: every two models on every language pair (:data:`PAIRWISE_COLUMNS`): the gap
+            ``diff`` of ``model_a`` (the higher estimate) over ``model_b`` with its paired
+            bootstrap interval, the raw and Holm-adjusted p-value (Holm over all of the pair's
+            model pairs) and ``significant`` (``p_adj < alpha``).
+        n: the sample size N of the records (queries per pair and seed).
+        seeds: the number of seeds.
+        chance: the metric's chance level at N (:func:`~backretrieval.metrics.table.chance_level`;
+            None where the table declares none).
+        beside: the same comparison by the metric's counterpart (XLR@K beside BkR@K and the
+            other way round) where the records have what it needs; None otherwise.
+        verdict: which model to ship, per pair and overall, with the interval behind it
+            (:func:`backretrieval.analysis.verdict.verdict`); empty until :func:`compare` sets it.
         run: the evaluation's ``run.json`` (configuration, input fingerprints, environment).
     """
 
@@ -105,36 +128,53 @@ class Comparison:
     level: float
     alpha: float
     per_pair: pd.DataFrame  # pair, rank, model, estimate, ci_low, ci_high, p_vs_next, p_adj, significant
-    across_pairs: pd.DataFrame  # model, mean, sd, min, max, pairs, mean_rank, wins
+    across_pairs: pd.DataFrame  # model, mean, sd, min, max, pairs, mean_rank, firsts, wins, losses, ties
     run: dict[str, Any] = dataclasses.field(default_factory=dict)  # the evaluation's run.json (config, inputs, environment)
+    pairwise: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=PAIRWISE_COLUMNS))
+    n: int | None = None
+    seeds: int | None = None
+    chance: float | None = None
+    beside: "Comparison | None" = None
+    verdict: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The comparison as JSON-serialisable data, with ``run``: what produced it (configuration,
-        input fingerprints, software environment; see :func:`backretrieval.analysis.evaluate.run_info`).
+        """The comparison as JSON-serialisable data (``compare.json``), with ``run``: what
+        produced it (configuration, input fingerprints, software environment; see
+        :func:`backretrieval.analysis.evaluate.run_info`).
 
         Returns:
-            ``metric``, ``level``, ``alpha``, ``per_pair`` and ``across_pairs`` as lists of row
-            dicts, and ``run``.
+            ``metric``, ``level``, ``alpha``, ``n``, ``seeds``, ``chance``, ``verdict``,
+            ``per_pair``, ``across_pairs`` and ``pairwise`` as lists of row dicts, ``beside``
+            (the counterpart's comparison in the same form, without ``run``; None when there is
+            none) and ``run``.
         """
+        return {**self._tables(), "beside": None if self.beside is None else self.beside._tables(), "run": self.run}
+
+    def _tables(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
             "level": self.level,
             "alpha": self.alpha,
+            "n": self.n,
+            "seeds": self.seeds,
+            "chance": self.chance,
+            "verdict": self.verdict,
             "per_pair": self.per_pair.to_dict(orient="records"),
             "across_pairs": self.across_pairs.to_dict(orient="records"),
-            "run": self.run,
+            "pairwise": self.pairwise.to_dict(orient="records"),
         }
 
 
 def compare(
     result: EvalResult | EvalConfig,
-    metric: str = "bkr@10",
+    metric: str | None = None,
     *,
     n_boot: int = 1000,
     n_perm: int = 5000,
     level: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    beside: bool = True,
     out_dir: str | Path | None = None,
     executor: Any = None,
     progress: bool = False,
@@ -142,16 +182,29 @@ def compare(
 ) -> Comparison:
     """Rank the models of each pair by ``metric`` with bootstrap intervals and Holm-adjusted gaps.
 
+    Every statistic a report shows is computed here, once: the per-model intervals, the paired
+    bootstrap interval and sign-flip p-value of every two models' gap (the adjacent gaps' raw
+    p-values are the same tests), both Holm corrections, the significant wins, the counterpart
+    metric's comparison and the verdict.
+
     Args:
         result: a finished grid, or an :class:`EvalConfig` to evaluate first (its ``models`` may
             name Python objects: ``models={"ours-v2": model, "use-m": "use-m"}``; with
             ``metric="corr"`` and ``corr_boot=0`` it gets 200 CORR bootstrap resamples).
         metric: a rankable metric of the metric table: ``bkr@K``, ``bkr_mrr``, ``xlr@K``,
-            ``xlr_mrr``, ``xlr_t2s@K``, ``xlr_t2s_mrr`` or ``corr`` (:func:`check_metric`).
-        n_boot, n_perm: bootstrap resamples and permutations.
-        level, alpha: the intervals' confidence level and the significance level of the gaps.
+            ``xlr_mrr``, ``xlr_t2s@K``, ``xlr_t2s_mrr`` or ``corr`` (:func:`check_metric`);
+            None: ``bkr@K`` with the configuration's K.
+        n_boot: bootstrap resamples of the intervals.
+        n_perm: sign-flip permutations of each gap's test.
+        level: the intervals' confidence level.
+        alpha: the significance level of the gaps.
         seed: the resampling seed.
-        out_dir, executor, progress, log: for a configuration, as for :func:`~.evaluate.evaluate`.
+        beside: also rank by the metric's counterpart (:func:`~backretrieval.metrics.table.counterpart`)
+            where the records have it (:attr:`Comparison.beside`).
+        out_dir: for a configuration, where its records go, as for :func:`~.evaluate.evaluate`.
+        executor: for a configuration, where its per-sample tasks run.
+        progress: for a configuration, show progress bars.
+        log: for a configuration, receives the notable events of the evaluation.
 
     Returns:
         The :class:`Comparison` (``per_pair`` and ``across_pairs`` name models as the records do).
@@ -160,33 +213,106 @@ def compare(
         BackretrievalError: an unknown metric, one that the records of approximate search do not
             hold (:func:`check_metric`), or a pair without what the metric needs.
     """
-    spec, _ = check_metric(metric, approx_depth=_depth(result if isinstance(result, EvalConfig) else result.config))  # a metric it cannot rank by fails before anything is computed
+    cfg = result if isinstance(result, EvalConfig) else result.config
+    metric = f"bkr@{cfg.k}" if metric is None else metric
+    spec, _ = check_metric(metric, approx_depth=_depth(cfg))  # a metric it cannot rank by fails before anything is computed
     if isinstance(result, EvalConfig):
         from .evaluate import evaluate
 
-        cfg = result
         if spec.outcome is None and cfg.corr_boot == 0:
             cfg = dataclasses.replace(cfg, corr_boot=200)
         needs = ("xlr",) if spec.needs_truth else ("bkr",)
         result = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
                           purpose=f"compare by {metric}")
-    if spec.outcome is None:
-        return dataclasses.replace(_compare_corr(result, level=level, alpha=alpha), run=result.run)
-    key, fn = outcome_fn(metric)
+    stats_ = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed)
+    main = _rank(result, metric, **stats_)
+    other = counterpart(metric) if beside else None
+    if other is not None and has_metric(result, other):
+        main.beside = _rank(result, other, **stats_)
+    from .verdict import verdict
+
+    main.verdict = verdict(main, largest_n=getattr(result, "largest_n", None))
+    return main
+
+
+def pairwise(
+    result: EvalResult,
+    metric: str = "bkr@10",
+    *,
+    n_boot: int = 1000,
+    n_perm: int = 5000,
+    level: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every two models on every language pair: the gap and whether it is significant.
+
+    For each pair of models ``(a, b)`` on a language pair (``a`` the one with the higher
+    estimate) the gap ``diff = estimate(a) - estimate(b)`` gets a paired, seed-stratified
+    bootstrap interval of the per-query difference (:func:`.stats.paired_bootstrap_diff`) and the
+    paired sign-flip permutation p-value (:func:`.stats.paired_permutation_test`); p-values are
+    Holm-adjusted over all ``m(m-1)/2`` gaps of the language pair. For ``corr`` the interval and
+    the p-value come from the stored bootstrap replicates (the percentile interval of the
+    replicates' difference; the Wald p-value of :func:`compare`). This is
+    :attr:`Comparison.pairwise` of :func:`compare` with the same arguments.
+
+    Args:
+        result: a finished grid.
+        metric: as for :func:`compare`.
+        n_boot: bootstrap resamples of each gap's interval.
+        n_perm: permutations of each gap's test.
+        level: confidence level of the intervals.
+        alpha: significance level of the Holm-adjusted p-values.
+        seed: seed of the resampling and of the permutations.
+
+    Returns:
+        One row per language pair and model pair: ``pair, model_a, model_b, diff, diff_low,
+        diff_high, p, p_adj, significant`` (``significant``: ``p_adj < alpha``).
+
+    Raises:
+        BackretrievalError: an unknown metric, or a pair without what it needs.
+    """
+    check_metric(metric)
+    return _rank(result, metric, n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed).pairwise
+
+
+def _rank(result: EvalResult, metric: str, *, n_boot: int, n_perm: int, level: float, alpha: float,
+          seed: int) -> Comparison:
+    """The comparison by one metric: per pair the intervals, every two models' gap (one test
+    each; the adjacent gaps' raw p-values are looked up among them), the two Holm corrections."""
+    spec, _ = check_metric(metric)
     models, pairs, seeds = _extent(result)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    gap_rows: list[dict[str, Any]] = []
+    q = (1 - level) / 2
     for src, tgt in pairs:
-        outcomes = _outcomes(result, key, fn, models, src, tgt, seeds)
-        if not outcomes:
-            raise BackretrievalError(f"{src}->{tgt}: no {key} results to compare (does the dataset have what {metric} needs?)")
-        cis = {m: bootstrap_ci(o, n_boot=n_boot, level=level, seed=seed) for m, o in outcomes.items()}
-        order = sorted(outcomes, key=lambda m: -cis[m].estimate)
-        p_next = [
-            paired_permutation_test(outcomes[a], outcomes[b], n_perm=n_perm, seed=seed).p_value
-            for a, b in zip(order, order[1:])
-        ]
-        rows += _ranked_rows(f"{src}->{tgt}", order, {m: (c.estimate, c.low, c.high) for m, c in cis.items()}, p_next, alpha)
-    return dataclasses.replace(_finish(metric, level, alpha, rows), run=result.run)
+        if spec.outcome is None:
+            reps, est = _corr_replicates(result, models, src, tgt, seeds)
+            if not reps:
+                raise BackretrievalError(
+                    f"{src}->{tgt}: no CORR bootstrap to compare: CORR needs images, and intervals need "
+                    "EvalConfig.corr_boot > 0 (the compare command sets it)"
+                )
+            interval = {m: (est[m], *(float(v) for v in np.nanquantile(reps[m], [q, 1 - q]))) for m in reps}
+            gaps = _corr_gaps(reps, est, level=level)
+        else:
+            key, fn = outcome_fn(metric)
+            outcomes = _outcomes(result, key, fn, models, src, tgt, seeds)
+            if not outcomes:
+                raise BackretrievalError(f"{src}->{tgt}: no {key} results to compare (does the dataset have what {metric} needs?)")
+            cis = {m: bootstrap_ci(o, n_boot=n_boot, level=level, seed=seed) for m, o in outcomes.items()}
+            interval = {m: (c.estimate, c.low, c.high) for m, c in cis.items()}
+            gaps = _rank_gaps(outcomes, n_boot=n_boot, n_perm=n_perm, level=level, seed=seed)
+        order = sorted(interval, key=lambda m: -interval[m][0])
+        p_of = {frozenset((g["model_a"], g["model_b"])): g["p"] for g in gaps}
+        p_next = [p_of[frozenset((a, b))] for a, b in zip(order, order[1:])]
+        rows += _ranked_rows(f"{src}->{tgt}", order, interval, p_next, alpha)
+        p_adj = holm([g["p"] for g in gaps]) if gaps else []
+        gap_rows += [{"pair": f"{src}->{tgt}", **g, "p_adj": pa, "significant": bool(pa < alpha)} for g, pa in zip(gaps, p_adj)]
+    c = _finish(metric, level, alpha, rows, pd.DataFrame(gap_rows, columns=PAIRWISE_COLUMNS))
+    c.run, c.n, c.seeds = result.run, result.config.n, len(seeds)
+    c.chance = None if spec.outcome is None else chance_level(metric, result.config.n)
+    return c
 
 
 def _extent(result: EvalResult) -> tuple[list[str], list[tuple[str, str]], list[int]]:
@@ -251,7 +377,9 @@ def _ranked_rows(pair: str, order: list[str], interval: dict[str, tuple[float, f
     ]
 
 
-def _finish(metric: str, level: float, alpha: float, rows: list[dict[str, Any]]) -> Comparison:
+def _finish(metric: str, level: float, alpha: float, rows: list[dict[str, Any]], pw: pd.DataFrame) -> Comparison:
+    """The comparison of the ranked rows and the pairwise gaps: ``across_pairs`` adds per model
+    its spread over pairs, its first places and its significant wins, losses and ties."""
     per_pair = pd.DataFrame(rows)
     g = per_pair.groupby("model", sort=False)
     across = pd.DataFrame(
@@ -262,37 +390,11 @@ def _finish(metric: str, level: float, alpha: float, rows: list[dict[str, Any]])
             "max": g["estimate"].max(),
             "pairs": g.size(),
             "mean_rank": g["rank"].mean(),
-            "wins": g["rank"].apply(lambda r: int((r == 1).sum())),
+            "firsts": g["rank"].apply(lambda r: int((r == 1).sum())),
         }
     ).sort_values("mean", ascending=False).reset_index()
-    return Comparison(metric, level, alpha, per_pair, across)
-
-
-def _compare_corr(result: EvalResult, *, level: float, alpha: float) -> Comparison:
-    """CORR per pair: the estimate is the mean over seeds; the interval and the paired tests come
-    from the bootstrap resamples of the source queries stored with each record
-    (``EvalConfig.corr_boot``; replicate b uses the same resample for every model of a sample,
-    so differences are paired). p-value of a gap: a two-sided Wald test with the bootstrap
-    standard error of the paired difference, ``2 Phi(-|d| / se*(d))`` (unlike the percentile
-    count of replicates below 0, it has no 1/B floor, which Holm's correction would inflate)."""
-    models, pairs, seeds = _extent(result)
-    rows = []
-    q = (1 - level) / 2
-    for src, tgt in pairs:
-        reps, est = _corr_replicates(result, models, src, tgt, seeds)
-        if not reps:
-            raise BackretrievalError(
-                f"{src}->{tgt}: no CORR bootstrap to compare: CORR needs images, and intervals need "
-                "EvalConfig.corr_boot > 0 (the compare command sets it)"
-            )
-        order = sorted(reps, key=lambda m: -est[m])
-        p_next = [_wald_p(est[a] - est[b], reps[a] - reps[b]) for a, b in zip(order, order[1:])]
-        interval = {}
-        for m in order:
-            lo, hi = np.nanquantile(reps[m], [q, 1 - q])
-            interval[m] = (est[m], float(lo), float(hi))
-        rows += _ranked_rows(f"{src}->{tgt}", order, interval, p_next, alpha)
-    return _finish("corr", level, alpha, rows)
+    across = across.merge(wins(pw, across["model"].tolist()), on="model", how="left")
+    return Comparison(metric, level, alpha, per_pair, across, pairwise=pw)
 
 
 def has_metric(result: EvalResult, metric: str) -> bool:
@@ -316,60 +418,6 @@ def has_metric(result: EvalResult, metric: str) -> bool:
         result.ranks.get((r["model"], r["src_lang"], r["tgt_lang"], r["seed"]), {}).get(key) is not None
         for r in result.records
     )
-
-
-def pairwise(
-    result: EvalResult,
-    metric: str = "bkr@10",
-    *,
-    n_boot: int = 1000,
-    n_perm: int = 5000,
-    level: float = 0.95,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """Every two models on every language pair: the gap and whether it is significant.
-
-    For each pair of models ``(a, b)`` on a language pair (``a`` the one with the higher
-    estimate) the gap ``diff = estimate(a) - estimate(b)`` gets a paired, seed-stratified
-    bootstrap interval of the per-query difference (:func:`.stats.paired_bootstrap_diff`) and the
-    paired sign-flip permutation p-value (:func:`.stats.paired_permutation_test`, same ``seed``
-    and ``n_perm`` as :func:`compare`, so an adjacent gap gets the same raw p-value); p-values are
-    Holm-adjusted over all ``m(m-1)/2`` gaps of the language pair. For ``corr`` the interval and
-    the p-value come from the stored bootstrap replicates (the percentile interval of the
-    replicates' difference; the Wald p-value of :func:`compare`).
-
-    Args:
-        result: a finished grid.
-        metric: as for :func:`compare`.
-        n_boot: bootstrap resamples of each gap's interval.
-        n_perm: permutations of each gap's test.
-        level: confidence level of the intervals.
-        alpha: significance level of the Holm-adjusted p-values.
-        seed: seed of the resampling and of the permutations.
-
-    Returns:
-        One row per language pair and model pair: ``pair, model_a, model_b, diff, diff_low,
-        diff_high, p, p_adj, significant`` (``significant``: ``p_adj < alpha``).
-
-    Raises:
-        BackretrievalError: an unknown metric.
-    """
-    spec, _ = check_metric(metric)
-    models, pairs, seeds = _extent(result)
-    rows = []
-    for src, tgt in pairs:
-        if spec.outcome is None:
-            gaps = _corr_gaps(*_corr_replicates(result, models, src, tgt, seeds), level=level)
-        else:
-            key, fn = outcome_fn(metric)
-            gaps = _rank_gaps(_outcomes(result, key, fn, models, src, tgt, seeds), n_boot=n_boot, n_perm=n_perm,
-                              level=level, seed=seed)
-        p_adj = holm([g["p"] for g in gaps]) if gaps else []
-        for g, pa in zip(gaps, p_adj):
-            rows.append({"pair": f"{src}->{tgt}", **g, "p_adj": pa, "significant": bool(pa < alpha)})
-    cols = ["pair", "model_a", "model_b", "diff", "diff_low", "diff_high", "p", "p_adj", "significant"]
-    return pd.DataFrame(rows, columns=cols)
 
 
 def _rank_gaps(outcomes: dict[str, np.ndarray], *, n_boot: int, n_perm: int, level: float, seed: int) -> list[dict[str, Any]]:

@@ -73,60 +73,43 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
 
     from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..train.cr5 import Split, train_evaluate
+    from ..train.cr5 import Cr5OptionError, Split, plan_training, train_evaluate
 
     lang_list = parse_list(langs, "--langs", "language") if langs is not None else None
-    lams = parse_numbers(lam, "--lam")
-    for x in lams:
-        if x <= 0:
-            bad_option("--lam", f"lambda {x:g} is not positive")
     the_pair = _one_pair(pair, "--pair") if pair else None
     eval_list = _pairs(eval_pairs, "--eval-pairs") if eval_pairs is not None else None
-    if regime == "pairwise" and the_pair is None and lang_list and len(lang_list) == 2:
-        the_pair = (lang_list[0], lang_list[1])
-    if regime != "joint" and the_pair is None:
-        bad_option("--pair", f"{regime} training needs --pair")
-    if regime == "transitive" and not pivot:
-        bad_option("--pivot", "transitive training needs --pivot")
-    if min_words > max_words:
-        bad_option("--max-words", f"--max-words {max_words} is below --min-words {min_words}")
     split = None
     if split_file:
-        if not holdout:
-            bad_option("--split", "--split and --no-holdout exclude each other")
         try:
             split = Split.load(split_file)
         except (OSError, ValueError, KeyError, TypeError) as e:
             bad_option("--split", f"cannot read {split_file}: {e}")
-    # languages to load: the trained ones, and all of a reused split's (its candidate pools span them)
-    if regime == "joint":
-        trained = lang_list or (split.languages if split else None)
-    else:
-        trained = [*the_pair] + ([pivot] if regime == "transitive" else [])
-    need = None if trained is None else list(dict.fromkeys([*trained, *(split.languages if split else [])]))
+    try:
+        plan = plan_training(regime=regime, languages=lang_list, pair=the_pair, pivot=pivot, lams=parse_numbers(lam, "--lam"),
+                             min_words=min_words, max_words=max_words, split=split, holdout=holdout)
+    except Cr5OptionError as e:
+        bad_option(e.flag, e.reason(cli=True))
     options = parse_options(dataset_option, dataset)
     params = dict(rank=rank, max_vocab=max_vocab, min_df=min_df, min_words=min_words, max_words=max_words,
                   cg_tol=cg_tol, cg_maxiter=cg_maxiter, eig_tol=eig_tol, eig_maxiter=eig_maxiter, n_jobs=n_jobs,
                   seed=seed, progress=not quiet)
-    if not holdout and len(lams) != 1:
-        bad_option("--lam", "training without held-out concepts (--no-holdout) cannot choose lambda: give one lambda")
     check_outputs((out, "--out"))
     log = (lambda m: None) if quiet else warn
     t0 = time.perf_counter()
-    ds = load_dataset(dataset, langs=need, **options)
-    langs_used = list(trained) if trained else ds.languages
+    ds = load_dataset(dataset, langs=plan.load, **options)
+    langs_used = plan.trained or ds.languages
     try:
         res = train_evaluate(
             ds,
-            regime=regime,
+            regime=plan.regime,
             languages=langs_used,
-            pair=the_pair,
-            pivot=pivot,
+            pair=plan.pair,
+            pivot=plan.pivot,
             eval_pairs=eval_list,
-            lams=lams,
-            split=split,
+            lams=plan.lams,
+            split=plan.split,
             split_options=dict(test_size=test_size, val_size=val_size, distractor_frac=distractor_frac, seed=seed),
-            holdout=holdout,
+            holdout=plan.holdout,
             params=params,
             out_dir=out,
             meta={"dataset": dataset, "dataset_options": options},

@@ -82,17 +82,10 @@ def _check_save_queries(save_queries: bool, cfg) -> None:
         bad_option("--save-queries", "approximate search keeps no per-query results; use exact search (no --approx)")
 
 
-def _write_queries(result, out) -> str:
-    """OUT/queries.parquet of every record (and OUT/image-models/G/queries.parquet per extra image
-    model); the line that says so."""
-    from ..analysis.evaluate import slug, write_queries
-
-    path = Path(out) / "queries.parquet"
-    write_queries(result.queries(), path)
-    for g, res in result.others.items():
-        write_queries(res.queries(), Path(out) / "image-models" / slug(g) / "queries.parquet")
-    extra = f" (and per extra image model in {Path(out) / 'image-models'})" if result.others else ""
-    return f"wrote {path}{extra}"
+def _queries_line(cfg, out) -> str:
+    """The line that says where what each query retrieved went."""
+    extra = f" (and per extra image model in {Path(out) / 'image-models'})" if cfg.extra_image_models else ""
+    return f"wrote {Path(out) / 'queries.parquet'}{extra}"
 
 
 def _with_reuse(cfg, reuse_stale: bool):
@@ -127,23 +120,6 @@ def _approx_k(cfg) -> int | None:
     return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
 
 
-def _header(cfg, result) -> str:
-    """The lines above a summary table: what was computed, on what, and what to keep in mind."""
-    from ..metrics.table import chance_level
-    from ..report.table import approx_note
-
-    what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model}"
-    lines = [f"# {cfg.dataset}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
-    if result.text_only:
-        lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
-    else:
-        lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {chance_level(f'bkr@{cfg.k}', cfg.n):.4f}.")
-    note = approx_note(result.records)
-    for extra in ([note] if note else []) + [f"Note: {n}." for n in result.notes]:
-        lines += ["", extra]
-    return "\n".join(lines) + "\n\n"
-
-
 @main.command()
 @grid_options
 @device_option
@@ -168,20 +144,13 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
 
 
 def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
-    from ..analysis import evaluate as run, summarize
-    from ..core import atomic_write_text
-    from ..metrics.table import shown_columns, summary_columns
-    from ..report import format_summary
+    from ..report import outputs
 
-    result = run(cfg, out, progress=not quiet, log=warn, executor=executor)
-    ak = _approx_k(cfg)
-    table = format_summary(summarize(result.records, summary_columns(cfg.k, ak)), shown_columns(cfg.k, ak))
-    header = _header(cfg, result)
-    atomic_write_text(Path(out) / "summary.md", header + table + "\n")
-    click.echo(header + table)
+    result = outputs.evaluate(cfg, out, save_queries=save_queries, progress=not quiet, log=warn, executor=executor)
+    click.echo(outputs.summary_markdown(result).rstrip("\n"))
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
     if save_queries:
-        click.echo(_write_queries(result, out))
+        click.echo(_queries_line(cfg, out))
 
 
 @main.command()
@@ -221,37 +190,20 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
         return _dry_run(cfg)
     check_grid(cfg, out, executor)
     with folder_lock(out):
-        _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report, save_queries)
+        _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, save_queries)
 
 
-def _compare(cfg, out, quiet, executor, metric, spec, level, alpha, n_boot, report, save_queries: bool = False) -> None:
-    import json
+def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, save_queries: bool = False) -> None:
+    from ..report import outputs
+    from .options import command_line
 
-    from ..analysis import evaluate as run
-    from ..analysis.compare import compare as rank
-    from ..core import atomic_write_text
-    from ..report import format_comparison
-    from ..report.table import approx_note
-
-    needs = ("xlr",) if spec.needs_truth else ("bkr",)
-    result = run(cfg, out, progress=not quiet, log=warn, executor=executor, needs=needs, purpose=f"compare --metric {metric}")
-    c = rank(result, metric, n_boot=n_boot, level=level, alpha=alpha)
-    md = format_comparison(c)
-    note = approx_note(result.records)
-    if note:
-        md = note + "\n\n" + md
-    atomic_write_text(Path(out) / "compare.md", md + "\n")
-    atomic_write_text(Path(out) / "compare.json", json.dumps(c.to_json(), indent=1, default=float))
-    click.echo(md)
+    outputs.compare(cfg, metric, out_dir=out, report=report, save_queries=save_queries, n_boot=n_boot, level=level,
+                    alpha=alpha, command=command_line(), executor=executor, progress=not quiet, log=warn)
+    click.echo((Path(out) / outputs.COMPARE_MD).read_text(encoding="utf-8").rstrip("\n"))  # what it wrote
     if save_queries:
-        click.echo(_write_queries(result, out))
+        click.echo(_queries_line(cfg, out))
     if report:
-        from ..report.compare_report import comparisons_for, write_compare_report
-        from .options import command_line
-
-        cs = comparisons_for(result, metric, n_boot=n_boot, level=level, alpha=alpha, first=c)
-        path = write_compare_report(cs, result, out, command=command_line(), n_boot=n_boot)
-        click.echo(f"\nwrote {path} (figures in {Path(out) / 'figures'})")
+        click.echo(f"\nwrote {Path(out) / 'report.html'} (figures in {Path(out) / 'figures'})")
 
 
 @main.command()

@@ -1,19 +1,21 @@
 """The shareable report of a model comparison: ``compare --report`` and its Python form.
 
-:func:`write_compare_report` turns one or more :class:`~backretrieval.analysis.compare.Comparison`
-(the ranked metric, e.g. BkR@10, and where ground truth exists its XLR counterpart) and the
-:class:`~backretrieval.analysis.evaluate.EvalResult` behind them into ``OUT/report.html`` (one
+:func:`write_compare_report` renders a finished :class:`~backretrieval.analysis.compare.Comparison`
+(every interval, gap, test, Holm correction, win and the verdict computed once by
+:func:`~backretrieval.analysis.compare.compare`; nothing is resampled here) and the
+:class:`~backretrieval.analysis.evaluate.EvalResult` behind it into ``OUT/report.html`` (one
 self-contained file: inline CSS, figures embedded as base64 PNG, no script, nothing fetched),
 ``OUT/report.json`` (the verdicts and every pairwise gap, machine-readable) and the figures as
-PNG and SVG under ``OUT/figures/``. :func:`compare_report` runs the comparison(s) first.
+PNG and SVG under ``OUT/figures/``. :func:`compare_report` runs the comparison first.
 Per pair, an example gallery (:mod:`.gallery`) shows what each model retrieved for a few
 queries, from the result's per-query table, with each image embedded once as a thumbnail.
 
-Verdicts: for each language pair, each model against the next in the ranking, the gap with its
-paired bootstrap interval (:func:`~backretrieval.analysis.compare.pairwise`) and the significance
-of :func:`~backretrieval.analysis.compare.compare` (Holm over the pair's adjacent gaps, as in
-compare.json): "A beats B by x [lo, hi], significant after Holm" or "A and B indistinguishable at
-this N ...". Wins count every two models of a pair (Holm over all of the pair's model pairs).
+The page opens with the verdict (:mod:`backretrieval.analysis.verdict`): which model to ship, per
+pair and overall, or which models are indistinguishable at this N. Where the records hold the
+ground truth (XLR) it leads and BkR is shown beside it as the check; otherwise BkR leads. Then,
+for each language pair, each model against the next in the ranking: "A beats B by x [lo, hi],
+significant after Holm" or "A and B indistinguishable at this N ...". Wins count significant
+gaps over every two models of a pair (Holm over all of the pair's model pairs).
 """
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..analysis.compare import Comparison, compare, counterpart, has_metric, pairwise, wins
+from ..analysis.compare import Comparison, compare
 from ..analysis.evaluate import EvalResult, slug
-from ..analysis.stats import correlations
+from ..analysis.verdict import lead_and_check
 from ..core import BackretrievalError, atomic_write_text, json_ready
 from ..core.env import environment
 from ..metrics import table
@@ -37,6 +39,9 @@ from .html import img_tag, page
 
 _CSS = """
 .verdicts li { margin: .25em 0; }
+p.verdict { border-left: 4px solid #8a5a00; padding: .5em .8em; background: #fbf7ee; }
+p.verdict.ship { border-color: #0a6e0a; background: #f0f8f0; }
+.open { color: #444; }
 .sig { color: #0a6e0a; font-weight: 600; }
 .tie { color: #8a5a00; }
 .row { display: flex; flex-wrap: wrap; gap: 1em; }
@@ -55,8 +60,9 @@ def chance_level(metric: str, n: int) -> float | None:
     return table.chance_level(metric, n)
 
 
-def _gap(pw: pd.DataFrame, pair: str, a: str, b: str) -> dict[str, float]:
-    """The gap a - b on ``pair`` from :func:`pairwise` (either orientation)."""
+def _adjacent_gap(c: Comparison, pair: str, a: str, b: str) -> dict[str, float]:
+    """The gap a - b on ``pair`` from ``c.pairwise`` (either orientation)."""
+    pw = c.pairwise
     g = pw[(pw["pair"] == pair) & (pw["model_a"] == a) & (pw["model_b"] == b)]
     if len(g):
         r = g.iloc[0]
@@ -65,8 +71,12 @@ def _gap(pw: pd.DataFrame, pair: str, a: str, b: str) -> dict[str, float]:
     return {"diff": -r["diff"], "low": -r["diff_high"], "high": -r["diff_low"]}
 
 
-def verdicts(c: Comparison, pw: pd.DataFrame, n: int, n_seeds: int, chance: float | None = None) -> list[dict[str, Any]]:
-    """One plain-language sentence per language pair and adjacent gap of the ranking.
+def verdicts(c: Comparison) -> list[dict[str, Any]]:
+    """One plain-language sentence per language pair and adjacent gap of the ranking, read from
+    the finished comparison (the significance of ``per_pair``, the paired interval of ``pairwise``).
+
+    Args:
+        c: the comparison.
 
     Returns:
         Dicts with ``pair, better, worse, diff, low, high, p_adj, significant, text``; plus one
@@ -74,91 +84,70 @@ def verdicts(c: Comparison, pw: pd.DataFrame, n: int, n_seeds: int, chance: floa
         when all of it is below).
     """
     out = []
+    seeds = c.seeds or 1
     for pair, g in c.per_pair.groupby("pair", sort=False):
-        g = g.sort_values("rank")
-        rows = list(g.itertuples(index=False))
+        rows = list(g.sort_values("rank").itertuples(index=False))
         for a, b in zip(rows, rows[1:]):
-            gap = _gap(pw, pair, a.model, b.model)
+            gap = _adjacent_gap(c, pair, a.model, b.model)
             span = f"{gap['diff']:.3f} [{gap['low']:.3f}, {gap['high']:.3f}]"
             if a.significant:
                 text = f"{a.model} beats {b.model} by {span}, significant after Holm (p = {a.p_adj:.2g})"
             else:
-                text = (f"{a.model} and {b.model} indistinguishable at this N ({n} queries x {n_seeds} seed"
-                        f"{'s' if n_seeds != 1 else ''}): raise N or seeds (gap {span}, Holm p = {a.p_adj:.2g})")
+                text = (f"{a.model} and {b.model} indistinguishable at this N ({c.n} queries x {seeds} seed"
+                        f"{'s' if seeds != 1 else ''}; gap {span}, Holm p = {a.p_adj:.2g})")
             out.append({"pair": pair, "better": a.model, "worse": b.model, **gap, "p_adj": float(a.p_adj),
                         "significant": bool(a.significant), "text": text})
-        if chance is not None and c.metric != "corr":
+        if c.chance is not None:
             for r in rows:
-                if r.ci_low <= chance:
-                    where = "below chance" if r.ci_high < chance else "not distinguishable from chance"
+                if r.ci_low <= c.chance:
+                    where = "below chance" if r.ci_high < c.chance else "not distinguishable from chance"
                     out.append({"pair": pair, "at_chance": r.model, "text": (
                         f"{r.model} is {where} ({c.metric} {r.estimate:.3f} "
-                        f"[{r.ci_low:.3f}, {r.ci_high:.3f}], chance {chance:.3g})")})
+                        f"[{r.ci_low:.3f}, {r.ci_high:.3f}], chance {c.chance:.3g})")})
     return out
-
-
-def agreement(c: Comparison, pw: pd.DataFrame, truth: Comparison, pw_truth: pd.DataFrame) -> list[dict[str, Any]]:
-    """Does the ranked metric order the models as the ground truth does? Per language pair: the
-    Spearman correlation of the two metrics' estimates across models, and the model pairs whose
-    order the two metrics give the other way round with both gaps significant after Holm
-    (over all of the pair's model pairs, :func:`~backretrieval.analysis.compare.pairwise`)."""
-    out = []
-    for pair in dict.fromkeys(c.per_pair["pair"]):
-        x = c.per_pair[c.per_pair["pair"] == pair].set_index("model")["estimate"]
-        y = truth.per_pair[truth.per_pair["pair"] == pair].set_index("model")["estimate"].reindex(x.index)
-        _, rho = correlations(x.to_numpy(float), y.to_numpy(float))
-        sig = pw[(pw["pair"] == pair) & pw["significant"].astype(bool)]
-        sig_t = pw_truth[(pw_truth["pair"] == pair) & pw_truth["significant"].astype(bool)]
-        won_t = set(zip(sig_t["model_a"], sig_t["model_b"]))
-        swapped = [(a, b) for a, b in zip(sig["model_a"], sig["model_b"]) if (b, a) in won_t]
-        if swapped:
-            text = "; ".join(f"{c.metric} puts {a} above {b}, {truth.metric} puts {b} above {a}" for a, b in swapped)
-        else:
-            text = f"no significant gap of {c.metric} is reversed by {truth.metric}"
-        out.append({"pair": pair, "spearman": rho, "reversed": [list(p) for p in swapped],
-                    "text": f"Spearman {rho:.2f} across models; {text}"})
-    return out
-
-
-def comparisons_for(result: EvalResult, metric: str, *, n_boot: int = 1000, level: float = 0.95, alpha: float = 0.05,
-                    first: Comparison | None = None) -> list[Comparison]:
-    """The comparison by ``metric`` (``first`` when already computed) and, where the records have
-    what it needs (ground truth for XLR, images for BkR), its counterpart (:func:`counterpart`)."""
-    main = first if first is not None else compare(result, metric, n_boot=n_boot, level=level, alpha=alpha)
-    other = counterpart(metric)
-    if other is not None and has_metric(result, other):
-        return [main, compare(result, other, n_boot=n_boot, level=level, alpha=alpha)]
-    return [main]
 
 
 def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None = None, *, n_boot: int = 1000,
                    level: float = 0.95, alpha: float = 0.05, command: str | None = None) -> Path:
-    """Rank the models of ``result`` by ``metric`` (default ``bkr@K``, or ``xlr@10`` for
-    text-only results), add the XLR/BkR counterpart where the data allow, and write the report
-    (see :func:`write_compare_report`). Returns the path of ``report.html``."""
+    """Rank the models of ``result`` by ``metric`` (:func:`~backretrieval.analysis.compare.compare`:
+    default ``bkr@K``, or ``xlr@K`` for text-only results; the XLR/BkR counterpart beside it where
+    the data allow) and write the report (see :func:`write_compare_report`).
+
+    Args:
+        result: a finished evaluation.
+        out_dir: the folder (created).
+        metric: the metric to rank by (None: as above).
+        n_boot: bootstrap resamples.
+        level: confidence level of the intervals.
+        alpha: significance level of the gaps.
+        command: what produced it, shown verbatim (default: this Python call).
+
+    Returns:
+        The path of ``report.html``.
+    """
     if metric is None:
-        metric = "xlr@10" if result.text_only else f"bkr@{result.config.k}"
-    cs = comparisons_for(result, metric, n_boot=n_boot, level=level, alpha=alpha)
+        metric = f"xlr@{result.config.k}" if result.text_only else f"bkr@{result.config.k}"
+    c = compare(result, metric, n_boot=n_boot, level=level, alpha=alpha)
     if command is None:
-        command = (f"Python: backretrieval.report.compare_report.compare_report(result, out_dir, metric={metric!r}, "
+        command = (f"Python: backretrieval.compare_report(result, out_dir, metric={metric!r}, "
                    f"n_boot={n_boot}, level={level}, alpha={alpha})")
-    return write_compare_report(cs, result, out_dir, command=command, n_boot=n_boot)
+    return write_compare_report(c, result, out_dir, command=command)
 
 
-def write_compare_report(comparisons: Comparison | Sequence[Comparison], result: EvalResult, out_dir: str | Path, *,
-                         command: str | Sequence[str] | None = None, n_boot: int = 1000, n_perm: int = 5000,
-                         seed: int = 0, examples: int = 12) -> Path:
+def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: str | Path, *,
+                         command: str | Sequence[str] | None = None, seed: int = 0, examples: int = 12) -> Path:
     """Write ``report.html``, ``report.json`` and ``figures/*.png|svg`` into ``out_dir``.
 
     Args:
-        comparisons: the ranked metric first, then metrics shown beside it (e.g. XLR beside BkR).
-        result: the evaluation the comparisons were computed from (per-query ranks for the gap
-            intervals and pairwise tests; configuration and provenance for the header).
+        comparison: the finished comparison (:func:`~backretrieval.analysis.compare.compare`),
+            with its counterpart in ``beside`` where the records have one: the ground truth
+            (XLR) leads where it is there, the metric without ground truth (BkR) beside it.
+        result: the evaluation the comparison was computed from (configuration and provenance
+            for the header, per-query results for the galleries).
         out_dir: the folder (created).
         command: what produced it, shown verbatim (a list is shell-quoted); default: this
-            Python call with its arguments.
-        n_boot, n_perm, seed: bootstrap resamples, permutations and seed of the pairwise gaps
-            (``seed`` also draws the galleries' random queries).
+            Python call.
+        seed: draws the galleries' random queries.
         examples: queries per pair and sample in the example galleries (0: no galleries), from
             the result's per-query table (:meth:`EvalResult.queries`,
             :func:`backretrieval.report.gallery.select_queries`).
@@ -166,48 +155,45 @@ def write_compare_report(comparisons: Comparison | Sequence[Comparison], result:
     Returns:
         The path of ``report.html`` (written last, atomically: figures and report.json first).
     """
-    cs = [comparisons] if isinstance(comparisons, Comparison) else list(comparisons)
-    if not cs:
-        raise ValueError("no comparison to report")
+    if not isinstance(comparison, Comparison):
+        raise BackretrievalError(f"write_compare_report takes one finished Comparison (from compare()), got "
+                                 f"{type(comparison).__name__}")
+    lead, check = lead_and_check(comparison)
+    cs = [lead] + ([check] if check is not None else [])
     out = Path(out_dir)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    cfg = result.config
-    n_seeds = len({r["seed"] for r in result.records})
     if command is None:
-        command = (f"Python: backretrieval.report.compare_report.write_compare_report(<comparisons by "
-                   f"{', '.join(c.metric for c in cs)}>, result, out_dir, n_boot={n_boot}, n_perm={n_perm}, seed={seed})")
+        command = f"Python: backretrieval.report.compare_report.write_compare_report(<comparison by {comparison.metric}>, result, out_dir)"
     elif not isinstance(command, str):
         command = shlex.join(list(command))
-    blocks, doc = [], {"metric": cs[0].metric, "command": command, "metrics": []}
+    v = comparison.verdict
+    blocks, doc = [], {"metric": comparison.metric, "command": command, "verdict": v, "metrics": []}
     for c in cs:
-        chance = chance_level(c.metric, cfg.n)
-        pw = pairwise(result, c.metric, n_boot=n_boot, n_perm=n_perm, level=c.level, alpha=c.alpha, seed=seed)
-        w = wins(pw, F.model_order(c))
+        w = c.across_pairs[["model", "wins", "losses", "ties"]]
         stem = fig_dir / f"compare_{slug(c.metric)}"
         figs = {
-            "heatmap": F.heatmap_ci(c, stem.with_name(stem.name + "_heatmap"), chance),
-            "forest": F.forest(c, stem.with_name(stem.name + "_forest"), chance),
-            "spread": F.spread(c, stem.with_name(stem.name + "_spread"), chance),
+            "heatmap": F.heatmap_ci(c, stem.with_name(stem.name + "_heatmap"), c.chance),
+            "forest": F.forest(c, stem.with_name(stem.name + "_forest"), c.chance),
+            "spread": F.spread(c, stem.with_name(stem.name + "_spread"), c.chance),
             "wins": F.wins_chart(c, w, stem.with_name(stem.name + "_wins")),
         }
-        v = verdicts(c, pw, cfg.n, n_seeds, chance)
-        blocks.append((c, chance, pw, w, figs, v))
+        sentences = verdicts(c)
+        blocks.append((c, c.chance, c.pairwise, w, figs, sentences))
         doc["metrics"].append({
-            "metric": c.metric, "level": c.level, "alpha": c.alpha, "chance": chance, "verdicts": v,
-            "pairwise": pw.to_dict(orient="records"), "wins": w.to_dict(orient="records"),
+            "metric": c.metric, "level": c.level, "alpha": c.alpha, "chance": c.chance, "verdicts": sentences,
+            "pairwise": c.pairwise.to_dict(orient="records"), "wins": w.to_dict(orient="records"),
             "figures": {k: [str(p.relative_to(out)) for p in ps] for k, ps in figs.items()},
         })
-    agree = None
-    if len(blocks) > 1 and blocks[1][0].metric.startswith("xlr"):  # the ranked metric against the ground truth
-        agree = agreement(blocks[0][0], blocks[0][2], blocks[1][0], blocks[1][2])
-        doc["agreement"] = {"metric": blocks[0][0].metric, "truth": blocks[1][0].metric, "per_pair": agree}
-    gallery = _galleries(result, cs[0], examples, seed) if examples else None
+    agree = v.get("agreement")
+    if agree is not None:
+        doc["agreement"] = {"metric": check.metric, "truth": lead.metric, "per_pair": agree}
+    gallery = _galleries(result, lead, examples, seed) if examples else None
     if gallery is not None:
         doc["examples"] = gallery["selected"].to_dict(orient="records") if "selected" in gallery else gallery["note"]
     atomic_write_text(out / "report.json", json.dumps(json_ready(doc), indent=1))
     path = out / "report.html"
-    atomic_write_text(path, _html(blocks, result, command, n_seeds, agree, gallery))
+    atomic_write_text(path, _html(blocks, result, command, lead.seeds or 1, agree, v, gallery))
     return path
 
 
@@ -238,6 +224,10 @@ def _galleries(result: EvalResult, c: Comparison, n: int, seed: int) -> dict[str
     return {"html": "\n".join(parts), "css": G.CSS + thumbs.style(), "selected": sel}
 
 
+_VERDICT_CLASS = {"ship": "ship", "tied": "tie", "per pair": "tie", "not enough data": "open"}
+_AGREE_CLASS = {"agrees": "sig", "reverses": "tie", "not enough data": "open"}
+
+
 def _e(x: Any) -> str:
     return html.escape(str(x))
 
@@ -262,7 +252,7 @@ def _figures(items: Sequence[tuple[Path, str]], wide: bool = False) -> str:
 
 
 def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[dict[str, Any]] | None,
-          gallery: dict[str, Any] | None = None) -> str:
+          verdict: dict[str, Any], gallery: dict[str, Any] | None = None) -> str:
     cfg = result.config
     c0, chance0 = blocks[0][0], blocks[0][1]
     names = [b[0].metric for b in blocks]
@@ -271,19 +261,27 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
     pairs = list(dict.fromkeys(c0.per_pair["pair"]))
     what = "text only" if result.text_only else f"image model g = {cfg.image_model_name}"
     chance_txt = "" if chance0 is None else f" Chance level of {c0.metric}: {chance0:.4g} (red line on the figures)."
-    h = [f"<h1>Which model? {_e(' and '.join(names))} on {_e(cfg.dataset)}</h1>",
-         f"<p>{len(models)} models, {len(pairs)} language pairs, N = {cfg.n} queries per pair and seed, "
-         f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, {_e(what)}, similarity {_e(cfg.sim)}. Intervals: {pct}% "
-         f"seed-stratified percentile bootstrap over queries. Gaps: paired sign-flip permutation test, Holm-adjusted, "
-         f"alpha = {c0.alpha:g}.{_e(chance_txt)}</p>"]
-    if len(blocks) > 1:
+    h = [f"<h1>Which model? {_e(' and '.join(names))} on {_e(cfg.dataset)}</h1>"]
+    if verdict:
+        rest = " ".join(_e(v["text"]) for v in verdict["pairs"])
+        check = f" {_e(verdict['check_text'])}" if verdict.get("check_text") else ""
+        h.append(f'<p class="verdict {_VERDICT_CLASS[verdict["status"]]}"><b>{_e(verdict["summary"])}</b> {rest}{check}</p>')
+    h.append(f"<p>{len(models)} models, {len(pairs)} language pairs, N = {cfg.n} queries per pair and seed, "
+             f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, {_e(what)}, similarity {_e(cfg.sim)}. Intervals: {pct}% "
+             f"seed-stratified percentile bootstrap over queries. Gaps: paired sign-flip permutation test, Holm-adjusted, "
+             f"alpha = {c0.alpha:g}.{_e(chance_txt)}</p>")
+    if len(blocks) > 1 and agree is not None:
+        h.append(f"<p>{_e(c0.metric)} is the ground truth (the data link languages); {_e(blocks[1][0].metric)}, which "
+                 f"needs no translations, is shown beside it as the check.</p>")
+    elif len(blocks) > 1:
         h.append(f"<p>{_e(blocks[1][0].metric)} is shown beside {_e(c0.metric)} (the records have what it needs).</p>")
     if agree:
-        items = "".join(f'<li class="{"tie" if a["reversed"] else "sig"}"><b>{_e(a["pair"])}</b>: {_e(a["text"])}</li>'
+        items = "".join(f'<li class="{_AGREE_CLASS[a["status"]]}"><b>{_e(a["pair"])}</b>: {_e(a["text"])}</li>'
                         for a in agree)
-        h.append(f"<h2>{_e(c0.metric)} against the ground truth {_e(blocks[1][0].metric)}</h2>"
-                 f"<p>These data have known translations, so the ranking {_e(c0.metric)} gives without them can be "
-                 f"checked. Where the two agree, {_e(c0.metric)} can be trusted on similar data without translations; "
+        check = blocks[1][0].metric
+        h.append(f"<h2>{_e(check)} against the ground truth {_e(c0.metric)}</h2>"
+                 f"<p>These data have known translations, so the ranking {_e(check)} gives without them can be "
+                 f"checked. Where the two agree, {_e(check)} can be trusted on similar data without translations; "
                  f"a reversed pair says which kind of model it misjudges here.</p><ul class=\"verdicts\">{items}</ul>")
     h.append("<h2>Verdicts</h2>")
     for c, _, _, _, _, v in blocks:
@@ -310,10 +308,9 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
     h.append("<p>A win: on one language pair, the model's gap to one other model is significant after Holm "
              "(over all of that pair's model pairs). Rank 1 = best on a pair.</p>")
     h.append(_figures([(b[4]["wins"][0], f"{b[0].metric}: significant wins, ties, losses") for b in blocks], wide=True))
-    for c, _, _, w, _, _ in blocks:
-        a = c.across_pairs.merge(w, on="model", suffixes=("", "_sig"))
+    for c, *_ in blocks:
         rows = [[r["model"], f"{r['mean']:.4f}", f"{r['sd']:.4f}", f"{r['min']:.4f}", f"{r['max']:.4f}",
-                 f"{r['mean_rank']:.2f}", r["wins"], r["wins_sig"], r["ties"], r["losses"]] for _, r in a.iterrows()]
+                 f"{r['mean_rank']:.2f}", r["firsts"], r["wins"], r["ties"], r["losses"]] for _, r in c.across_pairs.iterrows()]
         h.append(f"<h3>By {_e(c.metric)}</h3>")
         h.append(_table(["model", "mean", "sd over pairs", "min", "max", "mean rank", "rank-1 pairs",
                          "significant wins", "ties", "losses"], rows))
@@ -324,8 +321,8 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
     h.append("<h2>How to read this</h2><ul>"
              "<li>An interval is where the score would land on most other samples of N queries from the same data; "
              "two overlapping intervals do not mean a tie: the gap's own (paired) interval and its test decide.</li>"
-             "<li>'Indistinguishable at this N' is a statement about the sample, not the models: more queries (N) or "
-             "seeds narrow the intervals.</li>"
+             "<li>'Indistinguishable at this N' is a statement about the sample, not the models; the verdict says "
+             "whether the data hold more queries that would narrow the intervals.</li>"
              "<li>BkR (Backretrieval) needs no translations: it retrieves images through the texts. Trust its ranking "
              "where it has been checked against ground truth on similar data (docs/meta.md, calibration), and confirm "
              "a close call with the human study (docs/study.md).</li></ul>")

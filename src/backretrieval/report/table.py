@@ -106,8 +106,10 @@ def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
 
 
 def format_comparison(c: Comparison) -> str:
-    """Markdown: one ranking per pair ('>' marks a significant gap to the next model, '~' not),
-    then the average over pairs with its spread."""
+    """Markdown of one comparison's tables: one ranking per pair ('>' marks a significant gap to
+    the next model, '~' not), then the average over pairs with its spread, first places and
+    significant wins, ties and losses (over every two models of a pair, Holm over the pair's
+    model pairs)."""
     pct = int(round(c.level * 100))
     out = [f"## Ranking by {c.metric} ({pct}% bootstrap CI; gap to next: paired permutation test, Holm-adjusted, alpha={c.alpha})"]
     for pair, g in c.per_pair.groupby("pair", sort=False):
@@ -116,7 +118,10 @@ def format_comparison(c: Comparison) -> str:
             gap = "" if np.isnan(r["p_adj"]) else (">" if r["significant"] else "~")
             p = "" if np.isnan(r["p_adj"]) else f"{r['p_adj']:.3g}"
             out.append(f"| {r['rank']} | {r['model']} | {r['estimate']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | {gap} | {p} |")
-    out += ["", f"### Across {c.per_pair['pair'].nunique()} pairs", "", "| model | mean | sd | min | max | mean rank | wins |", "|---|---|---|---|---|---|---|"]
+    out += ["", f"### Across {c.per_pair['pair'].nunique()} pairs", "",
+            "| model | mean | sd | min | max | mean rank | first on | significant wins | ties | losses |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in c.across_pairs.iterrows():
-        out.append(f"| {r['model']} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} | {r['wins']} |")
+        out.append(f"| {r['model']} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} "
+                   f"| {r['firsts']} | {r['wins']} | {r['ties']} | {r['losses']} |")
     return "\n".join(out)

@@ -232,6 +232,10 @@ class EvalResult:
         notes: what a summary of the records must say (e.g. seeds that all draw the same sample).
         items: (src, tgt, seed) -> ``"non-matching"`` / ``"matching"`` -> the items of that
             sample (:class:`~.queries.SampleItems`), which :meth:`queries` names.
+        largest_n: per pair label (``"en->de"``), the largest N the data allow for the
+            matching sample (``"xlr"``) and the non-matching one (``"bkr"``); None where that
+            sample is not drawn (:func:`~.features.largest_n`). A verdict advises more queries
+            only where there are more.
     """
 
     config: EvalConfig
@@ -242,6 +246,21 @@ class EvalResult:
     text_only: bool = False  # the dataset has no images: XLR only, records carry no image fields
     notes: list[str] = dataclasses.field(default_factory=list)  # what a summary of the records must say
     items: dict[tuple[str, str, int], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    largest_n: dict[str, dict[str, int | None]] = dataclasses.field(default_factory=dict)
+
+    def summary(self) -> pd.DataFrame:
+        """The summary table of the records (``summary.md`` renders it): per pair and model, the
+        mean and sd over seeds of the columns shown for this run's K (and, with approximate
+        search, its depth).
+
+        Returns:
+            :func:`summarize` of :attr:`records` over
+            :func:`~backretrieval.metrics.table.summary_columns` of the configuration's K.
+        """
+        from ...metrics.table import approx_ks
+
+        depth = max(approx_ks(self.config.n, self.config.k)) if self.config.approx else None
+        return summarize(self.records, summary_columns(self.config.k, depth))
 
     def queries(self, pair: Any = None, model: Any = None, seed: Any = None, sample: Any = None) -> pd.DataFrame:
         """What each query retrieved: one row per (record, sample, query).

@@ -63,7 +63,7 @@ from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
-from .features import check_needs, draw_samples, Features, same_sample_note, Samples
+from .features import check_needs, draw_samples, Features, largest_n, same_sample_note, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .queries import MATCHING, NON_MATCHING, sample_items
 from .tasks import SampleTask, check_approx
@@ -244,6 +244,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     info["encoding"] = encoding
     order = {m: i for i, m in enumerate(names)}
+    largest = {f"{s}->{t}": largest_n(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
     results = {}
     for g in image_models:
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], k[2], k[3], k[4]))
@@ -255,6 +256,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             text_only=not has_bkr,
             notes=list(notes),
             items=items,
+            largest_n=largest,
         )
     main, *rest = image_models
     result = results[main]

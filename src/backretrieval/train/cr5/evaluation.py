@@ -22,6 +22,7 @@ from ...data import Corpus, Dataset
 from ...encoders.trained.cr5 import Cr5Model
 from ...metrics import rank_summary, retrieval_ranks
 from .estimator import Cr5
+from .plan import plan_training
 from .splits import Split, corpora_of, pair_key, candidate_rows, make_split, training_corpora, write_heldout
 
 METRIC = "xlr"  # record keys xlr@K, xlr_mrr, xlr_median_rank
@@ -344,22 +345,21 @@ def train_evaluate(
         "split", "seconds"}`` (``test``: :func:`evaluate_retrieval` records).
 
     Raises:
-        DataError: several lambdas without held-out concepts, a regime without its pair or
-            pivot, or what the split and the fit reject.
+        Cr5OptionError: options that break a rule of :func:`.plan.plan_training` (several
+            lambdas without held-out concepts, a regime without its pair or pivot, ...).
+        DataError: what the split and the fit reject.
     """
     corpora = corpora_of(ds)
     langs = list(languages) if languages else sorted(corpora)
-    if regime == "pairwise" and pair is None and len(langs) == 2:
-        pair = (langs[0], langs[1])
     if regime == "transitive" and (pair is None or pivot is None) and len(langs) == 3 and pivot in langs:
         pair = tuple(x for x in langs if x != pivot)  # type: ignore[assignment]
     params = dict(params or {})
-    lams = [float(x) for x in lams]
+    words = {k: params[k] for k in ("min_words", "max_words") if k in params}
+    plan = plan_training(regime=regime, languages=langs, pair=pair, pivot=pivot, lams=lams, split=split, holdout=holdout, **words)
+    pair, lams = plan.pair, plan.lams
     t0 = time.perf_counter()
     result: dict[str, Any] = {"regime": regime, "languages": langs, "pair": pair, "pivot": pivot}
     if not holdout:
-        if len(lams) != 1:
-            raise DataError("training without held-out concepts cannot choose lambda: give one lambda")
         if regime == "joint":
             train = {lang: corpora[lang] for lang in langs}
         else:
