@@ -325,11 +325,13 @@ def encoding_facts(cached: CachedTextEncoder, corpora: dict[str, Any], seconds: 
         enc: the model.
 
     Returns:
-        ``{"texts", "encoded", "seconds", "items_per_second", ...}``.
+        ``{"texts", "encoded", "seconds", "dim", "items_per_second", ...}``.
     """
     texts = sum(len(set(c.texts)) for c in corpora.values())
     encoded = int(cached.n_encoded)
+    dim = getattr(enc, "dim", None)
     out: dict[str, Any] = {"texts": texts, "encoded": encoded, "seconds": seconds,
+                           "dim": int(dim) if isinstance(dim, int) else None,
                            "items_per_second": round(encoded / seconds, 2) if encoded and seconds > 0 else None}
     details = getattr(enc, "run_details", None)
     if isinstance(details, dict):
