@@ -9,7 +9,8 @@ import pytest
 
 from backretrieval.core import EncoderError
 from backretrieval.encoders import (
-    ContractError, check_image_encoder, check_text_encoder, get_text_encoder, list_image_encoders, list_text_encoders,
+    ContractError, build_encoder, check_image_encoder, check_text_encoder, get_text_encoder, list_image_encoders,
+    list_text_encoders,
 )
 
 TEXT = list_text_encoders()
@@ -44,8 +45,8 @@ def test_a_broken_promise_is_named(tmp_path):
     other vectors keep the version."""
     random = next(i for i in TEXT if i.name == "random")
 
-    def scaled(arg=None, **options):
-        enc = random.factory(arg, **options)
+    def scaled(**options):
+        enc = build_encoder(random, **options)
         encode = enc.encode
         enc.encode = lambda texts, lang, **kw: 2 * encode(texts, lang, **kw)
         return enc
@@ -53,8 +54,8 @@ def test_a_broken_promise_is_named(tmp_path):
     with pytest.raises(ContractError, match=r"'scaled' fails 'unit norm': promises unit_norm but row \d+ has L2 norm 2\.0"):
         check_text_encoder(dataclasses.replace(random, name="scaled", factory=scaled), tmp_path / "a")
 
-    def same_version(arg=None, **options):
-        enc = random.factory(arg, **options)
+    def same_version(**options):
+        enc = build_encoder(random, **options)
         enc.version = "fixed"
         return enc
 
@@ -69,11 +70,16 @@ def test_an_unknown_model_is_named():
         get_text_encoder("no-such-model")
 
 
-def test_the_plugin_guide_runs():
-    """docs/plugins.md's worked example: a plugin checked before it is registered passes."""
+def test_the_plugin_guide_runs(tmp_path):
+    """docs/plugins.md's worked example, in a fresh interpreter (it registers a model): the plugin is
+    declared, passes the checks and is built from a spec string with options."""
     import re
+    import subprocess
+    import sys
     from pathlib import Path
 
     guide = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text(encoding="utf-8")
     (block,) = re.findall(r"```python\n(.*?)```", guide, re.S)
-    exec(compile(block, "docs/plugins.md", "exec"), {"__name__": "plugin_guide"})
+    proc = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("letter-counts?lowercase=false letter-counts-1/cased (1, 27)")

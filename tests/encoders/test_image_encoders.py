@@ -202,7 +202,7 @@ def test_missing_weights_package_gives_pip_hint(monkeypatch):
 def test_unknown_option_is_rejected():
     with pytest.raises(EncoderError, match="colour"):
         get_image_encoder("color-hist", colour=True)
-    # one option check (BatchedImageEncoder.check_options), each model listing what it takes
+    # one option check (encoders.options), each model listing what its signature takes
     with pytest.raises(EncoderError, match=r"'precomputed': unknown option\(s\) threads \(known: batch_size, progress\)"):
         get_image_encoder("precomputed", threads=2)
     with pytest.raises(EncoderError, match=r"'mobilenet-v2': unknown option\(s\) colour \(known: batch_size, progress, backend, device, threads\)"):

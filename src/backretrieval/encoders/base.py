@@ -3,10 +3,11 @@
 A text encoder is anything with ``name``, ``version``, ``dim`` and
 ``encode(texts, lang, *, ids=None) -> float32 (n, d)``; an image encoder has
 ``encode_images(paths) -> float32 (n, d)``. No inputs give a ``(0, d)`` array. Each built-in
-lives in its own module and registers a factory with :func:`~backretrieval.encoders.registry.register_text` /
-:func:`~backretrieval.encoders.registry.register_image`, with an ``example`` hook that builds a tiny real instance for the
-contract checks (:mod:`.checks`); a model is asked for by a spec string: ``"use-m"``,
-``"precomputed:emb.parquet"``, ``"st:/path/to/model"``.
+lives in its own module and declares its class or factory with
+:func:`~backretrieval.encoders.registry.register_text` / :func:`~backretrieval.encoders.registry.register_image`,
+with an ``example`` hook that builds a tiny real instance for the contract checks (:mod:`.checks`);
+a model is asked for by a spec string: ``"use-m"``, ``"precomputed:emb.parquet"``,
+``"st:/path/to/model"``, ``"random?seed=3"``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..core import EncoderError, first_bad_row
+from .options import Option
 
 
 @runtime_checkable
@@ -95,14 +97,39 @@ class Example:
 
 @dataclasses.dataclass(frozen=True)
 class EncoderInfo:
+    """A registered model: what the registry, the model list, the docs table and the contract checks
+    know of it. :func:`~backretrieval.encoders.registry.register_text` /
+    :func:`~backretrieval.encoders.registry.register_image` make one from a declaration (the kind from
+    which of the two is called, ``takes_arg`` and ``options`` from the factory's signature);
+    :func:`~backretrieval.encoders.registry.encoder_info` makes one without registering it.
+
+    Attributes:
+        name: the name specs use (``NAME``, ``NAME:ARG``, ``NAME?KEY=VALUE``).
+        factory: the class or function that builds the encoder: ``factory(arg, **options)`` when
+            ``takes_arg``, ``factory(**options)`` otherwise.
+        description: one line for ``backretrieval models`` and the docs table.
+        kind: ``"text"`` or ``"image"``.
+        takes_arg: whether the spec is ``NAME:ARG`` (a file, a directory, a hub name).
+        requires: the pip package(s) the model needs, for the missing-package message.
+        example: ``example(folder) -> Example``: builds a tiny real instance in ``folder`` for the
+            contract checks (:mod:`backretrieval.encoders.checks`); None fails them.
+        options: the keyword options the factory takes, with their types and defaults; None for a
+            factory that takes any keyword (``**options``), whose options are not checked.
+    """
+
     name: str
-    factory: Callable[..., Any]  # factory(arg: str | None, **options) -> encoder
+    factory: Callable[..., Any]
     description: str
-    kind: str  # "text" or "image"
-    takes_arg: bool = False  # spec is "name:ARG"
-    requires: str = ""  # pip package(s) needed
-    # example(folder) -> Example: builds a tiny real instance in ``folder`` for the contract checks
+    kind: str
+    takes_arg: bool = False
+    requires: str = ""
     example: Callable[[Path], Example] | None = None
+    options: tuple[Option, ...] | None = ()
+
+    def options_text(self) -> str:
+        """The options as the model list and the docs table write them: ``seed: int = 0, dim: int = 512``
+        (``any`` for a factory that takes any keyword, empty for none)."""
+        return "any" if self.options is None else ", ".join(o.describe() for o in self.options)
 
 
 def check_embeddings(x: np.ndarray, n: int, what: str, ids: Sequence[str] | None = None) -> np.ndarray:

@@ -29,7 +29,7 @@ import contextlib
 import importlib.util
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,15 +86,6 @@ def positive_int(value: Any, what: str, owner: str) -> int:
     if not ok:
         raise EncoderError(f"{owner}: {what} must be a positive integer, got {value!r}")
     return v
-
-
-def check_options(model: str, options: Mapping[str, Any], known: Sequence[str]) -> None:
-    """Refuse an option of ``model`` not in ``known``, naming the ones it takes."""
-    unknown = set(options) - set(known)
-    if unknown:
-        raise EncoderError(
-            f"text model {model!r}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})"
-        )
 
 
 def as_texts(texts: Sequence[str], ids: Sequence[str] | None, what: str) -> list[str]:

@@ -131,11 +131,11 @@ def progress_bar(total: int, desc: str, enabled: bool):
 
 
 class BatchedImageEncoder:
-    """Base of the image encoders: options, their checks, and the one batching loop.
+    """Base of the image encoders: the common options and the one batching loop.
 
     The image counterpart of :class:`~backretrieval.encoders.text_batching.BatchedTextEncoder`. Subclasses set ``name``,
-    ``dim`` and ``version``, may extend :attr:`options` (the keyword options their factory
-    accepts) and implement :meth:`_encode_batch`; a subclass that prepares batches ahead of
+    ``dim`` and ``version``, take their options as keyword-only ``__init__`` parameters (the
+    registry reads and checks them) and implement :meth:`_encode_batch`; a subclass that prepares batches ahead of
     the model (decoding in a background thread) overrides :meth:`_batches`, and one with a
     model to load before the first batch overrides :meth:`_prepare`.
     """
@@ -143,28 +143,10 @@ class BatchedImageEncoder:
     name: str = ""
     dim: int | None = 0
     version: str = ""
-    options: tuple[str, ...] = ("batch_size", "progress")
 
     def __init__(self, *, batch_size: int = 64, progress: bool = False) -> None:
         self.batch_size = self._batch_size(batch_size)
         self.progress = bool(progress)
-
-    @classmethod
-    def check_options(cls, model: str, options: dict[str, Any]) -> None:
-        """Raise :class:`EncoderError` naming any option ``model``'s factory does not take.
-
-        Args:
-            model: the registered name, for the message.
-            options: the keyword options given.
-
-        Raises:
-            EncoderError: an unknown option (the known ones are listed).
-        """
-        unknown = set(options) - set(cls.options)
-        if unknown:
-            raise EncoderError(
-                f"image model {model!r}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(cls.options)})"
-            )
 
     def _batch_size(self, value: Any) -> int:
         if isinstance(value, bool) or int(value) < 1:

@@ -70,7 +70,6 @@ class CNNFeatureEncoder(BatchedImageEncoder):
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
     describe: str = ""  # e.g. "bicubic-crop/m127s128/white-bg/gap1280"
-    options = ("batch_size", "progress", "backend", "device", "threads")
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .batching import LOADING, BatchedImageEncoder, load_rgb
-from ..base import EncoderInfo, Example, package_version
+from ..base import Example, package_version
 from ..registry import register_image
 
 BINS = 8
@@ -35,6 +35,11 @@ def color_histogram(path: str | os.PathLike[str]) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
+@register_image(
+    "color-hist",
+    description="weak baseline: joint RGB colour histogram, 8 bins per channel (512-d), Hellinger (sqrt) normalised",
+    example=lambda folder: Example(),
+)
 class ColorHistEncoder(BatchedImageEncoder):
     """Joint RGB histogram, 8 bins per channel, Hellinger (sqrt) then unit L2 norm."""
 
@@ -55,22 +60,3 @@ class ColorHistEncoder(BatchedImageEncoder):
 
     def _encode_batch(self, batch: list[str | os.PathLike[str]]) -> np.ndarray:
         return np.stack([color_histogram(p) for p in batch])
-
-
-def _factory(arg: str | None = None, **options: Any) -> ColorHistEncoder:
-    ColorHistEncoder.check_options("color-hist", options)
-    return ColorHistEncoder(**options)
-
-
-register_image(
-    EncoderInfo(
-        name="color-hist",
-        factory=_factory,
-        description="weak baseline: joint RGB colour histogram, 8 bins per channel (512-d), "
-        "Hellinger (sqrt) normalised",
-        kind="image",
-        takes_arg=False,
-        requires="",
-        example=lambda folder: Example(),
-    )
-)

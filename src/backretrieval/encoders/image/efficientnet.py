@@ -32,6 +32,7 @@ guitar / laptop / bicycle / hot beverage.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -40,7 +41,7 @@ from typing import Any
 from ...core import EncoderError
 from .batching import LOADING
 from .cnn import CNNFeatureEncoder
-from ..base import EncoderInfo, Example, package_version
+from ..base import Example, package_version
 from ..registry import register_image
 
 MEAN = (127.0 / 255.0,) * 3
@@ -72,7 +73,16 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
     dim = 1280  # the Lite head is not scaled: 1280 channels for every variant
     describe = f"bicubic-crop/mean127-std128/{LOADING}/gap1280"
 
-    def __init__(self, variant: int = 0, **options: Any) -> None:
+    def __init__(
+        self,
+        variant: int = 0,
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        backend: str | None = None,
+        device: str | None = None,
+        threads: int | None = None,
+    ) -> None:
         if variant not in RESOLUTION:
             raise EncoderError(f"efficientnet-lite{variant} is not supported (lite0, lite1, lite2)")
         if importlib.util.find_spec("efficientnet_lite_pytorch") is None:
@@ -80,7 +90,7 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
         self.variant = variant
         self.name = f"efficientnet-lite{variant}"
         self.resolution = RESOLUTION[variant]
-        super().__init__(**options)
+        super().__init__(batch_size=batch_size, progress=progress, backend=backend, device=device, threads=threads)
 
     def weights_path(self) -> str:
         """Path of the packaged weights file of this EfficientNet-Lite variant."""
@@ -124,27 +134,14 @@ class EfficientNetLiteEncoder(CNNFeatureEncoder):
         return Features(model)
 
 
-def _factory(variant: int):
-    def factory(arg: str | None = None, **options: Any) -> EfficientNetLiteEncoder:
-        EfficientNetLiteEncoder.check_options(f"efficientnet-lite{variant}", options)
-        return EfficientNetLiteEncoder(variant, **options)
-
-    return factory
-
-
 for _v, _res in RESOLUTION.items():
     register_image(
-        EncoderInfo(
-            name=f"efficientnet-lite{_v}",
-            factory=_factory(_v),
-            description=(
-                f"EfficientNet-Lite{_v} ImageNet CNN, {_res}px, global-average-pooled last conv "
-                "features (1280-d)" + (" [default image model]" if _v == 0 else "")
-            ),
-            kind="image",
-            takes_arg=False,
-            example=lambda folder: Example(),
-            requires=f"torch {_MODEL_PKG} {_weights_dist(_v)}",
-        )
-    )
+        f"efficientnet-lite{_v}",
+        description=(
+            f"EfficientNet-Lite{_v} ImageNet CNN, {_res}px, global-average-pooled last conv "
+            "features (1280-d)" + (" [default image model]" if _v == 0 else "")
+        ),
+        requires=f"torch {_MODEL_PKG} {_weights_dist(_v)}",
+        example=lambda folder: Example(),
+    )(functools.partial(EfficientNetLiteEncoder, _v))
 del _v, _res

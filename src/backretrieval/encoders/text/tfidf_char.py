@@ -29,12 +29,11 @@ from typing import Any
 import numpy as np
 
 from ...core import DataError, EncoderError, content_hash, normalize_rows
-from ..base import EncoderInfo, Example, package_version
+from ..base import Example, package_version
 from ..registry import register_text
 from ..text_batching import (
     BatchedTextEncoder,
     as_texts,
-    check_options,
     positive_int,
     require,
 )
@@ -44,6 +43,12 @@ NGRAM_RANGE = (2, 4)
 MAX_CHARS = 100_000
 
 
+@register_text(
+    "tfidf-char",
+    description="character 2-4-gram TF-IDF fitted on all evaluated texts (+1 bias dim; surface-form baseline)",
+    requires="scikit-learn",
+    example=lambda folder: Example(other=(None, {"max_features": 32})),
+)
 class TfidfCharEncoder(BatchedTextEncoder):
     """Character 2-4-gram TF-IDF (+1 bias dimension), fitted on all evaluated languages."""
 
@@ -109,21 +114,3 @@ class TfidfCharEncoder(BatchedTextEncoder):
         out[:, :-1] = x.toarray()
         out[:, -1] = BIAS
         return normalize_rows(out)
-
-
-def _factory(arg: str | None = None, **options: Any) -> TfidfCharEncoder:
-    check_options("tfidf-char", options, ("max_features", "batch_size", "progress"))
-    return TfidfCharEncoder(**options)
-
-
-register_text(
-    EncoderInfo(
-        name="tfidf-char",
-        factory=_factory,
-        description="character 2-4-gram TF-IDF fitted on all evaluated texts (+1 bias dim; surface-form baseline)",
-        kind="text",
-        takes_arg=False,
-        requires="scikit-learn",
-        example=lambda folder: Example(other=(None, {"max_features": 32})),
-    )
-)

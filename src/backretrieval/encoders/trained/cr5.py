@@ -49,8 +49,8 @@ from ...core import DataError, EncoderError, UnsupportedLanguageError, normalize
 from ...core.fingerprint import dir_digest
 from .modeldir import RESERVED, read_model_dir, write_model_dir
 from .bow import TOKENIZER_VERSION, TfidfBow
-from ..text_batching import BatchedTextEncoder, check_options, lang_key
-from ..base import EncoderInfo, Example
+from ..text_batching import BatchedTextEncoder, lang_key
+from ..base import Example
 from ..registry import register_text
 
 VOCAB_DIR = "vocab"
@@ -201,8 +201,8 @@ class Cr5Encoder(BatchedTextEncoder):
     default_batch_size = 2048
     max_chars = MAX_CHARS
 
-    def __init__(self, path: str | os.PathLike, *, name: str | None = None, batch_size: int | None = None, progress: bool = False) -> None:
-        self.name = name or f"cr5:{path}"
+    def __init__(self, path: str | os.PathLike, *, batch_size: int | None = None, progress: bool = False) -> None:
+        self.name = f"cr5:{path}"
         p = Path(path).expanduser()
         try:
             md = read_model_dir(p, "cr5", arrays=False)  # the header only: arrays load on first use
@@ -246,13 +246,6 @@ class Cr5Encoder(BatchedTextEncoder):
         return normalize_rows(out).astype(np.float32)
 
 
-def _factory(arg: str | None = None, **options: Any) -> Cr5Encoder:
-    check_options("cr5", options, ("batch_size", "progress"))
-    if not arg:
-        raise EncoderError("text model 'cr5' needs a model directory: cr5:DIR (train one with `backretrieval train cr5`)")
-    return Cr5Encoder(arg, **options)
-
-
 EXAMPLE_VOCABULARY = ("face", "dog", "red", "heart", "man", "joy", "smile", "cat", "eyes", "tear")
 
 
@@ -267,13 +260,7 @@ def _example(folder: Path) -> Example:
 
 
 register_text(
-    EncoderInfo(
-        name="cr5",
-        factory=_factory,
-        description="a trained Cr5 model directory (cr5:DIR; `backretrieval train cr5`): TF-IDF bag of words x Phi_l (+1 bias dim)",
-        kind="text",
-        takes_arg=True,
-        requires="",
-        example=_example,
-    )
-)
+    "cr5",
+    description="a trained Cr5 model directory (cr5:DIR; `backretrieval train cr5`): TF-IDF bag of words x Phi_l (+1 bias dim)",
+    example=_example,
+)(Cr5Encoder)

@@ -27,15 +27,15 @@ import json
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ...core import EncoderError
 from ...core.canonical import matmul
 from .modeldir import ModelDir, read_model_dir, write_model_dir
-from ..text_batching import as_texts, check_options
-from ..base import EncoderInfo, Example, check_embeddings
+from ..text_batching import as_texts
+from ..base import Example, check_embeddings
 from ..registry import get_text_encoder, register_text
 from ..cache import CachedTextEncoder
 
@@ -179,12 +179,11 @@ class M3LTextEncoder:
         return f"<M3LTextEncoder {self.name} {self.version}>"
 
 
-def _factory(kind: str):
-    def factory(arg: str | None = None, **options: Any) -> M3LTextEncoder:
-        check_options(kind, options, ("batch_size", "progress", "threads"))
-        if not arg:
-            raise EncoderError(f"text model {kind!r} needs a model directory: {kind}:DIR")
-        return M3LTextEncoder(arg, kind=kind, **options)
+def _factory(kind: str) -> Callable[..., M3LTextEncoder]:
+    def factory(path: str, *, batch_size: int | None = None, progress: bool = False, threads: int | None = None) -> M3LTextEncoder:
+        """The saved model at ``path``; ``batch_size`` and ``threads`` go to its base text model."""
+        base = {k: v for k, v in (("batch_size", batch_size), ("threads", threads)) if v is not None}
+        return M3LTextEncoder(path, kind=kind, progress=progress, **base)
 
     return factory
 
@@ -209,14 +208,8 @@ def _example(kind: str):
 
 for _kind, _what in (("m3l", "M3L (multi-modal metric loss)"), ("patr", "PATR (positive-aware triplet ranking loss)")):
     register_text(
-        EncoderInfo(
-            name=_kind,
-            factory=_factory(_kind),
-            description=f"text-to-image mapping trained with {_what} (backretrieval train {_kind}); output in the image-feature space",
-            kind="text",
-            takes_arg=True,
-            requires="",
-            example=_example(_kind),
-        )
-    )
+        _kind,
+        description=f"text-to-image mapping trained with {_what} (backretrieval train {_kind}); output in the image-feature space",
+        example=_example(_kind),
+    )(_factory(_kind))
 del _kind, _what

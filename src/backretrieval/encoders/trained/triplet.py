@@ -50,15 +50,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ...core import DataError, EncoderError, normalize_rows
 from ...core.canonical import matmul
 from .modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
-from ..text_batching import as_texts, check_options
-from ..base import EncoderInfo, Example, check_embeddings
+from ..text_batching import as_texts
+from ..base import Example, check_embeddings
 from ..registry import get_text_encoder, register_text
 
 METHODS = ("triplet", "tripletxl")
@@ -328,10 +328,10 @@ def _example(method: str):
     return example
 
 
-def _factory(method: str):
-    def factory(arg: str | None = None, **options: Any) -> TripletEncoder:
-        check_options(method, options, ("progress", "base_options"))
-        return TripletEncoder(arg, method, **options)
+def _factory(method: str) -> Callable[..., TripletEncoder]:
+    def factory(path: str, *, progress: bool = False, base_options: Mapping[str, Any] | None = None) -> TripletEncoder:
+        """The saved model at ``path``; ``base_options`` go to its base text model."""
+        return TripletEncoder(path, method, progress=progress, base_options=base_options)
 
     return factory
 
@@ -340,5 +340,4 @@ for _method, _desc in (
     ("triplet", "Triplet model (paper Sec. 3.2, Eq. 1) trained on monolingual title/body pairs on top of a frozen encoder"),
     ("tripletxl", "TripletXL model (paper Sec. 3.2, Eq. 1 + beta * Eq. 2) trained on monolingual title/body pairs"),
 ):
-    register_text(EncoderInfo(name=_method, factory=_factory(_method), description=_desc, kind="text", takes_arg=True,
-                              requires="numpy", example=_example(_method)))
+    register_text(_method, description=_desc, requires="numpy", example=_example(_method))(_factory(_method))
