@@ -43,13 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from ...core import EncoderError, content_hash
-from ..base import EncoderInfo, Example
+from ..base import Example
 from ..registry import register_text
-from ..text_batching import check_options, require
+from ..text_batching import require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 
-OPTIONS = ("revision", "prompt_name", "trust_remote_code", "cache_dir", "normalize", "batch_size", "progress",
-           "device", "threads")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 NO_PROMPT = "none"
@@ -201,7 +199,7 @@ class HubEncoder(SentenceTransformerEncoder):
     """A hub model's snapshot, loaded as ``st:`` loads a folder, keyed by its commit hash and prompt."""
 
     def __init__(self, repo: str, *, revision: str | None = None, prompt_name: str | None = None,
-                 trust_remote_code: bool | str = False, cache_dir: str | None = None, **options: Any) -> None:
+                 trust_remote_code: bool = False, cache_dir: str | None = None, **options: Any) -> None:
         spec = f"hf:{repo}"
         if not REPO_ID.match(repo or ""):
             raise EncoderError(f"{spec}: a hub model is named ORG/NAME, e.g. hf:sentence-transformers/LaBSE (got {repo!r})")
@@ -251,13 +249,6 @@ class HubEncoder(SentenceTransformerEncoder):
         }
 
 
-def _factory(arg: str | None = None, **options: Any) -> HubEncoder:
-    check_options("hf", options, OPTIONS)
-    if not arg:
-        raise EncoderError("text model 'hf' needs a hub id: hf:ORG/NAME (e.g. hf:sentence-transformers/LaBSE)")
-    return HubEncoder(arg, **options)
-
-
 def lay_out_snapshot(model_dir: str | os.PathLike[str], cache: str | os.PathLike[str], repo: str, commit: str,
                      branch: str | None = "main") -> Path:
     """Put the files of the sentence-transformers folder ``model_dir`` into the hub cache ``cache``
@@ -301,15 +292,27 @@ def _example(folder: Path) -> Example:
     return Example(arg=EXAMPLE_REPO, options=opts, other=(EXAMPLE_REPO, {**opts, "normalize": False}))
 
 
-register_text(
-    EncoderInfo(
-        name="hf",
-        factory=_factory,
-        description="a sentence-transformers model by its Hugging Face hub id (hf:ORG/NAME), from the HF cache, "
-                    "keyed by its commit hash; the model's prompts and length",
-        kind="text",
-        takes_arg=True,
-        requires="sentence-transformers",
-        example=_example,
-    )
+@register_text(
+    "hf",
+    description="a sentence-transformers model by its Hugging Face hub id (hf:ORG/NAME), from the HF cache, "
+                "keyed by its commit hash; the model's prompts and length",
+    requires="sentence-transformers",
+    example=_example,
 )
+def hub_model(
+    repo: str,
+    *,
+    revision: str | None = None,
+    prompt_name: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
+    normalize: bool = True,
+    batch_size: int | None = None,
+    progress: bool = False,
+    device: str | None = None,
+    threads: int | None = None,
+) -> HubEncoder:
+    """The hub model ``repo`` (``hf:ORG/NAME``; options: see the module doc)."""
+    return HubEncoder(repo, revision=revision, prompt_name=prompt_name, trust_remote_code=trust_remote_code,
+                      cache_dir=cache_dir, normalize=normalize, batch_size=batch_size, progress=progress,
+                      device=device, threads=threads)

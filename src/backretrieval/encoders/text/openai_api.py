@@ -56,13 +56,10 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ...core import EncoderError, first_bad_row
-from ..base import EncoderInfo, Example
+from ..base import Example
 from ..registry import register_text
-from ..text_batching import as_texts, check_options, positive_int, require
+from ..text_batching import as_texts, positive_int, require
 
-OPTIONS = ("base_url", "api_key_env", "dimensions", "batch_size", "batch_tokens", "concurrency",
-           "price_per_1m_tokens", "max_retries", "timeout", "max_wait", "encoding_format", "progress")
-SECRET_OPTIONS = ("api_key", "key", "token", "apikey", "password", "secret")
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "EMPTY"  # what a self-hosted server without keys is sent
 BYTES_PER_TOKEN = 4  # the approximation where the endpoint's tokenizer is not known
@@ -121,6 +118,29 @@ class Tokenizer:
         return max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
 
 
+_EXAMPLE_SERVERS: dict[str, Any] = {}
+
+
+def _example(folder: Path) -> Example:
+    """``openai:random`` against an :class:`~.embedding_server.EmbeddingServer` on 127.0.0.1 that
+    serves the ``random`` baseline (kept for the process); the other instance asks for 16 dimensions."""
+    require("openai", "openai")
+    from ..registry import get_text_encoder
+    from .embedding_server import EmbeddingServer
+
+    if "random" not in _EXAMPLE_SERVERS:
+        _EXAMPLE_SERVERS["random"] = EmbeddingServer(get_text_encoder("random")).start()
+    url = _EXAMPLE_SERVERS["random"].url
+    return Example(arg="random", options={"base_url": url}, other=("random", {"base_url": url, "dimensions": 16}))
+
+
+@register_text(
+    "openai",
+    description="any endpoint of the OpenAI embeddings protocol (openai:MODEL): OpenAI, Azure, vLLM, TEI, "
+                "Ollama, infinity; batches cached as they arrive, retries, cost estimate",
+    requires="openai",
+    example=_example,
+)
 class OpenAIEncoder:
     """Texts embedded by an OpenAI-protocol endpoint (see the module docstring)."""
 
@@ -139,6 +159,10 @@ class OpenAIEncoder:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise EncoderError(f"{self.name}: base_url must be an http(s) URL such as http://localhost:8000/v1, "
                                f"got {endpoint_of(base) or 'an invalid URL'!r}")
+        if parts.username or parts.password or parts.query:
+            raise EncoderError(f"{self.name}: base_url {endpoint_of(base)!r} carries a user, password or query: "
+                               "credentials are never part of a model's options (they would be written into labels "
+                               "and records); give the key in OPENAI_API_KEY or the variable api_key_env names")
         self.base_url, self.endpoint = base, endpoint_of(base)
         if not str(api_key_env).isidentifier():
             raise EncoderError(f"{self.name}: api_key_env names an environment variable, got {api_key_env!r}")
@@ -370,47 +394,3 @@ class OpenAIEncoder:
 
     def __repr__(self) -> str:
         return f"<OpenAIEncoder {self.name} {self.version}>"
-
-
-def _factory(arg: str | None = None, **options: Any) -> OpenAIEncoder:
-    secret = [k for k in options if k.lower() in SECRET_OPTIONS]
-    if secret:
-        raise EncoderError(
-            f"text model 'openai:{arg}': option {secret[0]!r} refused: a key is never an option (options are part "
-            "of the model's name in records, logs and reports); set OPENAI_API_KEY in the environment, or name "
-            "another variable with api_key_env=NAME"
-        )
-    check_options("openai", options, OPTIONS)
-    if not arg:
-        raise EncoderError("text model 'openai' needs a model name: openai:MODEL (e.g. openai:text-embedding-3-small)")
-    return OpenAIEncoder(arg, **options)
-
-
-_EXAMPLE_SERVERS: dict[str, Any] = {}
-
-
-def _example(folder: Path) -> Example:
-    """``openai:random`` against an :class:`~.embedding_server.EmbeddingServer` on 127.0.0.1 that
-    serves the ``random`` baseline (kept for the process); the other instance asks for 16 dimensions."""
-    require("openai", "openai")
-    from ..registry import get_text_encoder
-    from .embedding_server import EmbeddingServer
-
-    if "random" not in _EXAMPLE_SERVERS:
-        _EXAMPLE_SERVERS["random"] = EmbeddingServer(get_text_encoder("random")).start()
-    url = _EXAMPLE_SERVERS["random"].url
-    return Example(arg="random", options={"base_url": url}, other=("random", {"base_url": url, "dimensions": 16}))
-
-
-register_text(
-    EncoderInfo(
-        name="openai",
-        factory=_factory,
-        description="any endpoint of the OpenAI embeddings protocol (openai:MODEL): OpenAI, Azure, vLLM, TEI, "
-                    "Ollama, infinity; batches cached as they arrive, retries, cost estimate",
-        kind="text",
-        takes_arg=True,
-        requires="openai",
-        example=_example,
-    )
-)
