@@ -157,8 +157,9 @@ class OpenAIEncoder:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         parts = urlsplit(base)
         if parts.scheme not in ("http", "https") or not parts.hostname:
+            shown = repr(base) if "@" not in base else "a URL that is not http(s)"
             raise EncoderError(f"{self.name}: base_url must be an http(s) URL such as http://localhost:8000/v1, "
-                               f"got {endpoint_of(base) or 'an invalid URL'!r}")
+                               f"got {shown}")
         if parts.username or parts.password or parts.query:
             raise EncoderError(f"{self.name}: base_url {endpoint_of(base)!r} carries a user, password or query: "
                                "credentials are never part of a model's options (they would be written into labels "
