@@ -241,10 +241,11 @@ class HubEncoder(SentenceTransformerEncoder):
     @property
     def run_details(self) -> dict[str, Any]:
         """What ``run.json`` records of this model: hub id, revision asked for, commit hash, the
-        prompt (name, source, text per language) and the maximum length."""
+        prompt (name, source, text, and per language the text the texts encoded in this run got)
+        and the maximum length."""
         return {
             "hub_id": self.repo, "revision": self.revision, "commit": self.commit, "prompt_name": self.prompt_name,
-            "prompt_source": self.prompt_source, "prompts": dict(self.prompts_used),
+            "prompt_source": self.prompt_source, "prompt": self.prompt or "", "prompts": dict(self.prompts_used),
             "max_tokens": self.max_tokens, "trust_remote_code": self.trust_remote_code,
         }
 
