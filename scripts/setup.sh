@@ -4,7 +4,8 @@
 # the whole test suite passed).
 #
 #   bash scripts/setup.sh demo   the evaluation only: the package and its offline models (CPU torch)
-#   bash scripts/setup.sh [test] everything: + faiss, study (Flask), Ray, Hugging Face datasets, pytest, Playwright,
+#   bash scripts/setup.sh [test] everything: + faiss, study (Flask), Ray, Hugging Face datasets, the openai
+#                                client, accelerate (fine-tuning with the BkR evaluator), pytest, Playwright,
 #                                the MobileNetV2 weights, and Debian's Chromium (apt) for the browser test
 #
 # Idempotent: a second run only checks that everything is there. Environment:
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 PROFILE=${1:-test}
 case "$PROFILE" in
   demo) EXTRAS="models" ;;
-  test) EXTRAS="models,search,test,study,ray,hf" ;;
+  test) EXTRAS="models,search,test,study,ray,hf,api,train" ;;
   *) echo "error: unknown profile '$PROFILE': use demo or test" >&2; exit 2 ;;
 esac
 VENV=${BACKRETRIEVAL_VENV:-.venv}

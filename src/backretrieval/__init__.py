@@ -13,7 +13,8 @@ Evaluation: :func:`evaluate`, :func:`compare` (given an output folder they write
 ``evaluate`` and ``compare`` commands write), :func:`meta`, :class:`EvalConfig`,
 :class:`EvalResult`, :func:`compare_report`. Inputs: :func:`load_dataset`, :func:`text_model`,
 :func:`image_model`, :class:`PythonTextModel`, :class:`PythonImageModel`. Metrics on arrays:
-:func:`xlr`, :func:`bkr`, :func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`.
+:func:`xlr`, :func:`bkr`, :func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`;
+:class:`BackretrievalEvaluator` (BkR while fine-tuning a sentence-transformers model).
 The layers behind them (``core``, ``data``, ``encoders``, ``search``, ``metrics``, ``train``,
 ``analysis``, ``report``, ``study``, ``cli``) are documented public subpackages; ARCHITECTURE.md
 maps them.
@@ -45,6 +46,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "Cr5": ("backretrieval.train.cr5", "Cr5"),
     "Triplet": ("backretrieval.train.triplet", "Triplet"),
     "M3L": ("backretrieval.train.m3l", "M3L"),
+    "BackretrievalEvaluator": ("backretrieval.train.st_evaluator", "BackretrievalEvaluator"),
 }
 
 __all__ = ["__version__", *_PUBLIC]
@@ -75,4 +77,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .report.outputs import compare, evaluate
     from .train.cr5 import Cr5
     from .train.m3l import M3L
+    from .train.st_evaluator import BackretrievalEvaluator
     from .train.triplet import Triplet

@@ -8,7 +8,8 @@ import backretrieval as br
 
 EXPECTED = {
     "evaluate", "compare", "meta", "EvalConfig", "EvalResult", "compare_report", "load_dataset", "text_model",
-    "image_model", "PythonTextModel", "PythonImageModel", "xlr", "bkr", "corr", "csls", "Cr5", "Triplet", "M3L", "__version__",
+    "image_model", "PythonTextModel", "PythonImageModel", "xlr", "bkr", "corr", "csls", "Cr5", "Triplet", "M3L",
+    "BackretrievalEvaluator", "__version__",
 }
 
 

@@ -262,7 +262,8 @@ def test_report_content_matches_compare_json(real_report):
     assert f"<td class=\"l\">numpy</td><td>{run['environment']['packages']['numpy']}</td>" in html
     # self-contained: every image inline, nothing external referenced
     srcs = re.findall(r'<img[^>]* src="([^"]+)"', html)
-    assert len(srcs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    # 4 figures per metric (xlr@10 leads, bkr@10 beside it) and the quality-versus-cost chart
+    assert len(srcs) == 9 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert not re.search(r"(src|href)=\"(https?:)?//", html) and "<script" not in html and "<link" not in html
     for f in (out / "figures").glob("*.svg"):
         assert f.with_suffix(".png").is_file()
@@ -298,7 +299,7 @@ def test_report_in_headless_chromium(real_report):
             verdict_items = page.locator("ul.verdicts li").count()
         finally:
             browser.close()
-    assert len(widths) == 8 and all(w > 0 for w in widths), widths
+    assert len(widths) == 9 and all(w > 0 for w in widths), widths
     assert not errors and not [c for c in console if c[0] in ("error", "warning")], (errors, console)
     assert [u for u in requests if u != url and not u.startswith("data:")] == []
     assert title.startswith("Backretrieval comparison: xlr@10 and bkr@10 on emoji-cldr")

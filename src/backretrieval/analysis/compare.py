@@ -28,6 +28,7 @@ from scipy import stats
 
 from ..core import BackretrievalError
 from ..metrics.table import MetricSpec, approx_ks, chance_level, counterpart, known_metrics, parse_metric
+from .costs import COST_COLUMNS, model_costs
 from .evaluate import EvalConfig, EvalResult
 from .stats import bootstrap_ci, holm, paired_bootstrap_diff, paired_permutation_test
 
@@ -121,6 +122,9 @@ class Comparison:
             other way round) where the records have what it needs; None otherwise.
         verdict: which model to ship, per pair and overall, with the interval behind it
             (:func:`backretrieval.analysis.verdict.verdict`); empty until :func:`compare` sets it.
+        costs: the price of each model's answers (:func:`backretrieval.analysis.costs.model_costs`:
+            bytes per vector, measured throughput, tokens and cost per million items of API
+            models); empty until :func:`compare` sets it.
         run: the evaluation's ``run.json`` (configuration, input fingerprints, environment).
     """
 
@@ -136,6 +140,7 @@ class Comparison:
     chance: float | None = None
     beside: "Comparison | None" = None
     verdict: dict[str, Any] = dataclasses.field(default_factory=dict)
+    costs: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=COST_COLUMNS))
 
     def to_json(self) -> dict[str, Any]:
         """The comparison as JSON-serialisable data (``compare.json``), with ``run``: what
@@ -144,11 +149,12 @@ class Comparison:
 
         Returns:
             ``metric``, ``level``, ``alpha``, ``n``, ``seeds``, ``chance``, ``verdict``,
-            ``per_pair``, ``across_pairs`` and ``pairwise`` as lists of row dicts, ``beside``
+            ``per_pair``, ``across_pairs``, ``pairwise`` and ``costs`` as lists of row dicts, ``beside``
             (the counterpart's comparison in the same form, without ``run``; None when there is
             none) and ``run``.
         """
-        return {**self._tables(), "beside": None if self.beside is None else self.beside._tables(), "run": self.run}
+        return {**self._tables(), "costs": self.costs.astype(object).where(self.costs.notna(), None).to_dict(orient="records"),
+                "beside": None if self.beside is None else self.beside._tables(), "run": self.run}
 
     def _tables(self) -> dict[str, Any]:
         return {
@@ -232,6 +238,7 @@ def compare(
     from .verdict import verdict
 
     main.verdict = verdict(main, largest_n=getattr(result, "largest_n", None))
+    main.costs = model_costs(getattr(result, "run", None) or {}, list(main.across_pairs["model"]))
     return main
 
 

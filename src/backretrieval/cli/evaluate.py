@@ -57,6 +57,27 @@ def save_queries_option(fn):
                              "(docs/usage.md, 'What each query retrieved'). Exact search only.")(fn)
 
 
+def dry_run_option(fn):
+    """--dry-run (evaluate and compare)."""
+    return click.option("--dry-run", is_flag=True,
+                        help="Send nothing: draw the samples, read the cache and print, per embedding-API model "
+                             "(openai:), the texts, requests, tokens and cost a run would send; then stop.")(fn)
+
+
+def _dry_run(cfg) -> None:
+    """Print what each embedding-API model of ``cfg`` would send (``--dry-run``)."""
+    from ..analysis.evaluate import estimate, estimate_line
+
+    try:
+        found = estimate(cfg)
+    except BackretrievalError as e:
+        raise click.ClickException(str(e)) from None
+    for name, est in found.items():
+        click.echo(estimate_line(name, est))
+    if not found:
+        click.echo("no model of this run sends texts to an embedding API; nothing to estimate")
+
+
 def _check_save_queries(save_queries: bool, cfg) -> None:
     if save_queries and cfg.approx is not None:
         bad_option("--save-queries", "approximate search keeps no per-query results; use exact search (no --approx)")
@@ -106,7 +127,9 @@ def _approx_k(cfg) -> int | None:
 @approx_options
 @reuse_stale_option
 @save_queries_option
-def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, **grid) -> None:
+@dry_run_option
+def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run,
+             **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
@@ -114,6 +137,8 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
     """
     cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     _check_save_queries(save_queries, cfg)
+    if dry_run:
+        return _dry_run(cfg)
     check_grid(cfg, out, executor)
     with folder_lock(out):
         _evaluate(cfg, out, quiet, executor, save_queries)
@@ -136,6 +161,7 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
 @approx_options
 @reuse_stale_option
 @save_queries_option
+@dry_run_option
 @click.option("--metric", default=None, help="Metric to rank by (default bkr@K); `backretrieval metrics` lists those that can rank models.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
@@ -143,8 +169,8 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, example galleries of what each "
               "model retrieved, provenance), OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground "
               "truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, metric, level, alpha, n_boot,
-            report, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, metric, level,
+            alpha, n_boot, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
@@ -164,6 +190,8 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
 
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
+    if dry_run:
+        return _dry_run(cfg)
     check_grid(cfg, out, executor)
     with folder_lock(out):
         _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, save_queries)

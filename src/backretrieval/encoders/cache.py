@@ -8,7 +8,9 @@ interrupted run keeps every finished chunk and resumes from there; a second iden
 encodes nothing. A shard that cannot be read or whose arrays are malformed (keys not a 1-D
 array of strings, vectors not a finite float matrix with one row per key and the width of the
 other shards) is ignored with a :class:`CacheWarning` naming the file, and its items are
-encoded again. Encoders with ``cacheable = False`` (fitted or seeded per run, or Python objects
+encoded again. A model with ``encode_stream(texts, lang)`` (an embedding API, whose calls are
+paid) yields each batch as it is answered, and each is stored as its own shard before the next
+request is sent: an interrupted run loses only the batches in flight. Encoders with ``cacheable = False`` (fitted or seeded per run, or Python objects
 without a stable identity) pass through.
 
 Progress. Missing texts are sent to the model in steps of the model's ``batch_size`` (or its
@@ -192,10 +194,12 @@ class _Cached:
         return min(self.default_step, self.chunk)
 
     def _lookup_or_encode(self, keys: list[str], lang: str, encode_rows, what: str,
-                          lengths: Sequence[int] | None = None) -> np.ndarray:
+                          lengths: Sequence[int] | None = None, stream_rows=None) -> np.ndarray:
         """Vectors for ``keys``; rows not in the cache are encoded by ``encode_rows(rows)``, one
         :meth:`step` at a time (shortest first when ``lengths`` are given), each shard of
-        ``chunk`` rows stored as soon as it is complete."""
+        ``chunk`` rows stored as soon as it is complete. With ``stream_rows(rows)`` (a model with
+        ``encode_stream``: a paid API) every batch it yields, ``(some of rows, vectors)``, is
+        stored as its own shard as soon as it arrives."""
         store = self.store(lang)
         found = store.get(keys)
         stale = store.stale([k for k, v in zip(keys, found) if v is None])
@@ -213,6 +217,12 @@ class _Cached:
         step = self.step()
         with tqdm(total=len(rows), desc=f"encode {what}", unit=self.unit, disable=not (self.progress and rows),
                   **self.bar_options) as bar:
+            if stream_rows is not None and rows:
+                for part, vecs in stream_rows(rows):
+                    store.put([keys[i] for i in part], np.asarray(vecs, dtype=np.float32))
+                    self.n_encoded += len(part)
+                    bar.update(len(part))
+                rows = []
             for start in range(0, len(rows), self.chunk):
                 part = rows[start : start + self.chunk]
                 vecs = []
@@ -289,8 +299,29 @@ class CachedTextEncoder(_Cached):
                 sub_kw["extra"] = {n: [col[i] for i in rows] for n, col in extra.items()}
             return enc.encode([texts[i] for i in rows], lang, ids=sub_ids, **sub_kw)
 
-        out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}", [len(t) for t in texts])
+        stream = getattr(enc, "encode_stream", None)
+
+        def stream_rows(rows: list[int]):
+            sub_ids = None if ids is None else [ids[i] for i in rows]
+            for part, vecs in stream([texts[i] for i in rows], lang, ids=sub_ids):
+                yield [rows[j] for j in part], vecs
+
+        out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}", [len(t) for t in texts],
+                                     stream_rows if callable(stream) and extra is None else None)
         return check_embeddings(out, len(texts), f"{enc.name}/{lang}", ids)
+
+
+    def missing(self, texts: Sequence[str], lang: str) -> list[str]:
+        """The distinct texts of ``texts`` (as the model embeds them) that the cache lacks: what
+        :meth:`encode` would send to the model, in the order it would send them."""
+        enc = self.encoder
+        texts = as_texts(texts, None, f"{enc.name}/{lang}")
+        cut = getattr(enc, "truncate", None)
+        if callable(cut):
+            texts, _ = cut(texts)
+        unique = list(dict.fromkeys(texts))
+        found = self.store(lang).get([content_hash(t) for t in unique])
+        return sorted((t for t, v in zip(unique, found) if v is None), key=len)
 
 
 class CachedImageEncoder(_Cached):

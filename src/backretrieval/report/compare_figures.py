@@ -12,6 +12,8 @@
   pair's estimate, the mean over seeds), chance level as a dashed line.
 * :func:`wins_chart` -- per model, significant pairwise wins / ties / losses after Holm, and
   the mean rank over pairs.
+* :func:`cost_quality` -- the price of each answer: quality with its interval against vector
+  size, measured encoding time and API cost per million items, the Pareto front filled.
 
 Every function takes a :class:`~backretrieval.analysis.compare.Comparison` (and the frames
 derived from it), writes ``STEM.png`` and ``STEM.svg`` atomically and returns both paths.
@@ -210,4 +212,56 @@ def wins_chart(c: Comparison, w: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
     a2.set_xlim(0, len(models) + 0.8)
     fig.suptitle(f"{c.metric}: significant pairwise wins after Holm (alpha {c.alpha:g}) and mean rank", fontsize=10)
     fig.tight_layout()
+    return _save(fig, stem)
+
+
+COST_AXES = (
+    ("bytes_per_item", "vector size (bytes per item, float32)"),
+    ("seconds_per_1m_items", "encoding time per 1M items (s, measured on this run's machine)"),
+    ("cost_per_1m_items", "estimated cost per 1M items (API price)"),
+)
+
+
+def cost_quality(c: Comparison, stem: Path) -> tuple[Path, Path] | None:
+    """Quality (the ranked metric: the mean over pairs, with the mean of the pairs' interval
+    bounds as its interval) against each cost the run knows of every model shown on it -- vector
+    size, measured encoding time per million items, API cost per million items -- one panel
+    each; the models no other model beats on both quality and that cost (the Pareto front) are
+    filled and joined by a line. None when no cost is known (a comparison without ``costs``).
+    """
+    from ..analysis.costs import pareto_front
+
+    costs = c.costs.set_index("model") if len(c.costs) else None
+    if costs is None:
+        return None
+    costs = costs.assign(seconds_per_1m_items=[1e6 / v if v else np.nan for v in
+                                               pd.to_numeric(costs["items_per_second"], errors="coerce").fillna(0)])
+    bounds = c.per_pair.groupby("model")[["estimate", "ci_low", "ci_high"]].mean()
+    panels = [(col, label) for col, label in COST_AXES
+              if pd.to_numeric(costs[col], errors="coerce").notna().sum() >= 1]
+    if not panels:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (col, label) in zip(axes[0], panels):
+        models = [m for m in model_order(c) if m in costs.index and m in bounds.index]
+        x = pd.to_numeric(costs.loc[models, col], errors="coerce").to_numpy(float)
+        q = bounds.loc[models, "estimate"].to_numpy(float)
+        lo, hi = bounds.loc[models, "ci_low"].to_numpy(float), bounds.loc[models, "ci_high"].to_numpy(float)
+        front = np.array(pareto_front(q, x), bool)
+        ok = ~np.isnan(x)
+        ax.errorbar(x[ok], q[ok], yerr=[q[ok] - lo[ok], hi[ok] - q[ok]], fmt="none", ecolor="0.6", capsize=3)
+        ax.scatter(x[ok & ~front], q[ok & ~front], facecolors="white", edgecolors="C0", zorder=3, label="beaten")
+        ax.scatter(x[front], q[front], color="C0", zorder=3, label="Pareto front")
+        order = np.argsort(x[front])
+        ax.plot(x[front][order], q[front][order], color="C0", lw=1)
+        for xi, qi, m in zip(x[ok], q[ok], np.array(models, object)[ok]):
+            ax.annotate(short_label(m), (xi, qi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        if ok.sum() and np.nanmax(x[ok]) > 20 * max(np.nanmin(x[ok]), 1e-12):
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel(f"{c.metric} (mean over pairs)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"Quality against cost: {c.metric}; filled = no other model is better on both")
     return _save(fig, stem)

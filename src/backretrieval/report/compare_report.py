@@ -15,7 +15,10 @@ pair and overall, or which models are indistinguishable at this N. Where the rec
 ground truth (XLR) it leads and BkR is shown beside it as the check; otherwise BkR leads. Then,
 for each language pair, each model against the next in the ranking: "A beats B by x [lo, hi],
 significant after Holm" or "A and B indistinguishable at this N ...". Wins count significant
-gaps over every two models of a pair (Holm over all of the pair's model pairs).
+gaps over every two models of a pair (Holm over all of the pair's model pairs). "The price of
+each answer" puts each model's quality beside its vector size, measured throughput and, for
+embedding APIs, tokens and cost per million items (:mod:`backretrieval.analysis.costs`), with the
+quality-versus-cost chart and its Pareto front.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..analysis.compare import Comparison, compare
@@ -192,6 +196,9 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
             "pairwise": c.pairwise.to_dict(orient="records"), "wins": w.to_dict(orient="records"),
             "figures": {k: [str(p.relative_to(out)) for p in ps] for k, ps in figs.items()},
         })
+    price = F.cost_quality(comparison, fig_dir / f"compare_{slug(comparison.metric)}_cost")
+    if price is not None:
+        doc["costs"] = {"models": comparison.costs.to_dict(orient="records"), "figure": [str(p.relative_to(out)) for p in price]}
     agree = v.get("agreement")
     if agree is not None:
         doc["agreement"] = {"metric": check.metric, "truth": lead.metric, "per_pair": agree}
@@ -199,7 +206,7 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
         doc["examples"] = gallery["selected"].to_dict(orient="records") if "selected" in gallery else gallery["note"]
     atomic_write_text(out / "report.json", json.dumps(json_ready(doc), indent=1))
     path = out / "report.html"
-    atomic_write_text(path, _html(blocks, result, command, lead.seeds or 1, agree, v, gallery))
+    atomic_write_text(path, _html(blocks, result, command, lead.seeds or 1, agree, v, gallery, (comparison, price)))
     return path
 
 
@@ -257,8 +264,37 @@ def _figures(items: Sequence[tuple[Path, str]], wide: bool = False) -> str:
     return f'<div class="{"stack" if wide else "row"}">{figs}</div>'
 
 
+def _num(v: Any, fmt: str) -> str:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else format(v, fmt)
+
+
+def _price_section(c: Comparison, figure: tuple[Path, Path] | None) -> str:
+    """The price of each answer: a table of quality beside vector size, throughput, tokens and
+    cost per model, and the quality-versus-cost chart."""
+    quality = c.across_pairs.set_index("model")["mean"]
+    rows = []
+    for _, r in c.costs.iterrows():
+        speed = {"measured": _num(r["items_per_second"], ",.1f"), "cached": "cached (not measured)"}.get(
+            r["throughput"], "not recorded")
+        rows.append([r["model"], _num(quality.get(r["model"]), ".4f"), _num(r["bytes_per_item"], ",.0f"), speed,
+                     _num(r["tokens_used"], ",.0f"), _num(r["tokens_per_item"], ".1f"),
+                     "" if r["cost_per_1m_items"] is None or pd.isna(r["cost_per_1m_items"])
+                     else f"${r['cost_per_1m_items']:,.2f}"])
+    out = ["<h2>The price of each answer</h2>",
+           "<p>Beside each model's quality: its vector size (bytes per item at float32), the encoding throughput "
+           "measured in this run on this machine (items per second; cached vectors were not measured), and for "
+           "embedding APIs the tokens the server reported and the cost per million items at the model's "
+           "price_per_1m_tokens.</p>",
+           _table(["model", f"{c.metric} (mean)", "bytes / item", "items / s", "tokens used", "tokens / item",
+                   "cost / 1M items"], rows)]
+    if figure is not None:
+        out.append(_figures([(figure[0], "quality against cost; filled points: the Pareto front (no model better on "
+                                         "both); bars: the quality intervals")], wide=True))
+    return "".join(out)
+
+
 def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[dict[str, Any]] | None,
-          verdict: dict[str, Any], gallery: dict[str, Any] | None = None) -> str:
+          verdict: dict[str, Any], gallery: dict[str, Any] | None = None, price: Any = None) -> str:
     cfg = result.config
     c0, chance0 = blocks[0][0], blocks[0][1]
     names = [b[0].metric for b in blocks]
@@ -321,6 +357,8 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
         h.append(f"<h3>By {_e(c.metric)}</h3>")
         h.append(_table(["model", "mean", "sd over pairs", "min", "max", "mean rank", "rank-1 pairs",
                          "significant wins", "ties", "losses"], rows))
+    if price is not None and len(price[0].costs):
+        h.append(_price_section(*price))
     if gallery is not None:
         h.append("<h2>Examples: what each model retrieved</h2>")
         h.append(f"<p>{_e(G.HOW_TO_READ)} Models in the order of {_e(c0.metric)} on each pair.</p>")

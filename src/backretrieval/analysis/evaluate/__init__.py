@@ -11,7 +11,7 @@ from .config import (
     slug, summarize,
 )
 from .features import NEEDS, check_image_model
-from .grid import evaluate
+from .grid import encoding_facts, estimate, estimate_line, evaluate, send_estimate
 from .queries import QUERY_COLUMNS, SAMPLES, SampleItems, SideItems, query_table, sample_items, write_queries
 from .records import MANIFEST, RecordSlot, config_json, run_info, write_results
 from .tasks import (
@@ -26,5 +26,6 @@ __all__ = [
     "MAX_CORR_BOOT", "approx_ks", "approx_versions", "check_approx", "check_grid_size", "check_image_model", "check_seeds",
     "grid_pairs", "grid_seeds",
     "config_json", "evaluate", "pair_labels", "parse_pairs", "run_info", "run_sample_task", "slug", "summarize",
+    "encoding_facts", "estimate", "estimate_line", "send_estimate",
     "write_results",
 ]

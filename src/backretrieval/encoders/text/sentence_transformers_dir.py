@@ -99,6 +99,8 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         progress: bool = False,
         device: str | None = None,
         threads: int | None = None,
+        prompt: str | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.name = name or f"st:{path}"
         require("sentence_transformers", "sentence-transformers")
@@ -113,6 +115,10 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         self._given_version = version
         self._version: str | None = None
         self._limit: tuple[int | None, Any] | None = None  # (max tokens, tokenizer with offsets or None)
+        # the text put before every text (None: what sentence-transformers applies by itself, the
+        # model's default prompt if it names one; "": none) and a cap on max_seq_length
+        self.prompt = prompt
+        self.max_tokens = max_tokens
 
     @property
     def unit_norm(self) -> bool:
@@ -135,6 +141,8 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
             model = self._get_model()
             limit = getattr(model, "max_seq_length", None)
             limit = int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+            if self.max_tokens is not None and (limit is None or self.max_tokens < limit):
+                limit = model.max_seq_length = int(self.max_tokens)
             tok = getattr(model, "tokenizer", None)
             if not getattr(tok, "is_fast", False):
                 tok = None
@@ -159,6 +167,9 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         if limit is None or tok is None or not texts:
             return texts
         room = limit - tok.num_special_tokens_to_add(pair=False)
+        if self.prompt:  # the prompt's tokens come out of the same limit
+            room -= len(tok(self.prompt, add_special_tokens=False, verbose=False)["input_ids"])
+        room = max(1, room)
         out = list(texts)
         for start in range(0, len(texts), 1024):  # a chunk at a time: bounded memory
             chunk = texts[start : start + 1024]
@@ -241,8 +252,10 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         # already): the thread count can change the bits, and the keys say "torch threads: 1"
         one = self.device == "cpu" and torch.get_num_threads() != 1
         with self._parallel() if one else contextlib.nullcontext(), torch.inference_mode():
+            prompt = {} if self.prompt is None else {"prompt": self.prompt}
             return model.encode(
                 texts,
+                **prompt,
                 batch_size=max(1, len(texts)),
                 show_progress_bar=False,
                 convert_to_numpy=True,

@@ -1,0 +1,397 @@
+"""``openai:MODEL`` -- any server that speaks the OpenAI embeddings protocol, through the official client.
+
+The endpoint is OpenAI's unless ``OPENAI_BASE_URL`` (the client's own variable) or the option
+``base_url`` names another: Azure OpenAI, a provider's OpenAI-compatible endpoint, or a
+self-hosted vLLM / TEI / Ollama / infinity / LM Studio server
+(``openai:BAAI/bge-m3?base_url=http://localhost:8000/v1``). The API key is read from
+``OPENAI_API_KEY`` (or the variable the option ``api_key_env`` names) when a request is made, and
+is written nowhere: not in the ``version``, the cache, the records, ``run.json``, the logs or an
+error message. A key given as an option is refused. A self-hosted server without a key gets the
+placeholder ``EMPTY``.
+
+Paid calls are never made twice. The embedding cache stores every finished batch as its own shard
+before the next batch is sent (:meth:`OpenAIEncoder.encode_stream`, which
+:class:`~backretrieval.encoders.cache.CachedTextEncoder` consumes): a crash, Ctrl-C or a storm of
+rate limits loses at most the ``concurrency`` batches in flight, and a rerun sends only the texts
+the cache lacks. A request that fails with 429, a 5xx status, a timeout or a lost connection is
+retried with exponential backoff (1 s, 2 s, 4 s ... at most 60 s; a ``Retry-After`` /
+``retry-after-ms`` header decides the wait where the server sends one), at most ``max_retries``
+times and ``max_wait`` seconds of waiting per batch; then one
+:class:`~backretrieval.core.EncoderError` names the model, the batch and the last status. Any other
+status (a bad key, an unknown model) is that error at once.
+
+Bad answers are errors, not numbers: a count of vectors other than the batch's, indices that are
+not ``0..n-1``, an empty vector, a dimension that differs from the earlier batches' (or from
+``dimensions``), NaN or inf, or a body the client cannot read. Nothing of such a batch is cached.
+
+Cost. :meth:`OpenAIEncoder.estimate` counts the texts and their tokens before anything is sent --
+with ``tiktoken`` (``cl100k_base``) for OpenAI's ``text-embedding-*`` models where it is installed,
+else by the stated approximation of one token per 4 bytes of UTF-8 -- and, with the option
+``price_per_1m_tokens``, the cost. The tokens the server reports (each answer's ``usage``) are
+counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records.
+
+The ``version`` (the cache and record keys) is ``openai-<model>@<endpoint>`` with ``dimensions``:
+the endpoint is the base URL's scheme, host, port and path (no user, password or query).
+
+Options: ``base_url``, ``api_key_env`` (``OPENAI_API_KEY``), ``dimensions``, ``batch_size`` (items per
+request, 64), ``batch_tokens`` (estimated tokens per request, none), ``concurrency`` (requests in
+flight, 1), ``price_per_1m_tokens``, ``max_retries`` (6), ``timeout`` (seconds per request, 60),
+``max_wait`` (seconds of waiting between retries of one batch, 600), ``encoding_format``
+(``base64`` or ``float``), ``progress``.
+"""
+from __future__ import annotations
+
+import base64
+import email.utils
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ...core import EncoderError, first_bad_row
+from ..base import Example
+from ..registry import register_text
+from ..text_batching import as_texts, positive_int, require
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+NO_KEY = "EMPTY"  # what a self-hosted server without keys is sent
+BYTES_PER_TOKEN = 4  # the approximation where the endpoint's tokenizer is not known
+MAX_BACKOFF = 60.0
+APPROXIMATION = f"approximation: 1 token per {BYTES_PER_TOKEN} bytes of UTF-8"
+
+
+def endpoint_of(base_url: str) -> str:
+    """``base_url`` without user, password, query or fragment (what keys and records may name)."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds to wait that an answer's ``retry-after-ms`` / ``Retry-After`` header asks for (None: none)."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value) if value else None
+        return None if when is None else max(0.0, when.timestamp() - time.time())
+
+
+class Tokenizer:
+    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's models), else
+    by :data:`APPROXIMATION`; :attr:`how` says which."""
+
+    def __init__(self, model: str) -> None:
+        self._enc = None
+        self.how = APPROXIMATION
+        if model.startswith("text-embedding-"):
+            try:
+                import tiktoken  # optional
+
+                self._enc = tiktoken.get_encoding("cl100k_base")
+                self.how = "tiktoken cl100k_base"
+            except Exception:  # noqa: BLE001 -- not installed, or its file not cached offline
+                self._enc = None
+
+    def count(self, text: str) -> int:
+        """The tokens of ``text`` (at least 1)."""
+        if self._enc is not None:
+            return max(1, len(self._enc.encode(text)))
+        return max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
+
+
+_EXAMPLE_SERVERS: dict[str, Any] = {}
+
+
+def _example(folder: Path) -> Example:
+    """``openai:random`` against an :class:`~.embedding_server.EmbeddingServer` on 127.0.0.1 that
+    serves the ``random`` baseline (kept for the process); the other instance asks for 16 dimensions."""
+    require("openai", "openai")
+    from ..registry import get_text_encoder
+    from .embedding_server import EmbeddingServer
+
+    if "random" not in _EXAMPLE_SERVERS:
+        _EXAMPLE_SERVERS["random"] = EmbeddingServer(get_text_encoder("random")).start()
+    url = _EXAMPLE_SERVERS["random"].url
+    return Example(arg="random", options={"base_url": url}, other=("random", {"base_url": url, "dimensions": 16}))
+
+
+@register_text(
+    "openai",
+    description="any endpoint of the OpenAI embeddings protocol (openai:MODEL): OpenAI, Azure, vLLM, TEI, "
+                "Ollama, infinity; batches cached as they arrive, retries, cost estimate",
+    requires="openai",
+    example=_example,
+)
+class OpenAIEncoder:
+    """Texts embedded by an OpenAI-protocol endpoint (see the module docstring)."""
+
+    cacheable = True
+    languages = None
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 dimensions: int | None = None, batch_size: int = 64, batch_tokens: int | None = None,
+                 concurrency: int = 1, price_per_1m_tokens: float | None = None, max_retries: int = 6,
+                 timeout: float = 60.0, max_wait: float = 600.0, encoding_format: str = "base64",
+                 progress: bool = False) -> None:
+        self.model = model
+        self.name = f"openai:{model}"
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        parts = urlsplit(base)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            shown = repr(base) if "@" not in base else "a URL that is not http(s)"
+            raise EncoderError(f"{self.name}: base_url must be an http(s) URL such as http://localhost:8000/v1, "
+                               f"got {shown}")
+        if parts.username or parts.password or parts.query:
+            raise EncoderError(f"{self.name}: base_url {endpoint_of(base)!r} carries a user, password or query: "
+                               "credentials are never part of a model's options (they would be written into labels "
+                               "and records); give the key in OPENAI_API_KEY or the variable api_key_env names")
+        self.base_url, self.endpoint = base, endpoint_of(base)
+        if not str(api_key_env).isidentifier():
+            raise EncoderError(f"{self.name}: api_key_env names an environment variable, got {api_key_env!r}")
+        self.api_key_env = str(api_key_env)
+        self.dimensions = None if dimensions is None else positive_int(dimensions, "dimensions", self.name)
+        self.dim: int | None = self.dimensions
+        self.batch_size = positive_int(batch_size, "batch_size", self.name)
+        self.batch_tokens = None if batch_tokens is None else positive_int(batch_tokens, "batch_tokens", self.name)
+        self.concurrency = positive_int(concurrency, "concurrency", self.name)
+        self.max_retries = int(max_retries)
+        if self.max_retries < 0:
+            raise EncoderError(f"{self.name}: max_retries must be 0 or more, got {max_retries!r}")
+        self.timeout, self.max_wait = float(timeout), float(max_wait)
+        if not self.timeout > 0 or not self.max_wait >= 0:
+            raise EncoderError(f"{self.name}: timeout must be positive and max_wait 0 or more "
+                               f"(got {timeout!r}, {max_wait!r})")
+        self.price = None if price_per_1m_tokens is None else float(price_per_1m_tokens)
+        if self.price is not None and not (math.isfinite(self.price) and self.price >= 0):
+            raise EncoderError(f"{self.name}: price_per_1m_tokens must be a number >= 0, got {price_per_1m_tokens!r}")
+        if encoding_format not in ("base64", "float"):
+            raise EncoderError(f"{self.name}: encoding_format must be base64 or float, got {encoding_format!r}")
+        self.encoding_format = encoding_format
+        self.progress = bool(progress)
+        self.tokenizer = Tokenizer(model)
+        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0}
+        self._usage_lock = threading.Lock()
+        self._client: Any = None
+        self.version = f"openai-{model}@{self.endpoint}" + (f"/d{self.dimensions}" if self.dimensions else "")
+
+    # -- the key and the client
+    def _key(self) -> str:
+        return os.environ.get(self.api_key_env) or ""
+
+    def _scrub(self, text: str) -> str:
+        key = self._key()
+        return text.replace(key, "***") if len(key) >= 4 else text
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            require("openai", "openai")
+            import openai
+
+            key = self._key()
+            if not key and self.endpoint.startswith(endpoint_of(DEFAULT_BASE_URL)):
+                raise EncoderError(f"{self.name}: OpenAI's API needs a key: set {self.api_key_env} in the environment "
+                                   "(it is never an option and never written anywhere)")
+            self._client = openai.OpenAI(api_key=key or NO_KEY, base_url=self.base_url, max_retries=0,
+                                         timeout=self.timeout)
+        return self._client
+
+    # -- batches and estimates
+    def batches(self, texts: Sequence[str]) -> list[list[int]]:
+        """Consecutive rows of ``texts`` grouped into requests: at most ``batch_size`` texts and
+        ``batch_tokens`` estimated tokens each (at least one text)."""
+        out: list[list[int]] = []
+        cur: list[int] = []
+        tokens = 0
+        for i, t in enumerate(texts):
+            n = self.tokenizer.count(t) if self.batch_tokens else 0
+            if cur and (len(cur) >= self.batch_size or (self.batch_tokens and tokens + n > self.batch_tokens)):
+                out.append(cur)
+                cur, tokens = [], 0
+            cur.append(i)
+            tokens += n
+        if cur:
+            out.append(cur)
+        return out
+
+    def estimate(self, texts: Sequence[str]) -> dict[str, Any]:
+        """What sending ``texts`` would take, before anything is sent.
+
+        Returns:
+            ``{"texts", "requests", "tokens", "tokenizer", "price_per_1m_tokens", "cost"}``
+            (``cost`` None without a price).
+        """
+        texts = list(texts)
+        tokens = sum(self.tokenizer.count(t) for t in texts)
+        cost = None if self.price is None else tokens / 1e6 * self.price
+        return {"texts": len(texts), "requests": len(self.batches(texts)), "tokens": tokens,
+                "tokenizer": self.tokenizer.how, "price_per_1m_tokens": self.price, "cost": cost}
+
+    # -- one request
+    def _request(self, texts: list[str], label: str) -> np.ndarray:
+        """The vectors of one batch, retried as the module docstring says; checked before returning."""
+        import openai
+
+        client = self._get_client()
+        extra = {"dimensions": self.dimensions} if self.dimensions else {}
+        waited, attempt, status = 0.0, 0, "none"
+        while True:
+            try:
+                with self._usage_lock:
+                    self.usage["requests"] += 1
+                resp = client.embeddings.create(model=self.model, input=texts, encoding_format=self.encoding_format,
+                                                **extra)
+                break
+            except (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError) as e:
+                status = getattr(e, "status_code", None) or ("timeout" if isinstance(e, openai.APITimeoutError)
+                                                              else "connection failed")
+                attempt += 1
+                asked = retry_after(getattr(getattr(e, "response", None), "headers", None))
+                delay = asked if asked is not None else min(MAX_BACKOFF, 2.0 ** (attempt - 1))
+                if attempt > self.max_retries or waited + delay > self.max_wait:
+                    why = (f"{attempt} tries" if attempt > self.max_retries
+                           else f"waiting {waited + delay:.0f} s would pass max_wait={self.max_wait:g} s")
+                    raise EncoderError(f"{self.name}: {label} failed ({why}); last status: {status}") from None
+                with self._usage_lock:
+                    self.usage["retries"] += 1
+                time.sleep(delay)
+                waited += delay
+            except openai.APIStatusError as e:
+                msg = self._scrub(str(getattr(e, "message", e)))[:300]
+                raise EncoderError(f"{self.name}: {label} refused by {self.endpoint} with status {e.status_code}: "
+                                   f"{msg}") from None
+            except (openai.APIResponseValidationError, ValueError, TypeError, KeyError) as e:
+                raise EncoderError(f"{self.name}: {label}: unreadable answer from {self.endpoint} "
+                                   f"({type(e).__name__}: {self._scrub(str(e))[:200]})") from None
+        return self._check(resp, len(texts), label)
+
+    def _check(self, resp: Any, n: int, label: str) -> np.ndarray:
+        """The answer's vectors in input order, or an EncoderError saying what is wrong with them."""
+        data = list(getattr(resp, "data", None) or [])
+        bad = f"{self.name}: {label}: bad answer from {self.endpoint}:"
+        if len(data) != n:
+            raise EncoderError(f"{bad} {len(data)} vectors for {n} texts")
+        index = [getattr(d, "index", None) for d in data]
+        if sorted(i for i in index if isinstance(i, int)) != list(range(n)):
+            raise EncoderError(f"{bad} the vectors' indices are not 0..{n - 1}")
+        rows: list[Any] = [None] * n
+        for i, d in zip(index, data):
+            emb = d.embedding
+            if isinstance(emb, str):  # encoding_format base64: little-endian float32 bytes
+                try:
+                    emb = np.frombuffer(base64.b64decode(emb, validate=True), dtype="<f4")
+                except ValueError:
+                    raise EncoderError(f"{bad} the vector of text {i} is not base64 of float32 bytes") from None
+            rows[i] = emb
+        lengths = {len(r) if r is not None else 0 for r in rows}
+        if 0 in lengths:
+            raise EncoderError(f"{bad} an empty vector")
+        if len(lengths) != 1:
+            raise EncoderError(f"{bad} vectors of different lengths {sorted(lengths)}")
+        x = np.asarray(rows, dtype=np.float32)
+        with self._usage_lock:
+            if self.dim is None:
+                self.dim = int(x.shape[1])
+        if x.shape[1] != self.dim:
+            raise EncoderError(f"{bad} {x.shape[1]}-d vectors, the earlier ones (or dimensions) are {self.dim}-d")
+        problem = first_bad_row(x)
+        if problem is not None and problem[0] == "nonfinite":
+            raise EncoderError(f"{bad} NaN or inf in the vector of text {problem[1]} of the batch")
+        usage = getattr(resp, "usage", None)
+        tokens = getattr(usage, "total_tokens", None) or getattr(usage, "prompt_tokens", None) or 0
+        with self._usage_lock:
+            self.usage["tokens"] += int(tokens)
+            self.usage["texts"] += n
+        return x
+
+    # -- encoding
+    def encode_stream(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None
+                      ) -> Iterator[tuple[list[int], np.ndarray]]:
+        """``(rows of texts, their vectors)`` for each batch as soon as it is answered, with at most
+        ``concurrency`` requests in flight; a new request is sent only after the caller has taken
+        the answers before it. When a batch fails, the batches already in flight are awaited and
+        yielded before the error is raised (they are paid for).
+
+        Args:
+            texts: the texts, in the order to send them.
+            lang: their language (the protocol carries none; it names the batches in errors).
+            ids: unused (the rows are positions in ``texts``).
+
+        Yields:
+            ``(rows, float32 (len(rows), dim) vectors)``.
+        """
+        texts = as_texts(texts, ids, f"{self.name}/{lang}")
+        batches = self.batches(texts)
+        total = len(batches)
+
+        def label(b: int) -> str:
+            return f"batch {b + 1} of {total} ({len(batches[b])} {lang} texts)"
+
+        if self.concurrency == 1:
+            for b, rows in enumerate(batches):
+                yield rows, self._request([texts[i] for i in rows], label(b))
+            return
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"{self.name}-request")
+        pending: dict[Future, int] = {}
+        nxt = 0
+        failure: BaseException | None = None
+        try:
+            while pending or (failure is None and nxt < total):
+                while failure is None and nxt < total and len(pending) < self.concurrency:
+                    pending[pool.submit(self._request, [texts[i] for i in batches[nxt]], label(nxt))] = nxt
+                    nxt += 1
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in sorted(done, key=pending.__getitem__):
+                    b = pending.pop(f)
+                    try:
+                        vecs = f.result()
+                    except BaseException as e:  # noqa: BLE001 -- the first failure is raised after the others
+                        failure = failure or e
+                        continue
+                    yield batches[b], vecs
+            if failure is not None:
+                raise failure
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
+        """float32 (n, dim) vectors of ``texts`` (all batches; see :meth:`encode_stream`)."""
+        texts = as_texts(texts, ids, f"{self.name}/{lang}")
+        if not texts:
+            return np.zeros((0, self.dim or 0), np.float32)
+        out: np.ndarray | None = None
+        for rows, vecs in self.encode_stream(texts, lang):
+            if out is None:
+                out = np.empty((len(texts), vecs.shape[1]), np.float32)
+            out[rows] = vecs
+        return out
+
+    @property
+    def run_details(self) -> dict[str, Any]:
+        """What ``run.json`` records of this model: endpoint, dimensions, the tokens the server
+        reported, requests and retries, and the price per 1M tokens (never the key)."""
+        return {"model": self.model, "endpoint": self.endpoint, "dimensions": self.dimensions,
+                "tokens_used": self.usage["tokens"], "texts_sent": self.usage["texts"],
+                "requests": self.usage["requests"], "retries": self.usage["retries"],
+                "price_per_1m_tokens": self.price, "tokenizer": self.tokenizer.how}
+
+    def __repr__(self) -> str:
+        return f"<OpenAIEncoder {self.name} {self.version}>"

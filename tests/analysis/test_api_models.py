@@ -1,0 +1,124 @@
+"""Embedding APIs in the grid, against a real OpenAI-protocol server on 127.0.0.1 serving use-m:
+``openai:use-m`` gives exactly use-m's records; a run killed mid-way and resumed sends only what
+was not answered (counted at the server); the key is written nowhere; the estimate and
+``--dry-run`` come before anything is sent; run.json records the tokens used."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from openai_server import TestServer
+
+from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.cli import main
+from backretrieval.encoders.registry import get_text_encoder
+
+KEY = "sk-test-evaluation-KEY-5f3a9c"
+N = 30
+TIMING = {"seconds", "encode_seconds"}
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.fixture(scope="module")
+def server(shared_data):
+    with TestServer(get_text_encoder("use-m")) as s:
+        yield s
+
+
+@pytest.fixture
+def api(server, monkeypatch, tmp_path):
+    """The server, reset; the key and base URL in the environment; a fresh embedding cache."""
+    server.reset()
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(tmp_path / "cache"))
+    return server
+
+
+def cfg_for(models, **kw) -> EvalConfig:
+    base = dict(dataset="emoji-cldr", pairs=[("en", "de")], models=models, image_model="color-hist", n=N, seeds=[0, 1])
+    base.update(kw)
+    return EvalConfig(**base)
+
+
+def strip(rec):
+    return {k: v for k, v in rec.items() if k not in TIMING | {"model", "model_identity"}}
+
+
+def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
+    lines: list[str] = []
+    spec = "openai:use-m?batch_size=16&price_per_1m_tokens=0.02"
+    out = tmp_path / "out"
+    result = evaluate(cfg_for(["use-m", spec]), out, progress=False, log=lines.append)
+    local = [r for r in result.records if r["model"] == "use-m"]
+    remote = [r for r in result.records if r["model"] == spec]
+    assert len(local) == len(remote) == 2 and [strip(r) for r in local] == [strip(r) for r in remote]
+    for key, ranks in result.ranks.items():
+        if key[0] == "use-m":
+            for name, arr in ranks.items():
+                assert (arr == result.ranks[(spec, *key[1:])][name]).all()
+    # the estimate came first; run.json has the tokens the server reported
+    (line,) = [x for x in lines if x.startswith(f"{spec}:")]
+    assert "texts to send in" in line and "(0 already cached)" in line and "at $0.02 per 1M tokens" in line
+    run = json.loads((out / "run.json").read_text())
+    enc = run["encoding"][spec]
+    sent = sum(len(r["texts"]) for r in api.requests)
+    words = sum(len(t.split()) for r in api.requests for t in r["texts"])
+    assert enc["tokens_used"] == words and enc["texts_sent"] == sent == enc["encoded"] and enc["requests"] == len(api.requests)
+    assert run["encoding"]["use-m"]["items_per_second"] > 0
+    assert all(r["authorization"] == f"Bearer {KEY}" for r in api.requests)
+    # the key is nowhere: outputs, cache, log
+    for root in (out, tmp_path / "cache"):
+        for f in root.rglob("*"):
+            if f.is_file():
+                assert KEY.encode() not in f.read_bytes(), f
+    assert not any(KEY in x for x in lines)
+    # a second run sends nothing: every batch is cached
+    api.reset()
+    evaluate(cfg_for([spec]), tmp_path / "again", progress=False)
+    assert api.requests == []
+
+
+def test_dry_run_sends_nothing(api, tmp_path):
+    res = CliRunner().invoke(main, [
+        "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "openai:use-m?price_per_1m_tokens=0.1",
+        "--image-model", "color-hist", "--n", str(N), "--seeds", "2", "--out", str(tmp_path / "dry"), "--dry-run",
+    ], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "openai:use-m?price_per_1m_tokens=0.1:" in res.output and "already cached), about" in res.output
+    assert "approximation: 1 token per 4 bytes of UTF-8" in res.output and "at $0.1 per 1M tokens" in res.output
+    assert api.requests == [] and not (tmp_path / "dry" / "results.jsonl").exists()
+
+
+def test_a_killed_run_resumes_sending_only_what_was_not_answered(api, tmp_path):
+    cmd = [sys.executable, "-m", "backretrieval.cli", "evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de",
+           "--models", "openai:use-m?batch_size=4", "--image-model", "color-hist", "--n", str(N), "--seeds", "2",
+           "--quiet"]
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    api.hold_after = 5  # the request after these waits: the run is killed with it in flight
+    proc = subprocess.Popen([*cmd, "--out", str(tmp_path / "first")], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        while not api.held.wait(0.5):  # until the request after the answered ones arrives
+            assert proc.poll() is None, proc.stderr.read().decode()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        api.release.set()
+    answered = [t for batch in api.answered for t in batch]
+    assert len(api.answered) == 5 and len(answered) == 20
+    api.reset()
+    done = subprocess.run([*cmd, "--out", str(tmp_path / "second")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    resent = [t for r in api.requests for t in r["texts"]]
+    assert resent and not set(resent) & set(answered)  # nothing answered before is sent again
+    run = json.loads((tmp_path / "second" / "run.json").read_text())
+    assert run["encoding"]["openai:use-m?batch_size=4"]["encoded"] == len(resent)
+    assert run["encoding"]["openai:use-m?batch_size=4"]["texts"] == len(resent) + len(answered)
