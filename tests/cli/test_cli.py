@@ -224,7 +224,7 @@ def test_non_matching_impossible(tmp_path, shared_data):
         for i in range(3):  # the same three concepts in both languages
             rows.append({"id": c.ids[i], "lang": lang, "text": c.texts[i], "concept": c.ids[i], "image": c.image_paths[i]})
     path = _tiny_generic(tmp_path, rows)
-    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", message="non-matching sampling impossible for n=2")
+    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", message="N=2 is too large for en-de: at most N=1 (BkR's two samples")
 
 
 def test_missing_image_and_empty_text_and_duplicate_id(tmp_path, shared_data):

@@ -571,6 +571,28 @@ def test_analyze_bkr_section_matches_evaluate(study, shared_data):
     assert "Backretrieval on the same pair" in format_markdown(res)
 
 
+def test_analyze_fits_bkr_n_to_a_small_catalogue_and_refuses_too_large(tmp_path, shared_data):
+    from small_catalogue import write_catalogue
+
+    shop = write_catalogue(tmp_path / "shop")  # 60 products in en, de, es: BkR allows N=30 at most
+    db = tmp_path / "shop.db"
+    create_study(StudyConfig(dataset=str(shop), src="en", tgt="de", models=["tfidf-char", "random"], queries=3,
+                             per_model=2), db, progress=False)
+    said = []
+    res = analyze(db, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False, log=said.append)
+    assert res["bkr"]["n"] == 30 and res["bkr"]["n_note"].startswith("N=30, the largest the data allows")
+    assert said == [f"BkR comparison: {res['bkr']['n_note']}"]
+    assert "N=30 items per side" in format_markdown(res) and "N=30, the largest the data allows" in format_markdown(res)
+    for n in (31, 1_000_000_000):
+        with pytest.raises(DataError, match=f"N={n:} is too large for en-de: at most N=30"):
+            analyze(db, bkr_n=n, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
+    r = CliRunner().invoke(main, ["study", "analyze", str(db), "--bkr-n", "1000000000", "--image-model", "color-hist",
+                                  "--quiet", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "at most N=30" in r.output and "Use --bkr-n 30 or less" in r.output, r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "a").exists()
+
+
 def test_cli_create_add_rater_raters_analyze(tmp_path, shared_data):
     db = tmp_path / "cli.db"
     runner = CliRunner()
