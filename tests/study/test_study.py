@@ -593,6 +593,28 @@ def test_analyze_fits_bkr_n_to_a_small_catalogue_and_refuses_too_large(tmp_path,
     assert not (tmp_path / "a").exists()
 
 
+def test_bkr_n_fits_the_tutorial_catalogue(tmp_path, shared_data):
+    """docs/your-data.md's catalogue (772 products) allows N=386 for BkR on en-ja: the default (1,000) is fitted."""
+    import pandas as pd
+
+    from backretrieval.study.analyze import bkr_sample_size
+
+    shop = tmp_path / "shop"
+    subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "docs" / "make_catalogue.py"), str(shop),
+                    "--langs", "en,ja"], check=True, capture_output=True)
+    parts = [pd.read_csv(f, dtype=str).assign(lang=f.stem) for f in sorted(shop.glob("??.csv"))]
+    catalogue = pd.concat(parts, ignore_index=True).assign(concept=lambda d: d["id"])
+    catalogue.to_csv(shop / "catalogue.csv", index=False)
+    meta = {"dataset": str(shop / "catalogue.csv"), "src": "en", "tgt": "ja"}
+    n, note = bkr_sample_size(meta, None, 3)
+    assert (n, note) == (386, "N=386, the largest the data allows (BkR's two samples need N en and N ja items with "
+                              "disjoint concepts, 2N distinct concepts with one item per concept; the 772 en and 772 ja "
+                              "items cover 772)")
+    assert bkr_sample_size(meta, 300, 3) == (300, None)
+    with pytest.raises(DataError, match="N=387 is too large for en-ja: at most N=386"):
+        bkr_sample_size(meta, 387, 3)
+
+
 def test_cli_create_add_rater_raters_analyze(tmp_path, shared_data):
     db = tmp_path / "cli.db"
     runner = CliRunner()
