@@ -120,6 +120,7 @@ def plot(table, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(2, len(KS), figsize=(4.2 * len(KS), 6.4), sharex=True, sharey="row")
     colors = dict(zip(table["pair"].unique(), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
@@ -128,9 +129,10 @@ def plot(table, path: Path) -> None:
         for i, (measure, label) in enumerate((("pick", "picks XLR's best model"), ("spearman", "Spearman with XLR"))):
             ax = axes[i, j]
             for pair, g in sub.groupby("pair", sort=False):
-                ax.plot(g["n"], g[f"{measure}_bkr"], "o-", color=colors[pair], label=f"BkR@{k} {pair}")
+                ax.plot(g["n"], g[f"{measure}_bkr"], "o-", color=colors[pair], label=f"BkR@K {pair}")
                 ax.plot(g["n"], g[f"{measure}_corr"], "s--", color=colors[pair], alpha=0.6, label=f"CORR {pair}")
             ax.set_xscale("log")
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
             ax.set_xticks(sorted(sub["n"].unique()), [str(n) for n in sorted(sub["n"].unique())])
             ax.grid(alpha=0.3)
             ax.set_title(f"K = {k}: {label}" if i == 0 else f"K = {k}")
