@@ -143,7 +143,7 @@ def power_note(ds: Dataset, pairs: Sequence[tuple[str, str]], n: int, k: int, se
         max_chance: the chance level K/N above which BkR@K is said to have little power.
 
     Returns:
-        The note: the chance level, the smallest detectable gap and the distinct queries it
+        The note, one sentence without its full stop (as the grid's other notes): the chance level, the smallest detectable gap and the distinct queries it
         rests on, and what would help (a smaller K, more products, more seeds, XLR on the part of
         the data that links languages, with the largest N it allows); None when neither limit is
         reached or no pair has images.
@@ -175,7 +175,7 @@ def power_note(ds: Dataset, pairs: Sequence[tuple[str, str]], n: int, k: int, se
     return (
         f"BkR@{k} has little power at N={n}, K={k}, {seeds} seed{'s' * (seeds != 1)} ({where}): chance is {chance:.3f}, "
         f"and only gaps above {detectable:.2f} between two models can be detected ({queries:,} distinct queries; "
-        f"gaps that matter are about {gap:.2f}). What would help: {', or '.join(helps)}."
+        f"gaps that matter are about {gap:.2f}). What would help: {', or '.join(helps)}"
     )
 
 
