@@ -224,7 +224,22 @@ def test_non_matching_impossible(tmp_path, shared_data):
         for i in range(3):  # the same three concepts in both languages
             rows.append({"id": c.ids[i], "lang": lang, "text": c.texts[i], "concept": c.ids[i], "image": c.image_paths[i]})
     path = _tiny_generic(tmp_path, rows)
-    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", message="non-matching sampling impossible for n=2")
+    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", message="N=2 is too large for en-de: at most N=1 (BkR's two samples")
+
+
+def test_small_catalogue_gets_the_largest_n_and_the_low_power_note(tmp_path, shared_data):
+    from small_catalogue import write_catalogue
+
+    shop = str(write_catalogue(tmp_path / "shop"))  # 60 products in en, de, es
+    _bad(tmp_path, "--dataset", shop, "--pairs", "en-de,en-es", "--n", "50",
+         message="N=50 is too large for en-de: at most N=30 (BkR's two samples need N en and N de items")
+    _bad(tmp_path, "--dataset", shop, "--pairs", "en-de", "--n", "300", message="Use --n 30 or less")
+    res = CliRunner().invoke(main, ["evaluate", "--dataset", shop, "--pairs", "en-de", "--models", "random",
+                                    "--image-model", "color-hist", "--n", "30", "--seeds", "3", "--quiet",
+                                    "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert ("BkR@10 has little power at N=30, K=10, 3 seeds (en-de): chance is 0.333, and only gaps above 0.26 "
+            "between two models can be detected (60 distinct queries") in res.output
 
 
 def test_missing_image_and_empty_text_and_duplicate_id(tmp_path, shared_data):

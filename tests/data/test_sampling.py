@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from backretrieval.core import DataError
 from backretrieval.data import Corpus, matching, non_matching
+from backretrieval.data.sampling import largest_matching_n, largest_non_matching_n
 
 
 def corpus(lang, concepts, dataset="toy"):
@@ -50,6 +51,31 @@ def test_non_matching_concepts_are_disjoint(n_shared, n_s_only, n_t_only, n, see
     assert not {s.concepts[i] for i in si} & {t.concepts[j] for j in ti}
     si2, ti2 = non_matching(s, t, n, seed)
     assert (si == si2).all() and (ti == ti2).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_shared=st.integers(0, 30), n_s_only=st.integers(0, 15), n_t_only=st.integers(0, 15),
+       seed=st.integers(0, 1000), dup=st.booleans())
+def test_largest_non_matching_n_is_the_largest_that_draws(n_shared, n_s_only, n_t_only, seed, dup):
+    shared = [f"c{i}" for i in range(n_shared)]
+    s_con = shared + [f"s{i}" for i in range(n_s_only)] + (shared[:3] if dup else [])
+    t_con = shared + [f"t{i}" for i in range(n_t_only)]
+    if not s_con or not t_con:
+        return
+    s, t = corpus("en", s_con), corpus("de", t_con)
+    largest = largest_non_matching_n(s, t, seed)
+    if largest:
+        assert len(non_matching(s, t, largest, seed)[0]) == largest
+    with pytest.raises(DataError, match=f"the largest n that works is {largest}$"):
+        non_matching(s, t, largest + 1, seed)
+    if not dup:  # one item per concept: the largest n with a split of the shared concepts
+        assert largest == max(n for n in range(0, 60) if max(0, n - n_s_only) + max(0, n - n_t_only) <= n_shared)
+
+
+def test_largest_matching_n_counts_shared_concepts():
+    s, t = corpus("en", ["a", "b", "c", "d"]), corpus("de", ["b", "c", "d", "e", "b"])
+    assert largest_matching_n(s, t) == 3
+    assert largest_matching_n(s, corpus("de", ["x"])) == 0
 
 
 def test_non_matching_emoji_like_all_shared():

@@ -571,6 +571,50 @@ def test_analyze_bkr_section_matches_evaluate(study, shared_data):
     assert "Backretrieval on the same pair" in format_markdown(res)
 
 
+def test_analyze_fits_bkr_n_to_a_small_catalogue_and_refuses_too_large(tmp_path, shared_data):
+    from small_catalogue import write_catalogue
+
+    shop = write_catalogue(tmp_path / "shop")  # 60 products in en, de, es: BkR allows N=30 at most
+    db = tmp_path / "shop.db"
+    create_study(StudyConfig(dataset=str(shop), src="en", tgt="de", models=["tfidf-char", "random"], queries=3,
+                             per_model=2), db, progress=False)
+    said = []
+    res = analyze(db, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False, log=said.append)
+    assert res["bkr"]["n"] == 30 and res["bkr"]["n_note"].startswith("N=30, the largest the data allows")
+    assert said == [f"BkR comparison: {res['bkr']['n_note']}"]
+    assert "N=30 items per side" in format_markdown(res) and "N=30, the largest the data allows" in format_markdown(res)
+    for n in (31, 1_000_000_000):
+        with pytest.raises(DataError, match=f"N={n:} is too large for en-de: at most N=30"):
+            analyze(db, bkr_n=n, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
+    r = CliRunner().invoke(main, ["study", "analyze", str(db), "--bkr-n", "1000000000", "--image-model", "color-hist",
+                                  "--quiet", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "at most N=30" in r.output and "Use --bkr-n 30 or less" in r.output, r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "a").exists()
+
+
+def test_bkr_n_fits_the_tutorial_catalogue(tmp_path, shared_data):
+    """docs/your-data.md's catalogue (772 products) allows N=386 for BkR on en-ja: the default (1,000) is fitted."""
+    import pandas as pd
+
+    from backretrieval.study.analyze import bkr_sample_size
+
+    shop = tmp_path / "shop"
+    subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "docs" / "make_catalogue.py"), str(shop),
+                    "--langs", "en,ja"], check=True, capture_output=True)
+    parts = [pd.read_csv(f, dtype=str).assign(lang=f.stem) for f in sorted(shop.glob("??.csv"))]
+    catalogue = pd.concat(parts, ignore_index=True).assign(concept=lambda d: d["id"])
+    catalogue.to_csv(shop / "catalogue.csv", index=False)
+    meta = {"dataset": str(shop / "catalogue.csv"), "src": "en", "tgt": "ja"}
+    n, note = bkr_sample_size(meta, None, 3)
+    assert (n, note) == (386, "N=386, the largest the data allows (BkR's two samples need N en and N ja items with "
+                              "disjoint concepts, 2N distinct concepts with one item per concept; the 772 en and 772 ja "
+                              "items cover 772)")
+    assert bkr_sample_size(meta, 300, 3) == (300, None)
+    with pytest.raises(DataError, match="N=387 is too large for en-ja: at most N=386"):
+        bkr_sample_size(meta, 387, 3)
+
+
 def test_cli_create_add_rater_raters_analyze(tmp_path, shared_data):
     db = tmp_path / "cli.db"
     runner = CliRunner()

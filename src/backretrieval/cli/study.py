@@ -220,7 +220,8 @@ def proxy_rate(db, out, terms, force) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Write analysis.md, analysis.json and ratings.csv here.")
 @click.option("--bkr/--no-bkr", default=True, show_default=True, help="Also compute the models' BkR on the study's pair.")
-@click.option("--bkr-n", type=POSITIVE, default=1000, show_default=True, help="N items per side for BkR.")
+@click.option("--bkr-n", type=POSITIVE, default=None,
+              help="N items per side for BkR (default: 1,000, or the largest N the pair allows when smaller).")
 @click.option("--bkr-seeds", type=click.IntRange(1, 1000), default=3, show_default=True, help="Seeds for BkR (1 to 1,000).")
 @click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR.")
 @click.option("--n-boot", type=N_BOOT, default=2000, show_default=True, help="Bootstrap resamples of the ratio's interval, 2 to 100,000.")

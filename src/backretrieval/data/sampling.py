@@ -57,20 +57,22 @@ def matching(src: Corpus, tgt: Corpus, n: int, seed: int) -> tuple[np.ndarray, n
     )
 
 
-def non_matching(src: Corpus, tgt: Corpus, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices ``(src_idx, tgt_idx)``, ``n`` each, with no concept on both sides.
+def largest_matching_n(src: Corpus, tgt: Corpus) -> int:
+    """The largest ``n`` :func:`matching` can draw: the concepts present in both languages."""
+    shared = set(_first_row_per_concept(src)) & set(_first_row_per_concept(tgt))
+    return sum(1 for c in shared if not c.startswith("\x00"))
 
-    Concepts found in both languages are shuffled and split between the two sides (each side
-    first gets what it lacks from its own language-only concepts, the rest is halved), then
-    ``n`` items are drawn on each side from its own concepts.
-    """
-    _check_n(n)
+
+def _pools(src: Corpus, tgt: Corpus, n: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """The rows each side of a non-matching sample of ``n`` may draw from, concepts disjoint.
+
+    Concepts found in both languages are shuffled and split between the two sides: each side
+    first gets what it lacks from its own language-only concepts, the rest is halved."""
     s_keys, t_keys = src.concept_keys(), tgt.concept_keys()
     s_set, t_set = set(s_keys), set(t_keys)
     shared = sorted(s_set & t_set)
-    rng = np.random.default_rng(seed)
-    s_only = np.array([i for i, c in enumerate(s_keys) if c not in t_set], dtype=np.int64)
-    t_only = np.array([i for i, c in enumerate(t_keys) if c not in s_set], dtype=np.int64)
+    s_pool = [i for i, c in enumerate(s_keys) if c not in t_set]
+    t_pool = [i for i, c in enumerate(t_keys) if c not in s_set]
     # items per shared concept on each side
     s_by_c: dict[str, list[int]] = {}
     t_by_c: dict[str, list[int]] = {}
@@ -80,12 +82,11 @@ def non_matching(src: Corpus, tgt: Corpus, n: int, seed: int) -> tuple[np.ndarra
     for i, c in enumerate(t_keys):
         if c in s_set:
             t_by_c.setdefault(c, []).append(i)
-    need_s = max(0, n - len(s_only))
-    need_t = max(0, n - len(t_only))
+    need_s = max(0, n - len(s_pool))
+    need_t = max(0, n - len(t_pool))
     order = rng.permutation(len(shared))
     # give shared concepts to the source until it has enough items, then to the target, then
     # alternate so that leftover concepts are split evenly
-    s_pool, t_pool = list(s_only), list(t_only)
     got_s = got_t = 0
     for j, ci in enumerate(order):
         c = shared[ci]
@@ -101,11 +102,46 @@ def non_matching(src: Corpus, tgt: Corpus, n: int, seed: int) -> tuple[np.ndarra
         else:
             t_pool.extend(t_by_c[c])
             got_t += len(t_by_c[c])
+    return s_pool, t_pool
+
+
+def largest_non_matching_n(src: Corpus, tgt: Corpus, seed: int = 0) -> int:
+    """The largest ``n`` :func:`non_matching` can draw with ``seed``: two samples of ``n`` items
+    whose concepts are disjoint, so at least ``2 n`` distinct concepts between the two languages
+    (exactly ``(distinct concepts) // 2`` when every concept has one item per language and
+    both languages have every concept); 0 when not even one works."""
+    def fits(n: int) -> bool:
+        s_pool, t_pool = _pools(src, tgt, n, np.random.default_rng(seed))
+        return len(s_pool) >= n and len(t_pool) >= n
+
+    low, high = 0, min(len(src), len(tgt))  # fits(low); the answer is at most high
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def non_matching(src: Corpus, tgt: Corpus, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices ``(src_idx, tgt_idx)``, ``n`` each, with no concept on both sides.
+
+    Concepts found in both languages are shuffled and split between the two sides (each side
+    first gets what it lacks from its own language-only concepts, the rest is halved), then
+    ``n`` items are drawn on each side from its own concepts.
+    """
+    _check_n(n)
+    rng = np.random.default_rng(seed)
+    s_pool, t_pool = _pools(src, tgt, n, rng)
     if len(s_pool) < n or len(t_pool) < n:
+        concepts = set(src.concept_keys()) | set(tgt.concept_keys())
+        shared = set(src.concept_keys()) & set(tgt.concept_keys())
         raise DataError(
             f"{src.dataset} {src.lang}-{tgt.lang}: non-matching sampling impossible for n={n}: "
-            f"{len(src)} {src.lang} and {len(tgt)} {tgt.lang} items cover only {len(s_set | t_set)} "
-            f"distinct concepts ({len(shared)} shared); two disjoint samples of n need more"
+            f"{len(src)} {src.lang} and {len(tgt)} {tgt.lang} items cover only {len(concepts)} "
+            f"distinct concepts ({len(shared)} shared); two disjoint samples of n need 2n distinct concepts: "
+            f"the largest n that works is {largest_non_matching_n(src, tgt, seed)}"
         )
     s_idx = rng.choice(np.array(sorted(s_pool), dtype=np.int64), size=n, replace=False)
     t_idx = rng.choice(np.array(sorted(t_pool), dtype=np.int64), size=n, replace=False)

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from ..analysis.evaluate.power import SampleSizeError
 from ..analysis.stats import holm, sign_flip_p
 from ..core import BackretrievalError, atomic_write_text
 from . import files as study_files
@@ -209,6 +210,22 @@ def agreement(tables: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+DEFAULT_BKR_N = 1000  # N per side of the BkR comparison when none is asked for and the pair allows it
+
+
+def bkr_sample_size(meta: dict[str, Any], n: int | None, seeds: int) -> tuple[int, str | None]:
+    """The N of the BkR comparison on the study's pair: ``n`` checked against what the pair
+    allows, or (``n`` None) :data:`DEFAULT_BKR_N` fitted to the data, with a note saying so.
+    Raises :class:`BackretrievalError` naming the largest N when ``n`` is too large, and when the
+    dataset cannot be loaded."""
+    from ..analysis.evaluate.power import fit_n
+    from ..data import load_dataset
+
+    pair = (meta["src"], meta["tgt"])
+    ds = load_dataset(meta["dataset"], langs=list(pair), **dict(meta.get("dataset_options") or {}))
+    return fit_n(ds, [pair], n, DEFAULT_BKR_N, list(range(seeds)), option=("--bkr-n", "bkr_n"))
+
+
 def bkr_comparison(
     meta: dict[str, Any], *, n: int, seeds: int, image_model: Any, k: int = 10, progress: bool = True
 ) -> dict[str, Any]:
@@ -248,7 +265,7 @@ def analyze(
     path: str | Path,
     *,
     bkr: bool = True,
-    bkr_n: int = 1000,
+    bkr_n: int | None = None,
     bkr_seeds: int = 3,
     image_model: Any = "efficientnet-lite0",
     n_boot: int = 2000,
@@ -259,9 +276,14 @@ def analyze(
     """The full analysis as a JSON-ready dict (see :func:`format_markdown`).
 
     Bad parameters (``n_boot`` below 2, ``bkr_n`` or ``bkr_seeds`` below 1, an unknown
-    ``image_model``) raise :class:`BackretrievalError` before the study is read; a BkR
-    comparison that fails on the data (e.g. too few items) is skipped with a log line."""
+    ``image_model``) raise :class:`BackretrievalError` before the study is read; a ``bkr_n``
+    larger than the study's pair allows raises one naming the largest N, before any computing.
+    ``bkr_n`` None: :data:`DEFAULT_BKR_N`, or the largest N the pair allows when that is
+    smaller (the result's ``bkr`` says so in ``n_note``, and the log). A BkR comparison that
+    fails otherwise (a dataset that cannot be loaded, ...) is skipped with a log line."""
     for name, value, low in (("n_boot", n_boot, 2), ("bkr_n", bkr_n, 1), ("bkr_seeds", bkr_seeds, 1)):
+        if name == "bkr_n" and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise BackretrievalError(f"{name} must be an integer >= {low}, got {value!r}")
     if bkr and image_model != "precomputed":
@@ -272,6 +294,18 @@ def analyze(
         tables = store.load_tables(con)
         raters = store.list_raters(con)
     meta = tables["meta"]
+    sized: tuple[int, str | None] | BackretrievalError | None = None
+    if bkr:
+        try:
+            sized = bkr_sample_size(meta, bkr_n, bkr_seeds)
+        except SampleSizeError as e:  # an N the pair cannot have is refused, before any computing
+            if bkr_n is not None:
+                raise
+            sized = e
+        except BackretrievalError as e:
+            sized = e
+        if isinstance(sized, tuple) and sized[1]:
+            log(f"BkR comparison: {sized[1]}")
     models = tables["models"]
     credits = tables["credits"]
     n_sugg = len(tables["suggestions"])
@@ -316,7 +350,11 @@ def analyze(
     result["agreement"] = agreement(tables)
     if bkr:
         try:
-            result["bkr"] = bkr_comparison(meta, n=bkr_n, seeds=bkr_seeds, image_model=image_model, progress=progress)
+            if isinstance(sized, BackretrievalError):
+                raise sized
+            result["bkr"] = bkr_comparison(meta, n=sized[0], seeds=bkr_seeds, image_model=image_model, progress=progress)
+            if sized[1]:
+                result["bkr"]["n_note"] = sized[1]
         except BackretrievalError as e:  # the human results stand on their own
             log(f"BkR comparison skipped: {e}")
             result["bkr"] = {"error": str(e)}
@@ -413,7 +451,8 @@ def format_markdown(res: dict[str, Any]) -> str:
             k = b["k"]
             lines += [
                 f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
-                + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else "."),
+                + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else ".")
+                + (f" {b['n_note'][0].upper()}{b['n_note'][1:]}." if b.get("n_note") else ""),
                 "",
                 f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
                 "|---|---|---|---|---|",

@@ -56,13 +56,14 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...core import BackretrievalError
+from ...core import BackretrievalError, DataError
 from ...core.io import check_writable_dir, folder_lock
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig, EvalResult, slug
+from .power import check_n, power_note
 from .features import check_needs, draw_samples, Features, largest_n, same_sample_note, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .queries import MATCHING, NON_MATCHING, sample_items
@@ -135,10 +136,18 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:
         ds[lang]  # unknown language -> clear error before any work
-    samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
+    try:
+        samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
+    except DataError:
+        check_n(ds, cfg.pairs, cfg.n, cfg.seeds)  # an N too large: the error names the largest N that works
+        raise
     check_needs(cfg.dataset, samples, needs, purpose)
     has_bkr = any(sm.bkr is not None for sm in samples.values())
     notes: list[str] = []
+    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, len(cfg.seeds))
+    if weak:
+        log(weak)
+        notes.append(weak)
     if not has_bkr:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
     same = same_sample_note(samples, cfg)
