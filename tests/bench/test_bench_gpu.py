@@ -65,7 +65,7 @@ def test_cpu_against_cpu_gives_difference_zero(tmp_path):
 def test_no_cuda_device_exits_with_the_reason(tmp_path):
     import torch
 
-    from backretrieval.encoders.runtime import ort_cuda_available
+    from backretrieval.encoders.devices import ort_cuda_available
 
     if torch.cuda.is_available() or ort_cuda_available():
         pytest.skip("a CUDA device is usable here")

@@ -5,7 +5,8 @@ underscore) is covered at two levels:
 
 * **present** (every public module): each public function and class defined there, and each public
   method and property such a class defines itself, has a docstring that is not empty
-  (:func:`test_docstring_present`);
+  (:func:`test_docstring_present`); the signature ``dataclasses`` writes as the docstring of a
+  dataclass without one (``Name(field: type, ...)``) counts as none;
 * **Google style** (the modules listed below): ``Args:`` and ``Returns:`` sections, as follows.
 
 Google style covers: ``backretrieval.metrics`` (the package and every public submodule, plus the names its
@@ -244,9 +245,18 @@ def test_allow_list_is_needed(monkeypatch):
         assert _problems(name, OBJECTS[name]), f"allow-list entry {name} is not needed: remove it"
 
 
+def _written_doc(obj) -> str | None:
+    """The docstring of ``obj`` that a person wrote: None for none, and for a dataclass whose
+    ``__doc__`` is the signature ``dataclasses`` generates when there is none (``Name(field: type, ...)``)."""
+    doc = obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)
+    if doc and inspect.isclass(obj) and dataclasses.is_dataclass(obj) and doc.startswith(f"{obj.__name__}("):
+        return None
+    return doc
+
+
 def _problems(name: str, obj) -> list[str]:
     """What is wrong with the docstring of ``obj`` (empty: nothing)."""
-    doc = obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)
+    doc = _written_doc(obj)
     if not doc or not doc.strip():
         return ["no docstring"]
     sections = _sections(doc)
@@ -339,8 +349,10 @@ def test_every_public_module_is_covered():
 
 @pytest.mark.parametrize("name", sorted(PRESENT))
 def test_docstring_present(name):
-    doc = PRESENT[name].__doc__
-    assert doc and doc.strip(), f"{name}: no docstring (one line saying what it is or does)"
+    doc = _written_doc(PRESENT[name])
+    assert doc and doc.strip(), (
+        f"{name}: no docstring (one line saying what it is or does; a dataclass also lists its fields under Attributes:)"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTS))
@@ -424,6 +436,23 @@ class _Config:
         self.size, self.seed = size, seed
 
 
+@dataclasses.dataclass
+class _Undocumented:
+    size: int
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class _Documented:
+    """A dataclass with its own docstring.
+
+    Attributes:
+        size: how many.
+    """
+
+    size: int
+
+
 def test_checker_on_examples():
     assert _problems("_good", _good) == []
     assert _problems("_generator", _generator) == []
@@ -434,6 +463,10 @@ def test_checker_on_examples():
     assert _problems("_bad_raises", _bad_raises) == ["Raises: entry 'when a is negative.' is not an exception name"]
     assert _problems("_Config", _Config) == ["Args: does not list ['seed']"]
     assert _problems("_undocumented", lambda x: x) == ["no docstring"]
+    # the docstring dataclasses generates ("_Undocumented(size: int, seed: int = 0)") is none
+    assert _Undocumented.__doc__.startswith("_Undocumented(") and _written_doc(_Undocumented) is None
+    assert _problems("_Undocumented", _Undocumented) == ["no docstring"]
+    assert _problems("_Documented", _Documented) == []
 
 
 def test_dataclass_fields_are_constructor_parameters():

@@ -55,3 +55,34 @@ def test_layers_exist():
     present = {p.name.removesuffix(".py") for p in PKG.iterdir()}
     for layer in ("core", "data", "encoders", "search", "metrics", "analysis", "report", "cli"):
         assert layer in present
+
+
+def _imported_modules(path: Path):
+    """``(line, dotted path inside the package)`` of every package import of the module at ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    rel_parts = list(path.relative_to(PKG).parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = rel_parts[: len(rel_parts) - (node.level - 1)]
+            yield node.lineno, ".".join(base + (node.module.split(".") if node.module else [a.name for a in node.names][:1]))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("backretrieval."):
+            yield node.lineno, node.module.split(".", 1)[1]
+
+
+WINGS = ("text", "image")
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_the_encoder_wings_do_not_import_each_other(wing):
+    """A text model and an image model share what they share through the encoders' root, not
+    through each other's wing."""
+    other = next(w for w in WINGS if w != wing)
+    files = sorted((PKG / "encoders" / wing).glob("*.py"))
+    assert files
+    bad = [
+        f"{p.relative_to(PKG)} line {n}: {target}"
+        for p in files
+        for n, target in _imported_modules(p)
+        if target == f"encoders.{other}" or target.startswith(f"encoders.{other}.")
+    ]
+    assert not bad, "imports the other wing: " + "; ".join(bad)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from backretrieval.cli import main
 from backretrieval.core import EncoderError
-from backretrieval.encoders.runtime import DEVICE_ENV, any_cuda_available, use_device
+from backretrieval.encoders.devices import DEVICE_ENV, any_cuda_available, use_device
 from backretrieval.encoders.registry import get_image_encoder, get_text_encoder
 
 COMMANDS = (["evaluate"], ["compare"], ["meta"], ["train", "m3l"], ["train", "patr"], ["image-retrieval"])

@@ -36,7 +36,7 @@ def test_the_registries_hold_the_built_in_models():
 
 def test_a_model_without_an_example_fails_with_a_message_saying_to_add_one(tmp_path):
     info = dataclasses.replace(next(i for i in TEXT if i.name == "random"), name="new-plugin", example=None)
-    with pytest.raises(ContractError, match=r"text model 'new-plugin' registers no example: give its EncoderInfo an example="):
+    with pytest.raises(ContractError, match=r"text model 'new-plugin' registers no example: give its declaration an example=hook \(register_text"):
         check_text_encoder(info, tmp_path)
 
 

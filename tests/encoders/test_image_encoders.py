@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from backretrieval.core import DataError, EncoderError
-from backretrieval.encoders import runtime
+from backretrieval.encoders import devices, onnx_export
 from backretrieval.encoders.image.batching import load_rgb
 from backretrieval.encoders.registry import get_image_encoder, list_image_encoders
 from backretrieval.encoders.cache import CachedImageEncoder
@@ -369,8 +369,8 @@ def test_onnx_export_is_cached_and_a_damaged_file_exported_again(emoji, tmp_path
     first = get_image_encoder("mobilenet-v2", backend="onnxruntime")
     x = first.encode_images(paths)
     (graph,) = (tmp_path / "onnx").glob("*.onnx")
-    assert first.weights_digest[:16] in graph.name and f"opset{runtime.OPSET}" in graph.name
-    assert f"ort{runtime.ort_version()}" in graph.name
+    assert first.weights_digest[:16] in graph.name and f"opset{onnx_export.OPSET}" in graph.name
+    assert f"ort{devices.ort_version()}" in graph.name
     second = get_image_encoder("mobilenet-v2", backend="onnxruntime")
     np.testing.assert_array_equal(second.encode_images(paths), x)
     assert second._torch is None  # read from the cache: no torch model built, nothing exported
@@ -397,7 +397,7 @@ def test_concurrent_first_runs_export_once(tmp_path, monkeypatch):
 
     def first_run():
         try:
-            paths.append(runtime.cached_export("toy", "0123456789abcdef" * 2, build, example))
+            paths.append(onnx_export.cached_export("toy", "0123456789abcdef" * 2, build, example))
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
@@ -412,8 +412,8 @@ def test_concurrent_first_runs_export_once(tmp_path, monkeypatch):
 
 def test_without_onnxruntime_torch_runs_after_one_warning(monkeypatch, emoji):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
-    monkeypatch.setattr(runtime, "_warned", set())
-    with pytest.warns(runtime.BackendWarning, match="onnxruntime not installed.*pip install onnxruntime"):
+    monkeypatch.setattr(devices, "_warned", set())
+    with pytest.warns(devices.BackendWarning, match="onnxruntime not installed.*pip install onnxruntime"):
         enc = get_image_encoder("efficientnet-lite0")
     assert enc.backend == "torch" and "/pt" in enc.version
     with warnings.catch_warnings():

@@ -18,7 +18,7 @@ Image models. ``EvalConfig.image_model`` (and each of ``extra_image_models``) is
 spec string (``"efficientnet-lite0"``) or a Python object: a
 :class:`~backretrieval.encoders.image.python_model.PythonImageModel` (named by its ``name``), a
 torch module, an object with ``encode(images)`` or a function ``f(images)`` (named by
-:func:`~backretrieval.encoders.image.python_model.object_name`: its class's or function's name).
+:func:`~backretrieval.encoders.python_objects.object_name`: its class's or function's name).
 Records carry the name as ``image_model``; the identity (the spec's ``version``, a torch
 module's weight hash, the user's version string) keys them, and a run-only image object makes
 every record that uses it run-only, as a run-only text model does.
@@ -35,7 +35,8 @@ from typing import Any, Mapping
 
 from ..core import BackretrievalError
 from ..encoders.registry import get_text_encoder
-from ..encoders.image.python_model import PythonImageModel, object_name
+from ..encoders.image.python_model import PythonImageModel
+from ..encoders.python_objects import object_name
 from ..encoders.text.python_model import PythonTextModel
 
 

@@ -258,7 +258,7 @@ def check_text_models(specs: Sequence[str], option: str) -> None:
 
 
 # ------------------------------------------------------------------------------ devices
-DEVICES = ("auto", "cpu", "cuda")  # as encoders.runtime.DEVICES (not imported here: --help stays instant)
+DEVICES = ("auto", "cpu", "cuda")  # as encoders.devices.DEVICES (not imported here: --help stays instant)
 
 
 def _use_device(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -266,7 +266,7 @@ def _use_device(ctx: click.Context, param: click.Parameter, value: str | None) -
     without a GPU is refused here, before any work."""
     if value is None:
         return
-    from ..encoders.runtime import use_device
+    from ..encoders.devices import use_device
 
     try:
         ctx.with_resource(use_device(value, "--device"))

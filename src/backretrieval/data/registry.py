@@ -37,22 +37,41 @@ class DatasetExample:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
+    """A registered dataset loader: what :func:`load_dataset`, ``backretrieval datasets``, the docs
+    table and the contract checks (:mod:`backretrieval.data.checks`) know of it. A dataset module
+    makes one and passes it to :func:`register`; the loader's options are the keyword parameters
+    of ``loader`` (read from its signature, see :func:`dataset_option_names`).
+
+    Attributes:
+        name: the name ``load_dataset`` and ``--dataset`` take.
+        loader: ``loader(langs=..., **options)`` (plus the arguments ``claims`` gives) -> a
+            :class:`~backretrieval.data.corpus.Dataset`.
+        description: one line for the dataset list and the docs table.
+        has_images: whether items have images (an image model can compute CORR on them).
+        has_concepts: whether items of different languages share concepts (translations: the
+            ground truth XLR needs).
+        source: where the data comes from.
+        license: the data's licence.
+        example: ``example(folder) -> DatasetExample``, a small real load for the contract checks;
+            None fails them.
+        claims: for a loader that reads specs besides its name (a file path, ``hf:FOLDER``):
+            ``claims(spec)`` gives its extra arguments (e.g. ``{"path": ...}``) for a spec it
+            reads, None for one it does not.
+        fallback: a fallback loader claims only what no other loader claims and is not offered as
+            a name in the unknown-dataset message.
+        claims_text: how the unknown-dataset message describes a fallback loader's specs.
+        describe: ``describe(spec)``, the name errors give a spec the loader claims.
+    """
+
     name: str
     loader: Callable[..., Dataset]
     description: str
     has_images: bool
     has_concepts: bool
-    source: str  # where the data comes from
+    source: str
     license: str
-    # example(folder) -> DatasetExample: a small real load for the contract checks
     example: Callable[[Path], DatasetExample] | None = None
-
-    # Specs besides its name that the loader reads: ``claims(spec)`` gives the loader's extra
-    # arguments (e.g. ``{"path": ...}``) for a spec it reads, None for one it does not.
     claims: Callable[[Any], dict[str, Any] | None] | None = None
-    # A fallback loader claims only what no other loader claims, is not offered as a name in the
-    # unknown-dataset message (``claims_text`` describes its specs there instead), and errors name
-    # its spec with ``describe(spec)``.
     fallback: bool = False
     claims_text: str = ""
     describe: Callable[[Any], str] | None = None

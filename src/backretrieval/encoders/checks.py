@@ -66,9 +66,9 @@ def example_of(info: EncoderInfo, folder: str | Path) -> Example:
     """
     if info.example is None:
         raise ContractError(
-            f"{info.kind} model {info.name!r} registers no example: give its EncoderInfo an "
-            "example=hook (folder -> Example) that builds a tiny real instance in the folder, so the "
-            "contract checks (backretrieval.encoders.checks) can test it"
+            f"{info.kind} model {info.name!r} registers no example: give its declaration an "
+            f"example=hook (register_{info.kind}(..., example=...): folder -> Example) that builds a tiny real "
+            "instance in the folder, so the contract checks (backretrieval.encoders.checks) can test it"
         )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

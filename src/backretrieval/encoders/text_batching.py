@@ -124,14 +124,6 @@ def cut_chars(texts: Sequence[str], max_chars: int | None) -> list[str]:
     return [t[:max_chars] if len(t) > max_chars else t for t in texts]
 
 
-def default_threads() -> int:
-    """CPU cores this process may run on (the affinity mask, else ``os.cpu_count()``)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 class BatchedTextEncoder:
     """Base of the built-in text encoders: subclasses set ``name``, ``version``, ``dim``,
     ``languages`` and implement ``_load_model()`` and ``_encode_batch(model, texts)``.

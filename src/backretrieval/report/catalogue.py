@@ -25,16 +25,17 @@ def _cell(text: str) -> str:
 
 
 def models_markdown() -> str:
-    """The registered text models (f) and image models (g) as two Markdown tables."""
-    lines = ["Text models (f):", "", "| spec | what | needs |", "|---|---|---|"]
-    for info in list_text_encoders():
-        spec = f"`{info.name}:PATH`" if info.takes_arg else f"`{info.name}`"
-        lines.append(f"| {spec} | {_cell(info.description)} | {_cell(info.requires) or '-'} |")
-    lines += ["", "Image models (g):", "", "| spec | what | needs |", "|---|---|---|"]
-    for info in list_image_encoders():
-        spec = f"`{info.name}:PATH`" if info.takes_arg else f"`{info.name}`"
-        lines.append(f"| {spec} | {_cell(info.description)} | {_cell(info.requires) or '-'} |")
-    return "\n".join(lines) + "\n"
+    """The registered text models (f) and image models (g) as two Markdown tables, each model's
+    options (name, type, default) in a column."""
+    tables = []
+    for title, infos in (("Text models (f):", list_text_encoders()), ("Image models (g):", list_image_encoders())):
+        lines = [title, "", "| spec | what | options | needs |", "|---|---|---|---|"]
+        for info in infos:
+            spec = f"`{info.name}:PATH`" if info.takes_arg else f"`{info.name}`"
+            options = _cell(info.options_text()) or "-"
+            lines.append(f"| {spec} | {_cell(info.description)} | {options} | {_cell(info.requires) or '-'} |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables) + "\n"
 
 
 def datasets_markdown() -> str:

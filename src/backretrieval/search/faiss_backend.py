@@ -47,6 +47,18 @@ def _faiss():
 
 @dataclasses.dataclass
 class FaissOptions:
+    """The settings of an approximate FAISS index (see the module doc).
+
+    Attributes:
+        m: HNSW links per node.
+        ef_construction: HNSW ``efConstruction`` (the candidate list while the graph is built).
+        ef_search: HNSW ``efSearch`` (the candidate list per query: recall against cost).
+        nlist: IVF k-means cells (None: ``4 sqrt(N)``).
+        nprobe: IVF cells searched per query.
+        seed: seeds the IVF training sample.
+        threads: FAISS's OpenMP threads (None: FAISS's default).
+    """
+
     m: int = 32
     ef_construction: int = 80
     ef_search: int = 128

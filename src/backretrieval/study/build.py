@@ -46,6 +46,22 @@ MAX_IMAGE_BYTES = 1 << 20  # larger images are stored as a 512 px JPEG thumbnail
 
 @dataclasses.dataclass
 class StudyConfig:
+    """What a relevance study is built from (see the module doc); :meth:`validate` checks it.
+
+    Attributes:
+        dataset: the dataset spec (as ``load_dataset`` takes it).
+        src, tgt: the query language and the language of the suggested items.
+        models: the text models compared (spec strings, at least two, distinct).
+        queries: ``Q``, the number of queries.
+        per_model: suggestions per model and query (each model's nearest target items).
+        seed: seeds every draw (queries, pool, order shown to raters).
+        pool: ``"disjoint"`` (the queries' own concepts left out of the searchable items) or ``"all"``.
+        pool_size: a uniform subsample of the pool (None: all of it).
+        images: which images the study shows: ``"all"``, ``"query"`` or ``"none"``.
+        dataset_options: options for the dataset loader.
+        query_ids: the queries by source item id; None: sampled.
+    """
+
     dataset: str
     src: str
     tgt: str

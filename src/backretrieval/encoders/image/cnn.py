@@ -7,7 +7,7 @@ batch in a background thread while the model runs the current one (PIL and the m
 the GIL), so the model never waits for PIL.
 
 Backends (option ``backend``): ``onnxruntime`` runs the feature extractor exported to ONNX
-(see :mod:`~backretrieval.encoders.runtime`; several times the images per CPU-second of eager torch, timings in
+(see :mod:`~backretrieval.encoders.onnx_export`; several times the images per CPU-second of eager torch, timings in
 BENCHMARKS.md; features within 1e-4 of torch's); ``torch`` runs the packaged PyTorch model (the reference, and the fallback when
 onnxruntime is missing); ``auto`` (default) takes ONNX Runtime when it is installed. The torch
 model is only built when it is needed (torch backend, first export, or ``.model``).
@@ -31,7 +31,8 @@ import numpy as np
 
 from ...core import EncoderError
 from ...core.fingerprint import file_digest
-from .. import runtime
+from ..devices import choose_backend, default_threads, ort_version, resolve_device, torch_version
+from ..onnx_export import EXPORT_REVISION, OPSET, cached_export, make_session
 from .batching import BatchedImageEncoder, preprocess_batch
 
 MAX_VERSION_CHARS = 120  # the embedding cache keeps this many characters of a version
@@ -83,20 +84,18 @@ class CNNFeatureEncoder(BatchedImageEncoder):
         super().__init__(batch_size=batch_size, progress=progress)
         if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
             raise EncoderError(f"{self.name}: threads must be >= 1, got {threads}")
-        from ..text_batching import default_threads
-
         self.threads = default_threads() if threads is None else int(threads)
         self.weights = self.weights_path()
         self.weights_digest = file_digest(self.weights)
-        self.backend = runtime.choose_backend(backend, self.name)
-        self.device = runtime.resolve_device(device, self.backend, self.name)
+        self.backend = choose_backend(backend, self.name)
+        self.device = resolve_device(device, self.backend, self.name)
         self._torch: Any = None
         self._features: Any = None  # torch feature module (torch backend)
         self._session: Any = None  # onnxruntime session
         if self.backend == "onnxruntime":
-            tag = f"ort{runtime.ort_version()}-{self.device}-x{runtime.OPSET}.{runtime.EXPORT_REVISION}-pt{runtime.torch_version().split('+')[0]}"
+            tag = f"ort{ort_version()}-{self.device}-x{OPSET}.{EXPORT_REVISION}-pt{torch_version().split('+')[0]}"
         else:
-            tag = f"pt{runtime.torch_version()}-{self.device}"
+            tag = f"pt{torch_version()}-{self.device}"
         self.version = f"{self.name}/{self.weights_id()}/{self.resolution}/{self.describe}/{tag}"
         if len(self.version) > MAX_VERSION_CHARS:  # the cache would cut it and could mix backends
             raise EncoderError(f"{self.name}: version {self.version!r} is longer than {MAX_VERSION_CHARS} characters")
@@ -163,13 +162,13 @@ class CNNFeatureEncoder(BatchedImageEncoder):
                 # export from a float32, contiguous-format copy on the CPU
                 return self.feature_module(copy.deepcopy(self.model).to(memory_format=torch.contiguous_format)).eval()
 
-            path = runtime.cached_export(self.name, self.weights_digest, build, example)
+            path = cached_export(self.name, self.weights_digest, build, example)
             try:
-                self._session = runtime.make_session(path, threads=self.threads, device=self.device)
+                self._session = make_session(path, threads=self.threads, device=self.device)
             except Exception:  # noqa: BLE001 - a damaged cache file: export it again, once
                 path.unlink(missing_ok=True)
-                path = runtime.cached_export(self.name, self.weights_digest, build, example)
-                self._session = runtime.make_session(path, threads=self.threads, device=self.device)
+                path = cached_export(self.name, self.weights_digest, build, example)
+                self._session = make_session(path, threads=self.threads, device=self.device)
             if self.device == "cuda" and self._session.get_providers()[0] != "CUDAExecutionProvider":
                 # ONNX Runtime falls back to the CPU silently when the CUDA provider cannot load
                 self._session = None

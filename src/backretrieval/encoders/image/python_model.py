@@ -5,7 +5,7 @@ open_clip or timm tower wrapped by the user, the user's own class) or a plain fu
 
 What the model is given. ``images`` is a list of ``PIL.Image.Image`` objects in RGB mode,
 decoded from the dataset's image files exactly as the packaged image models see them:
-transparency composited over a white background (:func:`._images.load_rgb`), at the file's own
+transparency composited over a white background (:func:`.batching.load_rgb`), at the file's own
 resolution. Resizing, cropping and normalising are the model's own business (a CLIP tower's
 ``preprocess``). The model returns one row per image: a numpy array, a torch tensor (on any
 device, any float dtype) or anything ``numpy.asarray`` reads.
@@ -16,57 +16,23 @@ How it is called. An object with a callable ``encode`` is called as ``encode(ima
 A torch module is called under ``torch.no_grad()`` and, for the call, in eval mode (dropout
 off, batch-norm statistics frozen); its previous mode is restored afterwards.
 
-Identity, as for :class:`~.python_model.PythonTextModel`. A torch module is identified by a
-hash of its class, weights and buffers and the devices they are on, so its features are cached
-on disk like a packaged model's and a retrained module never reuses them. Any other object is
-cached only when the user gives a ``version`` (their promise that the same version encodes the
-same way); without one it is *run-only*: its features live only for the run, and the records
-that use it are neither stored for resuming nor resumed.
+Identity, as for every model object (:mod:`backretrieval.encoders.python_objects`). A torch
+module is identified by a hash of its class, weights and buffers and the devices they are on, so
+its features are cached on disk like a packaged model's and a retrained module never reuses them.
+Any other object is cached only when the user gives a ``version`` (their promise that the same
+version encodes the same way); without one it is *run-only*: its features live only for the run,
+and the records that use it are neither stored for resuming nor resumed.
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
 import os
-import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...core import EncoderError, first_bad_row, numeric_rows
 from .batching import load_rgb
-from ..text.python_model import encode_call, torch_fingerprint
-
-
-def object_name(model: Any) -> str:
-    """The name an unnamed image model object gets: its function's ``__name__`` for a plain
-    function, else its class's name (``Lite0Features``)."""
-    if inspect.isfunction(model) or inspect.ismethod(model):
-        return model.__name__
-    return type(model).__name__
-
-
-def _is_torch_module(model: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)
-
-
-@contextlib.contextmanager
-def _inference(model: Any) -> Iterator[None]:
-    """For a torch module: no autograd and eval mode for the call, the module's mode restored after."""
-    if not _is_torch_module(model):
-        yield
-        return
-    import torch
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if was_training:
-            model.train()
+from ..python_objects import encode_call, inference, object_identity
 
 
 class PythonImageModel:
@@ -96,10 +62,7 @@ class PythonImageModel:
         self._encode = encode_call(
             model, "an image model object needs an encode(images) method or must be callable (a torch module, a function)")
         self.batch_size = int(batch_size)
-        identity = version if version is not None else torch_fingerprint(model)
-        self.cacheable = identity is not None
-        kind = f"{type(model).__module__}.{type(model).__qualname__}"
-        self.version = f"python:{kind}:{identity}" if identity is not None else f"python:{kind}:run-only"
+        self.cacheable, self.version = object_identity(model, version)
         self.dim: int | None = None
 
     def __repr__(self) -> str:
@@ -131,7 +94,7 @@ class PythonImageModel:
             chunk = paths[s : s + bs]
             images = [load_rgb(p) for p in chunk]
             try:
-                with _inference(self.model):
+                with inference(self.model):
                     vecs = self._encode(images)
             except Exception as e:  # the user's code: say whose it is and what it was given
                 raise EncoderError(

@@ -46,10 +46,10 @@ import numpy as np
 
 from ..base import Example, package_version
 from ..registry import register_text
+from ..devices import default_threads
 from ..text_batching import (
     CHARS_PER_TOKEN,
     BatchedTextEncoder,
-    default_threads,
     positive_int,
     require,
 )

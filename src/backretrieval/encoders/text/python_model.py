@@ -2,72 +2,26 @@
 ``encode(list[str], ...) -> array`` (a ``SentenceTransformer``, an MTEB-style encoder, a user's
 class) or a plain function ``f(list[str]) -> array``, named by the user.
 
-Caching is only as safe as the model's identity. A torch module (a ``SentenceTransformer`` is
-one) is identified by a hash of its weights and buffers and the device they are on (the object
-runs where the user put it; ``--device`` and ``$BACKRETRIEVAL_DEVICE`` do not move it), so its
-vectors are cached on disk like any packaged model's and a changed model never reuses them. Any
-other object is cached on disk only when the user gives a ``version`` string (they promise that
-the same version embeds the same way); without one its vectors live only for the run.
+How it is called and its identity (the cache key) are those of every model object
+(:mod:`backretrieval.encoders.python_objects`): a torch module (a ``SentenceTransformer`` is one)
+is identified by a hash of its weights and buffers and the device they are on (the object runs
+where the user put it; ``--device`` and ``$BACKRETRIEVAL_DEVICE`` do not move it); any other
+object is cached on disk only when the user gives a ``version`` string; without one its vectors
+live only for the run.
 
 In the evaluation grid (:mod:`backretrieval.analysis.models`) the same identity keys the stored
 records: a run-only model's records are recomputed in every run and never stored for resuming.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...core import EncoderError, UnsupportedLanguageError, numeric_rows
 from ..text_batching import supports_language
 from ..base import check_embeddings
-
-
-def torch_fingerprint(model: Any) -> str | None:
-    """BLAKE2b of a torch module's class and of its parameters and buffers (names, dtypes, shapes,
-    bytes), followed by the devices they are on (``@cpu``, ``@cuda``: GPU kernels round
-    differently); None for anything that is not a torch module."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(model, torch.nn.Module):
-        return None
-    h = hashlib.blake2b(digest_size=12)
-    h.update(f"{type(model).__module__}.{type(model).__qualname__}".encode())
-    for name, t in model.state_dict().items():
-        arr = t.detach().cpu().contiguous()
-        h.update(f"{name}|{arr.dtype}|{tuple(arr.shape)}".encode())
-        h.update(arr.reshape(-1).view(torch.uint8).numpy().tobytes())
-    devices = sorted({t.device.type for t in model.state_dict().values()}) or ["cpu"]
-    return f"{h.hexdigest()}@{'+'.join(devices)}"
-
-
-def encode_call(model: Any, needs: str) -> Callable[[list[Any]], Any]:
-    """The encoding function of a user's model object: ``model.encode`` with numpy output and no
-    progress bar where its signature takes those options, or the callable itself.
-
-    Args:
-        model: an object with an ``encode`` method, or a callable.
-        needs: the error's sentence on what such an object needs (the type found follows it).
-
-    Raises:
-        EncoderError: ``model`` has no ``encode`` method and is not callable.
-    """
-    if hasattr(model, "encode") and callable(model.encode):
-        fn = model.encode
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            params = {}
-        kw: dict[str, Any] = {}
-        for key, value in (("convert_to_numpy", True), ("show_progress_bar", False)):
-            if key in params:
-                kw[key] = value
-        return lambda items: fn(items, **kw)
-    if callable(model):
-        return model
-    raise EncoderError(f"{needs}; got {type(model).__name__}")
+from ..python_objects import encode_call, object_identity
 
 
 class PythonTextModel:
@@ -96,10 +50,7 @@ class PythonTextModel:
         self._encode = encode_call(model, "a model object needs an encode(list[str]) method or must be callable")
         self.languages = tuple(languages) if languages else None
         self.batch_size = int(batch_size)
-        identity = version if version is not None else torch_fingerprint(model)
-        self.cacheable = identity is not None
-        kind = f"{type(model).__module__}.{type(model).__qualname__}"
-        self.version = f"python:{kind}:{identity}" if identity is not None else f"python:{kind}:run-only"
+        self.cacheable, self.version = object_identity(model, version)
         self.dim: int | None = None
 
     @property

@@ -16,7 +16,7 @@ whose tokenizer gives no offsets (a "slow" tokenizer) is cut to the characters o
 truncated by sentence-transformers itself.
 
 Device and threads. Option ``device`` (``auto``/``cpu``/``cuda``, default ``auto`` or
-``$BACKRETRIEVAL_DEVICE``; see :mod:`~backretrieval.encoders.runtime`) puts the model on a CUDA GPU where torch has one.
+``$BACKRETRIEVAL_DEVICE``; see :mod:`~backretrieval.encoders.devices`) puts the model on a CUDA GPU where torch has one.
 On the CPU, ``encode`` runs the length-sorted batches in ``threads`` Python threads (default:
 the cores this process may use), one engine per core, with torch's intra-op threads set to 1
 for the duration of the call (restored after; one thread also when the batches run one after
@@ -45,8 +45,8 @@ import numpy as np
 
 from ...core import EncoderError
 from ...core.fingerprint import dir_digest
-from ..runtime import resolve_device, torch_version
-from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, default_threads, positive_int, require
+from ..devices import default_threads, resolve_device, torch_version
+from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, positive_int, require
 from ..base import Example
 from ..registry import register_text
 

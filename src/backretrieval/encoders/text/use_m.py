@@ -45,9 +45,9 @@ from ...core.canonical import Factor, factor, matmul
 from ...core.canonical import tanh as canonical_tanh
 from ..base import Example, package_version
 from ..registry import register_text
+from ..devices import default_threads
 from ..text_batching import (
     BatchedTextEncoder,
-    default_threads,
     positive_int,
     require,
 )

@@ -60,7 +60,7 @@ import numpy as np
 
 from ...core import DataError, content_hash
 from ...data import Dataset
-from ...encoders.text_batching import default_threads
+from ...encoders.devices import default_threads
 from ...encoders.trained.triplet import METHODS, TOWERS, head_forward, load_model, represent, save_model
 from ..base import (
     NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
