@@ -100,7 +100,7 @@ def test_check_that_reverses_the_truth_is_named():
     assert (lead.metric, check.metric) == ("xlr@10", "bkr@10")
     a = agreement(check, lead)
     assert all(x["status"] == "reverses" and x["reversed"] == [["bad", "good"]] and not x["same_pick"] for x in a)
-    assert "bkr@10 would not ship good" in a[0]["text"]
+    assert "bkr@10 would ship bad instead" in a[0]["text"]
     assert "reverses a significant gap of xlr@10 on en->de, de->ja" in c.verdict["text"]
     assert pair_verdict(lead, "en->de")["ship"] == "good"
     json.dumps(c.to_json(), default=float)  # compare.json holds it

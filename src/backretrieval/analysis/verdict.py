@@ -171,12 +171,22 @@ def agreement(check: "Comparison", truth: "Comparison") -> list[dict[str, Any]]:
             text = (f"not enough data to tell: at N = {check.n} no gap is significant by both {check.metric} and "
                     f"{truth.metric}, so no disagreement could show")
         if pick_t["status"] == "ship" and status != "not enough data":
-            text += (f"; {check.metric} would also ship {pick_t['ship']}" if same
-                     else f"; {check.metric} would not ship {pick_t['ship']} ({pick['text'].split(': ', 1)[1].rstrip('.')})")
+            text += "; " + _pick(check.metric, pick, pick_t["ship"])
         out.append({"pair": pair, "spearman": rho, "tested": [list(p) for p in tested],
                     "reversed": [list(p) for p in swapped], "same_pick": bool(same), "status": status,
                     "text": f"{corr}{text}"})
     return out
+
+
+def _pick(metric: str, pick: dict[str, Any], ship: str) -> str:
+    """What the check would ship, beside the ground truth's ``ship``."""
+    if pick["ship"] == ship:
+        return f"{metric} would also ship {ship}"
+    if pick["ship"] is not None:
+        return f"{metric} would ship {pick['ship']} instead"
+    gap = pick["gap"]
+    return (f"{metric} cannot separate {_names(pick['leading'])} at this N (gap {gap['diff']:.3f} "
+            f"[{gap['low']:.3f}, {gap['high']:.3f}])")
 
 
 def _significant(c: "Comparison", pair: str) -> list[tuple[str, str]]:
