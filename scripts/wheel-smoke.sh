@@ -64,13 +64,14 @@ for f in out/evaluate/results.jsonl out/compare/report.html out/meta/meta.md; do
 done
 
 step "the base install: each command that needs a missing extra stops first, with one line naming it"
-expect_extra() {  # EXTRA ARGS...: the command fails with one `error:` line naming backretrieval[EXTRA]
+expect_extra() {  # EXTRA ARGS...: the command fails with one `error:` line, its last, naming backretrieval[EXTRA]
   local extra=$1; shift
-  local err rc=0
+  local err last rc=0
   err=$("$BIN/backretrieval" "$@" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -ne 0 ] || fail "backretrieval $* succeeded without the '$extra' extra"
-  [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ "$err" == error:*"'backretrieval[$extra]'"* ]] \
-    || fail "backretrieval $* without the '$extra' extra said: $err"
+  last=$(printf '%s\n' "$err" | tail -n 1)
+  [ "$(printf '%s\n' "$err" | grep -c '^error: ')" -eq 1 ] && [[ "$last" == error:*"'backretrieval[$extra]'"* ]] \
+    && [[ "$err" != *Traceback* ]] || fail "backretrieval $* without the '$extra' extra said: $err"
   [ ! -e out/missing ] || fail "backretrieval $* wrote out/missing before stopping"
 }
 expect_extra search evaluate "${GRID[@]}" --models tfidf-char --approx hnsw --out out/missing

@@ -62,6 +62,16 @@ def run_without(extra: str, args: list[str], cwd: Path) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=120)
 
 
+def one_error_line(res: subprocess.CompletedProcess) -> str:
+    """The run failed with one ``error:`` line, its last (a note about the data may come before
+    it, a traceback may not); that line."""
+    lines = res.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert res.returncode != 0 and len(errors) == 1 and lines[-1] == errors[0], res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    return errors[0]
+
+
 def grid(cmd: str, data: Path, *extra: str) -> list[str]:
     models = "tfidf-char,random,tfidf-char@noise=0.5" if cmd == "meta" else "tfidf-char,random"
     args = [cmd, "--dataset", str(data), "--pairs", "en-de", "--models", models, "--image-model", "color-hist",
@@ -94,19 +104,15 @@ def test_a_command_without_its_extra_stops_first_with_one_line(extra, cmd, optio
     (tmp_path / "shop").mkdir()
     t = time.monotonic()
     res = run_without(extra, grid(cmd, data, *options), tmp_path)
-    lines = res.stderr.strip().splitlines()
-    assert res.returncode != 0 and len(lines) == 1, res.stderr
-    assert lines[0].startswith("error: ") and message in lines[0], lines[0]
-    assert f"'backretrieval[{extra}]'" in lines[0], lines[0]  # the extra, as pip spells it
+    error = one_error_line(res)
+    assert message in error and f"'backretrieval[{extra}]'" in error, error  # the extra, as pip spells it
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()  # nothing computed, nothing written
     assert time.monotonic() - t < 60
 
 
 def test_study_serve_without_flask_stops_first(tmp_path):
     res = run_without("study", ["study", "serve", str(tmp_path / "study.sqlite")], tmp_path)
-    lines = res.stderr.strip().splitlines()
-    assert res.returncode != 0 and len(lines) == 1, res.stderr
-    assert lines[0].startswith("error: the rating web app needs Flask: pip install 'backretrieval[study]'"), lines[0]
+    assert one_error_line(res).startswith("error: the rating web app needs Flask: pip install 'backretrieval[study]'")
     assert not (tmp_path / "study.sqlite").exists()
 
 
