@@ -104,3 +104,12 @@ def test_a_factory_taking_any_keyword_passes_options_on_unchecked():
     assert build_encoder(info, count=2).count == 2
     with pytest.raises(TypeError):
         build_encoder(info, colour=1)  # the factory's own refusal
+
+
+def test_an_at_sign_inside_an_option_value_is_not_a_variant():
+    """Only ``@OP=`` with a variant's name starts a variant: an ``@`` in a value stays in the base spec."""
+    from backretrieval.encoders.variants import parse_variant, split_variants
+
+    assert split_variants("openai:m?base_url=http://u@host:1/v1") == ("openai:m?base_url=http://u@host:1/v1", [])
+    assert split_variants("use-m?batch_size=8@trunc=64@noise=0.5") == ("use-m?batch_size=8", ["trunc=64", "noise=0.5"])
+    assert parse_variant("precomputed:a@b.parquet@noise=1") == ("precomputed:a@b.parquet", [("noise", 1.0)])

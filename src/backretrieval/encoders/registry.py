@@ -203,7 +203,9 @@ def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
 def _get(spec: str, kind: str, options: dict[str, Any]) -> Any:
     """The encoder of ``spec`` from the ``kind`` ("text" / "image") registry; ``BASE@OP=VALUE...``
     wraps the (cached) encoder of ``BASE`` in the variant."""
-    if "@" in spec:
+    from .variants import split_variants
+
+    if split_variants(spec)[1]:
         from .cache import CachedImageEncoder, CachedTextEncoder
         from .variants import ImageVariantEncoder, VariantEncoder, parse_variant
 

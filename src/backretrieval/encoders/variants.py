@@ -19,6 +19,7 @@ The base model's vectors come through the embedding cache; the variant is comput
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -26,12 +27,25 @@ import numpy as np
 from ..core import EncoderError, normalize_rows
 
 OPS = ("trunc", "pca", "noise", "mix", "seed")
+# A variant starts at an "@" followed by one of OPS and "="; any other "@" (in a path, or in an
+# option's value such as a URL) belongs to the base spec.
+_VARIANT_AT = re.compile(r"@(?=(?:%s)=)" % "|".join(OPS))
+
+
+def split_variants(spec: str) -> tuple[str, list[str]]:
+    """``BASE@OP=VALUE@...`` as ``(BASE, ["OP=VALUE", ...])``; a spec without variants gives ``(spec, [])``.
+
+    Only an ``@`` followed by a variant's name and ``=`` starts a variant, so an ``@`` inside a
+    path or an option's value (``openai:m?base_url=...``) stays in the base spec.
+    """
+    base, *ops = _VARIANT_AT.split(spec)
+    return base, ops
 
 
 def parse_variant(spec: str) -> tuple[str, list[tuple[str, float]]]:
     """Split ``BASE@OP=VALUE@...`` into the base spec and its ``(op, value)`` list; a clear error for an
     unknown op or a bad value."""
-    base, *ops = spec.split("@")
+    base, ops = split_variants(spec)
     parsed = []
     for op in ops:
         key, sep, value = op.partition("=")
