@@ -152,6 +152,14 @@ def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = Fa
     return row
 
 
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _n(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000, help="items per side of the synthetic sets")
@@ -182,17 +190,19 @@ def main() -> None:
         "## Approximate search that checks itself",
         "",
         f"Command: `python bench/bench_approx_check.py --n {args.n} --data {' '.join(args.data)} --method {args.method}"
-        f"{' --text-only' if args.text_only else ''}{'' if args.section == 'approx-check' else ' --section ' + args.section}`. "
+        f"{' --text-only' if args.text_only else ''}{' --skip ' + ' '.join(args.skip) if args.skip else ''}"
+        f"{'' if args.section == 'approx-check' else ' --section ' + args.section}`. "
         "FAISS defaults (HNSW m 32, efConstruction 80, efSearch 128; IVF nlist 4 sqrt(N), nprobe 32). *Unchecked*: "
         "the default effort, agreement measured afterwards on 1,000 seeded queries. *Checked*: `xlr_approx` / "
         "`bkr_approx` with `target_agreement=0.99` (the effort doubles until top-1 agreement and top-10 recall on "
         "1,000 seeded tuning queries reach 0.99; reported: both on 1,000 disjoint held-out queries, and the "
         "agreement's 95% Clopper-Pearson lower bound; exact search where the target is out of reach or the cost "
         "model says exact search is cheaper). *Out of sample*: top-1 agreement of the checked search on 1,000 "
-        "queries of a third seed. Times in seconds, wall clock, index build included.",
+        "queries of a third seed. Times in seconds, wall clock, index build included; *CPU s*: the process's CPU "
+        "seconds (all threads), the steadier measure on a shared machine. A `-`: the part was skipped (`--skip`).",
         "",
         "| data | N | unchecked agreement | unchecked s | route | held-out agreement (low95) / recall@10 "
-        "| tuning agreement | effort chosen | check s | checked total s | out-of-sample agreement | xlr@10 (exact) "
+        "| tuning agreement | effort chosen | check s | checked total s (CPU s) | out-of-sample agreement | xlr@10 (exact) "
         "| BkR image agreement / recall@10 | bkr@10 (exact) | BkR s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -200,30 +210,31 @@ def main() -> None:
         effort = r.get("text_ef_search", r.get("text_nprobe", "-"))
         tuning = r.get("text_tuning_agreement")
         lines.append(
-            f"| {r['data']} | {r['n']:,} | {r['unchecked_agreement']:.3f} | {r['unchecked_s']} | {r['text_route']} "
+            f"| {r['data']} | {r['n']:,} | {_f(r.get('unchecked_agreement'))} | {r.get('unchecked_s', '-')} | {r['text_route']} "
             f"| {r['text_agreement']:.3f} ({r['text_agreement_low95']:.3f}) / {r['text_recall@10']:.3f} "
             f"| {'-' if tuning is None else f'{tuning:.3f}'} | {effort} | {r.get('text_calibration_seconds', '-')} "
-            f"| {r['checked_s']} | {r['out_of_sample_agreement']:.3f} | {r['xlr@10']} ({r.get('exact_xlr@10', '-')}) "
+            f"| {r['checked_s']} ({r.get('checked_cpu_s', '-')}) | {r['out_of_sample_agreement']:.3f} | {r['xlr@10']} ({r.get('exact_xlr@10', '-')}) "
             f"| {('%.3f / %.3f' % (r['image_agreement'], r['image_recall@10'])) if r.get('image_agreement') is not None else '-'} "
             f"| {r.get('bkr@10', '-')} ({r.get('exact_bkr@10', '-')}) | {r.get('bkr_checked_s', '-')} |"
         )
     lines += [
         "",
-        "Cost model beside the clock (XLR, one direction). *Counts*: distance computations of the cost model "
-        "(`search.faiss_backend.checked_cost`, `exact_cost`): the checked route as taken, exact search, and the "
+        "Cost model beside the clock (XLR, one direction). *Counts*: weighted distance computations of the cost model "
+        "(`search.faiss_backend.checked_cost`, `exact_cost`; units of one exact-search distance): the checked route as taken, exact search, and the "
         "approximate route forced (`cost_check=False`). *Per query*: FAISS's own count of distance computations "
         "(its search statistics, 1,000 queries) at the forced route's effort beside the model's `query_cost`. "
-        "*Exact s*: the exact route as the fall-back runs it (a flat index).",
+        "*Exact s*: the exact route as the fall-back runs it (the exact kernels).",
         "",
-        "| data | N | route (reason) | checked count | exact count | forced approximate count | checked s | exact s "
+        "| data | N | route (reason) | checked count | exact count | forced approximate count | checked s (CPU s) | exact s (CPU s) "
         "| forced approximate s | forced held-out agreement | per query: FAISS count / model |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['data']} | {r['n']:,} | {r['text_route']} ({r['text_route_reason']}) | {r['text_cost']:,} "
-            f"| {r['text_cost_exact']:,} | {r['forced_cost']:,} | {r['checked_s']} | {r['exact_s']} | {r['forced_s']} "
-            f"| {r['forced_agreement']:.3f} | {r.get('faiss_ndis_per_query', '-')} / {r.get('model_ndis_per_query', '-')} |"
+            f"| {r['text_cost_exact']:,} | {_n(r.get('forced_cost'))} | {r['checked_s']} ({r.get('checked_cpu_s', '-')}) "
+            f"| {r['exact_s']} ({r.get('exact_cpu_s', '-')}) | {r.get('forced_s', '-')} "
+            f"| {_f(r.get('forced_agreement'))} | {r.get('faiss_ndis_per_query', '-')} / {r.get('model_ndis_per_query', '-')} |"
         )
     lines.append("")
     lines.append(f"Machine: {rows[0]['machine']}.")

@@ -2,19 +2,30 @@
 
 The exact metrics (:func:`~.xlr.xlr`, :func:`~.bkr.bkr`) rank every candidate, which costs
 N x N products: fine to a few hundred thousand items, out of reach at millions. Here only the
-top K are searched, with a FAISS index (``method="flat"`` exact, ``"hnsw"`` / ``"ivf"``
-approximate; see :mod:`backretrieval.search.faiss_backend`):
+top K + 1 are searched, with an approximate FAISS index (``"hnsw"`` / ``"ivf"``; see
+:mod:`backretrieval.search.faiss_backend`), or, on the exact route (``method="flat"``, or where
+the self-check or the cost model below sends a search), by the exact metrics' own kernels:
 
-* ``xlr_approx``: a source counts for XLR@K when its partner is among the K targets found
-  (``retrieved``: the first target found per source);
-* ``bkr_approx``: step 2 retrieves the first target text found; steps 3-4 search the K source
-  images nearest to each distinct retrieved target's image; the query counts for BkR@K when its
-  own image is among them.
+* ``xlr_approx``: a source counts for XLR@K when its partner's rank is at most K;
+* ``bkr_approx``: step 2 retrieves the target texts with the best score; steps 3-4 search the
+  K + 1 source images nearest to each distinct retrieved target's image; the query counts for
+  BkR@K when its own image's rank is at most K from every target it retrieved.
+
+Ties follow the exact metrics' rule on every route (ties never help): a rank is the number of
+candidates whose canonical score (:mod:`backretrieval.search.exact`) is at least the right
+item's, itself included, and BkR follows every target tied for the best score and keeps the
+worst rank. On the exact route the numbers are the exact metrics' own. On the approximate route
+the listed candidates are scored canonically (:func:`~backretrieval.search.faiss_backend.listed_scores`)
+and rows that are bit-identical to a listed one (duplicates,
+:func:`~backretrieval.search.faiss_backend.duplicate_rows`) count with it, so a duplicate the
+index did not return still counts; a rank beyond K fills all K + 1 listed places, and a query
+whose K + 1 listed targets all tie for the best score gets its ties from exact search. Where the
+index returns the canonical top K + 1 the outcome is the exact one, query by query.
 
 Only Recall@K for K <= max(ks) is defined, and ``*_mrr@K`` is the MRR truncated at K (1/rank
 when the rank is within K, else 0). With ``found_at=True`` the result also holds ``found_at``
-(and ``t2s_found_at``), the per-query outcome behind them: the 1-based position of the right
-item within the K found, 0 if not found.
+(and ``t2s_found_at``), the per-query outcome behind them: the pessimistic rank of the right
+item when it is at most K, else 0.
 
 Self-check. An approximate index is only as good as its agreement with exact search, which
 depends on the data (its intrinsic dimension more than N). With ``target_agreement`` (default
@@ -25,20 +36,24 @@ agreement and top-K recall with exact search both reach the target; then both ar
 second, disjoint seeded sample of ``check_sample`` queries that chose nothing (held out). The
 reported ``agreement`` and ``recall@K`` are the held-out ones, ``agreement_low95`` their one-sided
 95% Clopper-Pearson lower bound; ``tuning_agreement`` is what the stopping rule saw. If no effort
-reaches the target, the search is exact (a flat index).
+reaches the target, the search is exact.
 
-Cost. Checked approximate search never costs much more than exact search: a deterministic
-cost model counts distance computations (:func:`~backretrieval.search.faiss_backend.checked_cost`:
-the index build, the exact search of both samples, the sampled and the final approximate
-searches, from the index parameters and the counts; never timings) against exact search's
-``N_queries x N``. If even the first effort costs more, nothing is built and the search is exact;
-calibration stops, and the search is exact, before an effort whose total would exceed it (so a
-search that falls back has spent at most one exact search's worth first). Each search's result
-says ``route`` (``"approximate"`` / ``"exact"``), ``route_reason``, ``cost`` and ``cost_exact``,
-``exact_fallback``, the agreement fields above, the chosen effort, and the calibration's seconds
-and tried efforts. ``target_agreement=None`` searches with the given options unchecked. With ``method="flat"`` the values equal the exact metrics
-up to the order of exactly tied scores (the exact metrics rank ties pessimistically; FAISS
-does not define their order). Inputs may be memory-mapped: they are read in chunks.
+Cost. Checked approximate search is chosen only where it is cheaper than exact search: a
+deterministic cost model (:func:`~backretrieval.search.faiss_backend.checked_cost`: the index
+build, the exact search of both samples, the sampled and the final approximate searches) counts
+distance computations from the index parameters and the sizes and weighs each by a measured
+constant of its kind of search
+(:data:`~backretrieval.search.faiss_backend.DISTANCE_WEIGHTS`: a distance in an HNSW graph
+walk costs many inside exact search's blocked product; never timings taken at run time), against
+exact search's ``N_queries x N``. If even the first effort costs more, nothing is built and the
+search is exact; calibration stops, and the search is exact, before an effort whose total would
+exceed it, so the route taken costs at most exact search plus the calibration spent before a
+fall-back. In XLR, when source -> target is searched exactly, the same pass gives target ->
+source. Each search's result says ``route`` (``"approximate"`` / ``"exact"``), ``route_reason``,
+``cost`` and ``cost_exact`` (weighted, in exact-search distances), ``exact_fallback``, the
+agreement fields above, the chosen effort, and the calibration's seconds and tried efforts.
+``target_agreement=None`` searches with the given options unchecked. Inputs may be
+memory-mapped: they are read in chunks.
 """
 from __future__ import annotations
 
@@ -228,7 +243,7 @@ def xlr_approx(
 
     ``tgt_index``: a FAISS index already built over ``tgt`` (by :func:`build_index` with the
     same method), to share it with :func:`bkr_approx` instead of building it twice (it is
-    calibrated here, so pass ``retrieved`` to :func:`bkr_approx` rather than the index).
+    calibrated here, so pass ``nearest`` to :func:`bkr_approx` as ``retrieved`` rather than the index).
     ``target_agreement``, ``check_sample``, ``seed``: the self-check (module doc). ``found_at``:
     also return the per-query outcomes ``found_at`` (and ``t2s_found_at``), see the module doc.
 
@@ -251,8 +266,10 @@ def xlr_approx(
             False: always calibrate and search approximately unless the target is out of reach.
 
     Returns:
-        ``xlr@K``, ``xlr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate``, ``retrieved`` and,
-        with ``found_at``, the per-query outcomes.
+        ``xlr@K``, ``xlr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate``,
+        ``nearest`` (every target tied for each source's best score, as CSR arrays
+        ``(offsets, rows)``: BkR's step 2, for :func:`bkr_approx`'s ``retrieved``), ``retrieved``
+        (the first of them per source) and, with ``found_at``, the per-query outcomes.
 
     Raises:
         MetricInputError: bad matrices (named as in :func:`~backretrieval.metrics.xlr`), misaligned
@@ -315,7 +332,7 @@ def bkr_approx(
     method: str = "hnsw",
     options: FaissOptions | None = None,
     tgt_text_index: Any = None,
-    retrieved: np.ndarray | None = None,
+    retrieved: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
     target_agreement: float | None = 0.99,
     check_sample: int = 1000,
     seed: int = 0,
@@ -326,8 +343,8 @@ def bkr_approx(
 
     Also returns ``retrieved`` (the target retrieved for each query) for agreement checks.
     ``tgt_text_index``: an index already built over ``tgt_text`` (see :func:`xlr_approx`).
-    ``retrieved``: the target already retrieved for each source (step 2), e.g. ``xlr_approx``'s
-    ``retrieved`` (the first of its K found, the same as a top-1 search of the same index); then
+    ``retrieved``: the targets already retrieved for each source (step 2), e.g. ``xlr_approx``'s
+    ``nearest`` (every target tied for the best score: the exact metric follows them all); then
     no text search is done here. ``target_agreement``, ``check_sample``, ``seed``: the self-check
     (module doc): the text index on top-1 agreement, the source-image index on top-1 agreement and
     recall of the K nearest. ``found_at``: also return the per-query outcomes (module doc).
@@ -341,7 +358,8 @@ def bkr_approx(
         options: the index's settings (:class:`~backretrieval.search.faiss_backend.FaissOptions`;
             None: the defaults).
         tgt_text_index: an index already built over ``tgt_text`` (None: built here).
-        retrieved: int (N,) target row retrieved for each source (None: searched here).
+        retrieved: the targets retrieved for each source: CSR arrays ``(offsets, rows)`` (as
+            ``xlr_approx``'s ``nearest``), or int (N,) one target row per source (None: searched here).
         target_agreement: the self-check's target (None: no check).
         check_sample: queries of the self-check's seeded sample.
         seed: seed of the self-check's sample.
@@ -349,7 +367,9 @@ def bkr_approx(
         cost_check: search exactly where the cost model says exact search is cheaper (module doc).
 
     Returns:
-        ``bkr@K``, ``bkr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate`` and ``retrieved``.
+        ``bkr@K``, ``bkr_mrr@Kmax`` (truncated), the self-check's fields, ``approximate``,
+        ``nearest`` (the targets each query retrieved, CSR ``(offsets, rows)``) and ``retrieved``
+        (the first of them per query).
 
     Raises:
         MetricInputError: bad matrices (named as in :func:`~backretrieval.metrics.xlr`), misaligned
