@@ -67,7 +67,7 @@ def test_every_route_gives_the_exact_outcome_of_every_query_on_data_with_ties(ti
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_vector_twice_scores_zero_at_one_as_exact_search_does(route):
     """Each vector twice: the partner ties with its twin, so its pessimistic rank is 2 and xlr@1
-    is 0.0, on every route (a route that let the tie help gave 0.5)."""
+    is 0.0, on every route (a route that lets the tie help gives 0.5)."""
     a = np.repeat(np.random.default_rng(1).standard_normal((150, 16)).astype(np.float32), 2, axis=0)
     x = xlr_approx(a, a, (1, 5), check_sample=100, **ROUTES[route])
     assert (x["xlr@1"], x["xlr_t2s@1"], x["xlr@5"], x["xlr_mrr@5"]) == (0.0, 0.0, 1.0, 0.5)

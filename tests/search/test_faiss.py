@@ -249,13 +249,15 @@ def test_the_cost_model_routes_the_measured_cases_as_their_times_say(n, options,
 def test_cost_model_decides_the_route(n, route):
     """Small N: exact search is cheaper than even the cheapest checked search (the samples' exact
     search alone is 2 x 100 x N, besides the weighted build): nothing is built, the search is exact
-    and equals the exact metric. Larger N: the checked approximate search is cheaper and runs."""
+    and equals the exact metric. Larger N: the checked approximate search is cheaper and runs (to a
+    target this weak graph reaches at its first effort)."""
     from backretrieval.search.faiss_backend import checked_cost, exact_cost
 
     opts = FaissOptions(m=8, ef_construction=16, ef_search=16)
     src, tgt = _isotropic(n, 16, 5, noise=0.3)
     assert (checked_cost("hnsw", n, n, opts, sample=100) <= exact_cost(n, n)) == (route == "approximate")
-    x = xlr_approx(src, tgt, ks=(1, 5), method="hnsw", options=opts, check_sample=100, both_directions=False)
+    x = xlr_approx(src, tgt, ks=(1, 5), method="hnsw", options=opts, check_sample=100, both_directions=False,
+                   target_agreement=0.75)
     assert x["text_route"] == route and x["approximate"] is (route == "approximate")
     assert x["text_cost_exact"] == n * n
     if route == "exact":
@@ -264,7 +266,7 @@ def test_cost_model_decides_the_route(n, route):
         ex = xlr(src, tgt, ks=(1, 5))
         assert (x["xlr@1"], x["xlr@5"]) == (ex["xlr@1"], ex["xlr@5"])
     else:
-        assert x["text_cost"] <= x["text_cost_exact"] and x["text_tuning_agreement"] >= 0.99
+        assert x["text_cost"] <= x["text_cost_exact"] and x["text_tuning_agreement"] >= 0.75
 
 
 def test_calibration_stops_before_it_costs_more_than_exact_search():
@@ -272,13 +274,13 @@ def test_calibration_stops_before_it_costs_more_than_exact_search():
     cost more than exact search, and the search is exact; all in all at most twice exact search."""
     from backretrieval.search.faiss_backend import build_index, calibrate, exact_cost
 
-    src, tgt = _isotropic(3000, 48, 6)
+    src, tgt = _isotropic(20_000, 48, 6)
     opts = FaissOptions(m=8, ef_construction=16, ef_search=4)
     index = build_index(tgt, "hnsw", opts)
     cal = calibrate(index, tgt, src, "hnsw", k=10, target=1.0, sample=100, options=opts)
     assert cal.route == "exact" and cal.reason.startswith("cost: ef_search=")
-    assert cal.tried and cal.tried[-1][0] < 3000  # stopped before the largest effort
-    assert cal.cost_exact == exact_cost(3000, 3000) and cal.cost <= 2 * cal.cost_exact
+    assert cal.tried and cal.tried[-1][0] < 4096  # stopped before the largest effort
+    assert cal.cost_exact == exact_cost(20_000, 20_000) and cal.cost <= 2 * cal.cost_exact
     unchecked = calibrate(index, tgt, src, "hnsw", k=10, target=1.0, sample=100, options=opts, cost_check=False)
     assert unchecked.tried[-1][0] > cal.tried[-1][0]  # without the cost check it goes on
 
@@ -330,4 +332,4 @@ def test_listed_scores_are_the_canonical_scores_of_the_exact_kernels():
     np.testing.assert_array_equal(got[qi, slot], want)
     assert np.isneginf(got[lists < 0]).all()
     rows = np.array([5, 5, 0])
-    np.testing.assert_array_equal(listed_scores(src, tgt, lists[:3], rows=rows)[0], got[5])
+    np.testing.assert_array_equal(listed_scores(src, tgt, lists[rows], rows=rows), got[rows])  # query p: src[rows[p]]

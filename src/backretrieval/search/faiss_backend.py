@@ -124,6 +124,7 @@ def search(index: Any, Q: np.ndarray, k: int, *, rows: np.ndarray | None = None,
 
 
 LIST_BLOCK = 1 << 22  # float32 elements of gathered database rows per block of :func:`listed_scores`
+HASH_BLOCK = 1 << 20  # elements per block of :func:`duplicate_rows` (12 bytes each: the float32 row, its bits as uint64)
 
 
 def listed_scores(Q: np.ndarray, D: np.ndarray, lists: np.ndarray, *, rows: np.ndarray | None = None,
@@ -197,10 +198,10 @@ def duplicate_rows(X: np.ndarray, *, normalize: bool = True) -> Duplicates | Non
     weights = [np.random.default_rng(seed).integers(1, 2**63, size=X.shape[1], dtype=np.uint64) | np.uint64(1)
                for seed in _HASH_SEEDS]
     with np.errstate(over="ignore"):
-        for sl in _chunks(n, max(1, LIST_BLOCK // max(1, X.shape[1]))):
+        for sl in _chunks(n, max(1, HASH_BLOCK // max(1, X.shape[1]))):
             bits = _rows(X, sl, normalize).view(np.uint32).astype(np.uint64)
             for c, w in enumerate(weights):
-                keys[sl, c] = (bits * w[None, :]).sum(axis=1, dtype=np.uint64)  # modulo 2**64
+                keys[sl, c] = bits @ w  # modulo 2**64 (integer products wrap)
     _, first, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True, return_counts=True)
     if counts.max(initial=0) <= 1:
         return None
