@@ -268,9 +268,9 @@ KMEANS_ITERATIONS = 25  # FAISS's k-means iterations when an IVF index is traine
 
 #: What one counted distance computation costs in each kind of work, relative to one inside exact
 #: search's blocked float32 product (exact search, and the self-check's exact samples: weight 1).
-#: Constants measured on one thread by bench/bench_approx_cost.py (BENCHMARKS.md, "What a counted
-#: distance costs"), never timings taken at run time: the route depends only on the sizes and the
-#: options. An HNSW distance is computed inside a graph walk, one scattered vector at a time (search
+#: Measured constants (BENCHMARKS.md, "What a counted distance costs": HNSW's from the timed 100k
+#: routes, IVF's by bench/bench_approx_cost.py), never timings taken at run time: the route depends
+#: only on the sizes and the options. An HNSW distance is computed inside a graph walk, one scattered vector at a time (search
 #: and build alike); an IVF search scans its cells' vectors one by one after a blocked product with
 #: the centroids; IVF's build is k-means, blocked products.
 DISTANCE_WEIGHTS: dict[str, float] = {
