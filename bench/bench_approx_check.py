@@ -81,8 +81,8 @@ def _counted(D, Q, method: str, opts, value: int, sample: int = 1000) -> tuple[f
     return round(ndis / rows.size, 1), query_cost(method, D.shape[0], opts, value)
 
 
-def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = False) -> dict:
-    from backretrieval.metrics import bkr, xlr
+def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = False, skip: tuple[str, ...] = ()) -> dict:
+    from backretrieval.metrics import bkr
     from backretrieval.metrics.approx import bkr_approx, xlr_approx
     from backretrieval.search.faiss_backend import FaissOptions, top1_agreement
     from _md import machine
@@ -99,17 +99,19 @@ def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = Fa
             label = data
         st, tt = d["src_text"], d["tgt_text"]
         row = {"data": label, "n": int(st.shape[0]), "method": method}
-        t0 = time.perf_counter()
-        raw = xlr_approx(st, tt, ks=(1, K), method=method, options=opts, both_directions=False, target_agreement=None)
-        row["unchecked_s"] = round(time.perf_counter() - t0, 1)
-        row["unchecked_agreement"] = top1_agreement(st, tt, raw["retrieved"], sample=1000, seed=0)
-        # exact search as the fall-back runs it (a flat index), and the checked search (cost model on)
-        t0 = time.perf_counter()
-        xlr_approx(st, tt, ks=(1, K), method="flat", both_directions=False)
-        row["exact_s"] = round(time.perf_counter() - t0, 1)
-        t0 = time.perf_counter()
+        if "unchecked" not in skip:
+            t0 = time.perf_counter()
+            raw = xlr_approx(st, tt, ks=(1, K), method=method, options=opts, both_directions=False, target_agreement=None)
+            row["unchecked_s"] = round(time.perf_counter() - t0, 1)
+            row["unchecked_agreement"] = top1_agreement(st, tt, raw["retrieved"], sample=1000, seed=0)
+        # exact search as the fall-back runs it (the exact kernels), and the checked search (cost model on);
+        # CPU seconds beside the wall clock: on a shared machine they are the steadier measure of the work
+        t0, c0 = time.perf_counter(), time.process_time()
+        flat = xlr_approx(st, tt, ks=(1, K), method="flat", both_directions=False)  # the exact kernels
+        row["exact_s"], row["exact_cpu_s"] = round(time.perf_counter() - t0, 1), round(time.process_time() - c0, 1)
+        t0, c0 = time.perf_counter(), time.process_time()
         x = xlr_approx(st, tt, ks=(1, K), method=method, options=opts, both_directions=False)
-        row["checked_s"] = round(time.perf_counter() - t0, 1)
+        row["checked_s"], row["checked_cpu_s"] = round(time.perf_counter() - t0, 1), round(time.process_time() - c0, 1)
         for key in ("text_agreement", "text_agreement_low95", "text_tuning_agreement", "text_recall@10",
                     "text_ef_search", "text_nprobe", "text_exact_fallback", "text_route", "text_route_reason",
                     "text_cost", "text_cost_exact", "text_calibration_seconds"):
@@ -118,6 +120,10 @@ def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = Fa
         row["out_of_sample_agreement"] = top1_agreement(st, tt, x["retrieved"], sample=1000, seed=1)
         row["xlr@10"] = round(x["xlr@10"], 4)
         # the approximate route forced (no cost check): what the cost model saved
+        if "forced" in skip:
+            row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            row["machine"] = machine()
+            return row
         t0 = time.perf_counter()
         xa = xlr_approx(st, tt, ks=(1, K), method=method, options=opts, both_directions=False, cost_check=False)
         row["forced_s"] = round(time.perf_counter() - t0, 1)
@@ -139,11 +145,18 @@ def one(data: str, n: int, method: str, seed_data: int = 0, text_only: bool = Fa
             row["bkr@10"] = round(b["bkr@10"], 4)
             if ns <= 100_000:
                 row["exact_bkr@10"] = round(bkr(np.asarray(st[:ns]), np.asarray(tt[:ns]), np.asarray(si), np.asarray(ti), ks=(K,))["bkr@10"], 4)
-        if row["n"] <= 100_000:
-            row["exact_xlr@10"] = round(xlr(np.asarray(st), np.asarray(tt), ks=(K,))["xlr@10"], 4)
+        row["exact_xlr@10"] = round(flat["xlr@10"], 4)  # method="flat" runs the exact metric's kernels
         row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         row["machine"] = machine()
     return row
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _n(v) -> str:
+    return "-" if v is None else f"{v:,}"
 
 
 def main() -> None:
@@ -156,14 +169,17 @@ def main() -> None:
     ap.add_argument("--text-only", action="store_true", help="XLR only (no BkR: no image index, no exact BkR)")
     ap.add_argument("--section", default="approx-check", help="the BENCHMARKS.md section to write (one per N)")
     ap.add_argument("--print-only", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["unchecked", "forced"],
+                    help="leave out the unchecked search or the forced approximate route (long at 100k on 2 cores)")
+    ap.add_argument("--rows", nargs="*", help="write the section from saved child rows (JSON files) instead of measuring")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one(args.child, args.n, args.method, text_only=args.text_only)))
+        print(json.dumps(one(args.child, args.n, args.method, text_only=args.text_only, skip=tuple(args.skip))))
         return
-    rows = []
-    for data in args.data:
+    rows = [json.loads(Path(f).read_text()) for f in args.rows or []]
+    for data in [] if args.rows else args.data:
         p = subprocess.run([sys.executable, __file__, "--child", data, "--n", str(args.n), "--method", args.method,
-                            *(["--text-only"] if args.text_only else [])],
+                            *(["--text-only"] if args.text_only else []), *(["--skip", *args.skip] if args.skip else [])],
                            capture_output=True, text=True, env={**os.environ})
         if p.returncode != 0:
             raise SystemExit(f"{data} failed: {p.stderr[-3000:]}")
@@ -173,17 +189,19 @@ def main() -> None:
         "## Approximate search that checks itself",
         "",
         f"Command: `python bench/bench_approx_check.py --n {args.n} --data {' '.join(args.data)} --method {args.method}"
-        f"{' --text-only' if args.text_only else ''}{'' if args.section == 'approx-check' else ' --section ' + args.section}`. "
+        f"{' --text-only' if args.text_only else ''}{' --skip ' + ' '.join(args.skip) if args.skip else ''}"
+        f"{'' if args.section == 'approx-check' else ' --section ' + args.section}`. "
         "FAISS defaults (HNSW m 32, efConstruction 80, efSearch 128; IVF nlist 4 sqrt(N), nprobe 32). *Unchecked*: "
         "the default effort, agreement measured afterwards on 1,000 seeded queries. *Checked*: `xlr_approx` / "
         "`bkr_approx` with `target_agreement=0.99` (the effort doubles until top-1 agreement and top-10 recall on "
         "1,000 seeded tuning queries reach 0.99; reported: both on 1,000 disjoint held-out queries, and the "
         "agreement's 95% Clopper-Pearson lower bound; exact search where the target is out of reach or the cost "
         "model says exact search is cheaper). *Out of sample*: top-1 agreement of the checked search on 1,000 "
-        "queries of a third seed. Times in seconds, wall clock, index build included.",
+        "queries of a third seed. Times in seconds, wall clock, index build included; *CPU s*: the process's CPU "
+        "seconds (all threads), the steadier measure on a shared machine. A `-`: the part was skipped (`--skip`).",
         "",
         "| data | N | unchecked agreement | unchecked s | route | held-out agreement (low95) / recall@10 "
-        "| tuning agreement | effort chosen | check s | checked total s | out-of-sample agreement | xlr@10 (exact) "
+        "| tuning agreement | effort chosen | check s | checked total s (CPU s) | out-of-sample agreement | xlr@10 (exact) "
         "| BkR image agreement / recall@10 | bkr@10 (exact) | BkR s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -191,30 +209,31 @@ def main() -> None:
         effort = r.get("text_ef_search", r.get("text_nprobe", "-"))
         tuning = r.get("text_tuning_agreement")
         lines.append(
-            f"| {r['data']} | {r['n']:,} | {r['unchecked_agreement']:.3f} | {r['unchecked_s']} | {r['text_route']} "
+            f"| {r['data']} | {r['n']:,} | {_f(r.get('unchecked_agreement'))} | {r.get('unchecked_s', '-')} | {r['text_route']} "
             f"| {r['text_agreement']:.3f} ({r['text_agreement_low95']:.3f}) / {r['text_recall@10']:.3f} "
             f"| {'-' if tuning is None else f'{tuning:.3f}'} | {effort} | {r.get('text_calibration_seconds', '-')} "
-            f"| {r['checked_s']} | {r['out_of_sample_agreement']:.3f} | {r['xlr@10']} ({r.get('exact_xlr@10', '-')}) "
+            f"| {r['checked_s']} ({r.get('checked_cpu_s', '-')}) | {r['out_of_sample_agreement']:.3f} | {r['xlr@10']} ({r.get('exact_xlr@10', '-')}) "
             f"| {('%.3f / %.3f' % (r['image_agreement'], r['image_recall@10'])) if r.get('image_agreement') is not None else '-'} "
             f"| {r.get('bkr@10', '-')} ({r.get('exact_bkr@10', '-')}) | {r.get('bkr_checked_s', '-')} |"
         )
     lines += [
         "",
-        "Cost model beside the clock (XLR, one direction). *Counts*: distance computations of the cost model "
-        "(`search.faiss_backend.checked_cost`, `exact_cost`): the checked route as taken, exact search, and the "
+        "Cost model beside the clock (XLR, one direction). *Counts*: weighted distance computations of the cost model "
+        "(`search.faiss_backend.checked_cost`, `exact_cost`; units of one exact-search distance): the checked route as taken, exact search, and the "
         "approximate route forced (`cost_check=False`). *Per query*: FAISS's own count of distance computations "
         "(its search statistics, 1,000 queries) at the forced route's effort beside the model's `query_cost`. "
-        "*Exact s*: the exact route as the fall-back runs it (a flat index).",
+        "*Exact s*: the exact route as the fall-back runs it (the exact kernels).",
         "",
-        "| data | N | route (reason) | checked count | exact count | forced approximate count | checked s | exact s "
+        "| data | N | route (reason) | checked count | exact count | forced approximate count | checked s (CPU s) | exact s (CPU s) "
         "| forced approximate s | forced held-out agreement | per query: FAISS count / model |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['data']} | {r['n']:,} | {r['text_route']} ({r['text_route_reason']}) | {r['text_cost']:,} "
-            f"| {r['text_cost_exact']:,} | {r['forced_cost']:,} | {r['checked_s']} | {r['exact_s']} | {r['forced_s']} "
-            f"| {r['forced_agreement']:.3f} | {r.get('faiss_ndis_per_query', '-')} / {r.get('model_ndis_per_query', '-')} |"
+            f"| {r['text_cost_exact']:,} | {_n(r.get('forced_cost'))} | {r['checked_s']} ({r.get('checked_cpu_s', '-')}) "
+            f"| {r['exact_s']} ({r.get('exact_cpu_s', '-')}) | {r.get('forced_s', '-')} "
+            f"| {_f(r.get('forced_agreement'))} | {r.get('faiss_ndis_per_query', '-')} / {r.get('model_ndis_per_query', '-')} |"
         )
     lines.append("")
     lines.append(f"Machine: {rows[0]['machine']}.")

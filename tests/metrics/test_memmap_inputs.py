@@ -69,6 +69,9 @@ def _same(a: dict, b: dict) -> None:
             continue
         if isinstance(a[key], np.ndarray):
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        elif key == "nearest":  # (offsets, rows)
+            for x, y in zip(a[key], b[key]):
+                np.testing.assert_array_equal(x, y, err_msg=key)
         else:
             assert a[key] == b[key], key
 
@@ -107,5 +110,4 @@ def test_approximate_route_accepts_memmaps_without_copying_them(arrays, one_fais
     # the flat (exact) index and the exact metrics agree on the memory-mapped inputs too
     flat = xlr_approx(mm["src_text"], mm["tgt_text"], (1, 10), method="flat")
     exact = xlr(mem["src_text"], mem["tgt_text"], ks=(1, 10))
-    assert flat["xlr@1"] == pytest.approx(exact["xlr@1"], abs=1 / N)
-    assert flat["xlr@10"] == pytest.approx(exact["xlr@10"], abs=1 / N)
+    assert (flat["xlr@1"], flat["xlr@10"]) == (exact["xlr@1"], exact["xlr@10"])  # flat search is the exact route

@@ -93,18 +93,25 @@ def test_shared_text_index_gives_the_same_values_and_is_checked():
     index = build_index(tgt, "flat")
     x_shared, x_own = xlr_approx(src, tgt, method="flat", tgt_index=index), xlr_approx(src, tgt, method="flat")
     np.testing.assert_array_equal(x_shared.pop("retrieved"), x_own.pop("retrieved"))
+    for a, b in zip(x_shared.pop("nearest"), x_own.pop("nearest")):  # (offsets, rows)
+        np.testing.assert_array_equal(a, b)
     assert x_shared == x_own
     shared = bkr_approx(src, tgt, si, ti, method="flat", tgt_text_index=index)
     own = bkr_approx(src, tgt, si, ti, method="flat")
-    assert {k: v for k, v in shared.items() if k != "retrieved"} == {k: v for k, v in own.items() if k != "retrieved"}
+    assert _values(shared) == _values(own)
     np.testing.assert_array_equal(shared["retrieved"], own["retrieved"])
     with pytest.raises(MetricInputError, match="holds 400 vectors of dimension 32, but the target text embeddings are 400 x 24"):
         bkr_approx(src[:, :24], ti, si, ti, method="flat", tgt_text_index=index)
     # step 2 from XLR's lists: the same BkR without a second text search
     reused = bkr_approx(src, tgt, si, ti, method="flat", retrieved=xlr_approx(src, tgt, method="flat")["retrieved"])
-    assert {k: v for k, v in reused.items() if k != "retrieved"} == {k: v for k, v in own.items() if k != "retrieved"}
+    assert _values(reused) == _values(own)
     with pytest.raises(MetricInputError, match=r"retrieved\[5\] = 400 is not a target row"):
         bkr_approx(src, tgt, si, ti, method="flat", retrieved=np.where(np.arange(400) == 5, 400, 0))
+
+
+def _values(result: dict) -> dict:
+    """A result without its per-query arrays."""
+    return {k: v for k, v in result.items() if k not in ("retrieved", "nearest")}
 
 
 def _isotropic(n, d, seed, noise=1.0):
@@ -198,7 +205,8 @@ def test_clopper_pearson_bound():
 
 
 def test_cost_model_counts():
-    from backretrieval.search.faiss_backend import build_cost, checked_cost, exact_cost, query_cost, sample_sizes
+    from backretrieval.search.faiss_backend import (DISTANCE_WEIGHTS, build_cost, checked_cost, exact_cost, query_cost,
+                                                    sample_sizes, weighted)
 
     opt = FaissOptions(m=32, ef_construction=80, ef_search=128, nlist=100, nprobe=8)
     assert exact_cost(100_000, 100_000) == 10**10
@@ -207,30 +215,58 @@ def test_cost_model_counts():
     assert build_cost("ivf", 10_000, opt) == (25 * 10_000 + 10_000) * 100
     assert query_cost("ivf", 10_000, opt) == 100 + 8 * 100 and query_cost("ivf", 10_000, opt, 1000) == 100 + 10_000
     assert sample_sizes(10**6, 1000) == (1000, 1000) and sample_sizes(301, 1000) == (151, 150)
-    assert checked_cost("hnsw", 5000, 40_000, opt, sample=100) == 40_000 * 80 * 64 + 200 * 40_000 + 5200 * 128 * 64
-    assert checked_cost("hnsw", 5000, 4000, opt, sample=100) == 4000 * 80 * 64 + 200 * 4000 + 5200 * 4000
+    wb, ws = DISTANCE_WEIGHTS["hnsw build"], DISTANCE_WEIGHTS["hnsw search"]
+    assert weighted("hnsw", "search", 10) == int(np.ceil(10 * ws)) and weighted("flat", "search", 10) == 10
+    assert checked_cost("hnsw", 5000, 40_000, opt, sample=100) == (
+        int(np.ceil(40_000 * 80 * 64 * wb)) + 200 * 40_000 + 5200 * int(np.ceil(128 * 64 * ws)))
+    assert checked_cost("hnsw", 5000, 4000, opt, sample=100) == (
+        int(np.ceil(4000 * 80 * 64 * wb)) + 200 * 4000 + 5200 * int(np.ceil(4000 * ws)))
 
 
-@pytest.mark.parametrize("n, route", [(500, "exact"), (8000, "approximate")])
+def test_each_kind_of_distance_weighs_what_it_costs():
+    """The weights are measured constants (BENCHMARKS.md): a distance inside an HNSW graph walk or an
+    IVF cell scan costs more than one inside exact search's blocked product (weight 1)."""
+    from backretrieval.search.faiss_backend import DISTANCE_WEIGHTS
+
+    assert set(DISTANCE_WEIGHTS) == {"hnsw build", "hnsw search", "ivf build", "ivf search"}
+    assert all(w >= 1 for w in DISTANCE_WEIGHTS.values())
+    assert DISTANCE_WEIGHTS["hnsw search"] > 1 and DISTANCE_WEIGHTS["hnsw build"] > 1
+
+
+@pytest.mark.parametrize("n, options, route", [
+    # latent-64 at 100k, FAISS defaults: checked HNSW took 280.8 s against 38.5 s of exact search
+    (100_000, FaissOptions(), "exact"),
+    # a million items with the graph of bench_million.py: the approximate route took 33 minutes, exact ~7 hours
+    (1_000_000, FaissOptions(m=16, ef_construction=40, ef_search=64), "approximate"),
+])
+def test_the_cost_model_routes_the_measured_cases_as_their_times_say(n, options, route):
+    from backretrieval.search.faiss_backend import checked_cost, exact_cost
+
+    assert (checked_cost("hnsw", n, n, options, sample=1000) <= exact_cost(n, n)) == (route == "approximate")
+
+
+@pytest.mark.parametrize("n, route", [(500, "exact"), (20_000, "approximate")])
 def test_cost_model_decides_the_route(n, route):
     """Small N: exact search is cheaper than even the cheapest checked search (the samples' exact
-    search alone is 2 x 100 x N, the build 256 N; 712 N + 51,200 in all): nothing is built, the search is exact and
-    equals the exact metric. Larger N: the checked approximate search is cheaper and runs."""
+    search alone is 2 x 100 x N, besides the weighted build): nothing is built, the search is exact
+    and equals the exact metric. Larger N: the checked approximate search is cheaper and runs (to a
+    target this weak graph reaches at its first effort)."""
     from backretrieval.search.faiss_backend import checked_cost, exact_cost
 
     opts = FaissOptions(m=8, ef_construction=16, ef_search=16)
     src, tgt = _isotropic(n, 16, 5, noise=0.3)
     assert (checked_cost("hnsw", n, n, opts, sample=100) <= exact_cost(n, n)) == (route == "approximate")
-    x = xlr_approx(src, tgt, ks=(1, 5), method="hnsw", options=opts, check_sample=100, both_directions=False)
+    x = xlr_approx(src, tgt, ks=(1, 5), method="hnsw", options=opts, check_sample=100, both_directions=False,
+                   target_agreement=0.75)
     assert x["text_route"] == route and x["approximate"] is (route == "approximate")
     assert x["text_cost_exact"] == n * n
     if route == "exact":
         assert x["text_route_reason"].startswith("cost: checked hnsw search takes at least")
         assert "text_calibration_tried" not in x  # nothing was built or calibrated
         ex = xlr(src, tgt, ks=(1, 5))
-        assert (x["xlr@1"], x["xlr@5"]) == (pytest.approx(ex["xlr@1"]), pytest.approx(ex["xlr@5"]))
+        assert (x["xlr@1"], x["xlr@5"]) == (ex["xlr@1"], ex["xlr@5"])
     else:
-        assert x["text_cost"] <= x["text_cost_exact"] and x["text_tuning_agreement"] >= 0.99
+        assert x["text_cost"] <= x["text_cost_exact"] and x["text_tuning_agreement"] >= 0.75
 
 
 def test_calibration_stops_before_it_costs_more_than_exact_search():
@@ -238,12 +274,62 @@ def test_calibration_stops_before_it_costs_more_than_exact_search():
     cost more than exact search, and the search is exact; all in all at most twice exact search."""
     from backretrieval.search.faiss_backend import build_index, calibrate, exact_cost
 
-    src, tgt = _isotropic(3000, 48, 6)
+    src, tgt = _isotropic(20_000, 48, 6)
     opts = FaissOptions(m=8, ef_construction=16, ef_search=4)
     index = build_index(tgt, "hnsw", opts)
     cal = calibrate(index, tgt, src, "hnsw", k=10, target=1.0, sample=100, options=opts)
     assert cal.route == "exact" and cal.reason.startswith("cost: ef_search=")
-    assert cal.tried and cal.tried[-1][0] < 3000  # stopped before the largest effort
-    assert cal.cost_exact == exact_cost(3000, 3000) and cal.cost <= 2 * cal.cost_exact
+    assert cal.tried and cal.tried[-1][0] < 4096  # stopped before the largest effort
+    assert cal.cost_exact == exact_cost(20_000, 20_000) and cal.cost <= 2 * cal.cost_exact
     unchecked = calibrate(index, tgt, src, "hnsw", k=10, target=1.0, sample=100, options=opts, cost_check=False)
     assert unchecked.tried[-1][0] > cal.tried[-1][0]  # without the cost check it goes on
+
+
+# --------------------------------------------------------------------------- small N, duplicates, listed scores
+
+@pytest.mark.parametrize("n", [2, 5, 10, 20, 50, 100, 400])
+def test_ivf_at_small_n_has_at_most_the_cells_its_rows_train_and_prints_nothing(n, capfd):
+    """FAISS fails to train more cells than rows and prints a warning below 39 rows per cell: the
+    cells are clamped (one cell below 78 rows) and the search works, silently."""
+    from backretrieval.search.faiss_backend import MIN_POINTS_PER_CELL, build_index, ivf_nlist, search
+
+    src, tgt = _isotropic(n, 8, 7, noise=0.2)
+    index = build_index(tgt, "ivf")
+    assert index.nlist == ivf_nlist(n) == max(1, min(int(4 * np.sqrt(n)), n // MIN_POINTS_PER_CELL))
+    _, idx = search(index, src, min(n, 3))
+    assert (idx >= 0).all()
+    x = xlr_approx(src, tgt, ks=(1,), method="ivf", cost_check=False, check_sample=max(1, n // 2))
+    assert x["text_route"] in ("approximate", "exact")
+    assert xlr_approx(src, tgt, ks=(1,), method="ivf", target_agreement=None)["xlr@1"] >= 0
+    out, err = capfd.readouterr()
+    assert "WARNING" not in out + err and "clustering" not in out + err, out + err
+
+
+def test_duplicate_rows_are_grouped_bit_for_bit():
+    from backretrieval.search.faiss_backend import duplicate_rows
+
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((30, 6)).astype(np.float32)
+    assert duplicate_rows(a) is None
+    b = np.concatenate([a, a[[4, 4, 9]], 2 * a[[5]], a[[6]] + np.float32(1e-3)])  # 2 x a row: the same unit row
+    dups = duplicate_rows(b)
+    assert dups.group[[30, 31, 32, 33, 34]].tolist() == [4, 4, 9, 5, 34]
+    assert dups.size[4] == 3 and dups.size[9] == 2 and dups.size[34] == 1
+    rows, counts = dups.members(np.array([4, 9, 0]))
+    assert rows.tolist() == [4, 30, 31, 9, 32, 0] and counts.tolist() == [3, 2, 1]
+
+
+def test_listed_scores_are_the_canonical_scores_of_the_exact_kernels():
+    from backretrieval.search import unit_rows
+    from backretrieval.search.exact import pair_scores
+    from backretrieval.search.faiss_backend import listed_scores
+
+    src, tgt = _isotropic(300, 20, 9)
+    lists = np.random.default_rng(3).integers(-1, 300, size=(300, 7))
+    got = listed_scores(src, tgt, lists)
+    qi, slot = np.nonzero(lists >= 0)
+    want = pair_scores(unit_rows(src), unit_rows(tgt), qi, lists[qi, slot])
+    np.testing.assert_array_equal(got[qi, slot], want)
+    assert np.isneginf(got[lists < 0]).all()
+    rows = np.array([5, 5, 0])
+    np.testing.assert_array_equal(listed_scores(src, tgt, lists[rows], rows=rows), got[rows])  # query p: src[rows[p]]

@@ -4,8 +4,10 @@
   order of exactly tied scores, which FAISS does not define).
 * ``"hnsw"`` -- ``IndexHNSWFlat`` (inner product), graph search; ``m`` links per node,
   ``ef_construction``, ``ef_search`` (raise it for better recall at a higher cost).
-* ``"ivf"`` -- ``IndexIVFFlat`` with ``nlist`` k-means cells (default ``4 sqrt(N)``), trained on a
-  seeded sample of at most ``256 nlist`` vectors, searching ``nprobe`` cells.
+* ``"ivf"`` -- ``IndexIVFFlat`` with ``nlist`` k-means cells (default ``4 sqrt(N)``; never more than
+  one cell per :data:`MIN_POINTS_PER_CELL` rows, FAISS's own minimum of training points per cell, so
+  small N gets fewer cells, down to one), trained on a seeded sample of at most ``256 nlist``
+  vectors, searching ``nprobe`` cells.
 
 Approximate indexes trade exactness for speed at N where the exact N x N work is out of reach
 (millions of items per language); :func:`top1_agreement` measures how often their first
@@ -13,12 +15,16 @@ neighbour equals the exact one on a sample, which every approximate result shoul
 :func:`calibrate` raises the search effort (HNSW ``efSearch``, IVF ``nprobe``) until a seeded
 sample of queries reaches a target agreement with exact search, measures the agreement reached on
 a second, disjoint (held-out) sample, and falls back to exact search when the target is out of
-reach or when a cost model in counted distance computations (:func:`checked_cost`,
-:func:`exact_cost`) says that exact search is cheaper.
+reach or when a cost model says that exact search is cheaper: it counts distance computations
+(:func:`build_cost`, :func:`query_cost`, :func:`exact_cost`) and weighs each by what one costs in
+its kind of search (:data:`DISTANCE_WEIGHTS`, measured constants), :func:`checked_cost`.
+:func:`listed_scores` gives the canonical scores of the pairs a search listed, on which callers
+decide ranks with the same tie rule as exact search.
 
 Vectors are added and queried in chunks, so callers may pass memory-mapped arrays; float32,
 C-contiguous, unit-normalised (``normalize=True``, the default: inner product = cosine) copies
-are made one chunk at a time.
+are made one chunk at a time, with the canonical unit rows of the exact kernels
+(:func:`.kernels.unit_rows`: rows within :data:`.kernels.UNIT_TOL` of unit norm are kept as they are).
 """
 from __future__ import annotations
 
@@ -29,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .exact import unit_rows_exact
-from .kernels import topk
+from .exact import pair_scores, unit_rows_exact
+from .kernels import UNIT_TOL, topk
 
 METHODS = ("flat", "hnsw", "ivf")
 CHUNK = 65536
@@ -74,10 +80,10 @@ def _chunks(n: int, size: int = CHUNK):
 
 
 def _rows(X: np.ndarray, sl: slice | np.ndarray, normalize: bool) -> np.ndarray:
-    """Rows of ``X`` as a float32 C-contiguous copy, unit-normalised canonically (the same bits on
-    every machine, see :mod:`.exact`) when ``normalize``."""
+    """Rows of ``X`` as a float32 C-contiguous copy, unit-normalised canonically as the exact kernels
+    do (:func:`.kernels.unit_rows`, the same bits on every machine, see :mod:`.exact`) when ``normalize``."""
     x = np.array(X[sl], dtype=np.float32, order="C", copy=True)
-    return unit_rows_exact(x, out=x) if normalize else x  # normalised in place: one copy per chunk
+    return unit_rows_exact(x, UNIT_TOL, out=x) if normalize else x  # normalised in place: one copy per chunk
 
 
 def build_index(D: np.ndarray, method: str = "hnsw", options: FaissOptions | None = None, *, normalize: bool = True,
@@ -95,9 +101,12 @@ def build_index(D: np.ndarray, method: str = "hnsw", options: FaissOptions | Non
         index.hnsw.efConstruction = opt.ef_construction
         index.hnsw.efSearch = opt.ef_search
     elif method == "ivf":
-        nlist = opt.nlist or max(1, int(4 * np.sqrt(n)))
+        nlist = ivf_nlist(n, opt)
         quantizer = faiss.IndexFlatIP(d)
         index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        # at most n // MIN_POINTS_PER_CELL cells: FAISS trains without its warning (below
+        # MIN_POINTS_PER_CELL rows there is one cell, whose minimum is lowered to the rows there are)
+        index.cp.min_points_per_centroid = max(1, min(MIN_POINTS_PER_CELL, n // nlist))
         rng = np.random.default_rng(opt.seed)
         sample = np.sort(rng.choice(n, size=min(n, 256 * nlist), replace=False))
         index.train(_rows(D, sample, normalize))
@@ -124,6 +133,104 @@ def search(index: Any, Q: np.ndarray, k: int, *, rows: np.ndarray | None = None,
         if progress is not None:
             progress.update(sl.stop - sl.start)
     return scores, idx
+
+
+LIST_BLOCK = 1 << 22  # float32 elements of gathered database rows per block of :func:`listed_scores`
+HASH_BLOCK = 1 << 20  # elements per block of :func:`duplicate_rows` (12 bytes each: the float32 row, its bits as uint64)
+
+
+def listed_scores(Q: np.ndarray, D: np.ndarray, lists: np.ndarray, *, rows: np.ndarray | None = None,
+                  normalize: bool = True) -> np.ndarray:
+    """Canonical scores of each query with each database row of its list, as the exact kernels
+    score them (:func:`.exact.pair_scores` on the canonical unit rows of :func:`.kernels.unit_rows`),
+    so that a rank decided on them follows the exact metrics' tie rule.
+
+    Args:
+        Q, D: the queries and the database (may be memory-mapped: rows are gathered and
+            normalised one block of at most :data:`LIST_BLOCK` elements at a time).
+        lists: int (n, L) rows of ``D`` per query, -1 for an empty slot (as FAISS returns).
+        rows: query ``p`` is ``Q[rows[p]]`` (None: ``Q[p]``).
+        normalize: unit-normalise the rows first (cosine).
+
+    Returns:
+        float32 (n, L) canonical scores, -inf in empty slots.
+    """
+    lists = np.asarray(lists, dtype=np.int64)
+    n, width = lists.shape
+    out = np.full((n, width), -np.inf, dtype=np.float32)
+    step = max(1, LIST_BLOCK // max(1, (width + 1) * D.shape[1]))
+    for sl in _chunks(n, step):
+        block = lists[sl]
+        valid = block >= 0
+        if not valid.any():
+            continue
+        q = _rows(Q, sl if rows is None else np.asarray(rows[sl]), normalize)
+        wanted, local = np.unique(block[valid], return_inverse=True)
+        qi, _ = np.nonzero(valid)
+        part = out[sl]
+        part[valid] = pair_scores(q, _rows(D, wanted, normalize), qi, local.ravel())
+    return out
+
+
+@dataclasses.dataclass
+class Duplicates:
+    """Groups of bit-identical canonical unit rows of a database (:func:`duplicate_rows`).
+
+    ``group[j]``: the first row of row ``j``'s group (``j`` itself when it is unique); ``size[g]``:
+    the rows in the group of first row ``g`` (0 for rows that are not first); :meth:`members`
+    expands groups to their rows. Duplicates score the same with every query, bit for bit, so a
+    search that finds one of them has found all of them."""
+
+    group: np.ndarray
+    size: np.ndarray
+    order: np.ndarray  # rows sorted by group (stable), and where each group starts in it
+    start: np.ndarray
+
+    def members(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of each given group (first rows), concatenated in ascending order per group,
+        and how many each group has."""
+        groups = np.asarray(groups, dtype=np.int64)
+        counts = self.size[groups]
+        offsets = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], counts)
+        return self.order[np.repeat(self.start[groups], counts) + within], counts
+
+
+_HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
+
+
+def duplicate_rows(X: np.ndarray, *, normalize: bool = True) -> Duplicates | None:
+    """The groups of rows of ``X`` whose canonical unit rows (:func:`_rows`) are bit-identical, or
+    None when every row is unique. Rows are read one chunk at a time (memory-mapped inputs
+    welcome) and keyed by two 64-bit hashes of their bits; rows sharing a key are compared bit for
+    bit, so a hash collision never joins different rows."""
+    n = X.shape[0]
+    keys = np.empty((n, 2), dtype=np.uint64)
+    weights = [np.random.default_rng(seed).integers(1, 2**63, size=X.shape[1], dtype=np.uint64) | np.uint64(1)
+               for seed in _HASH_SEEDS]
+    with np.errstate(over="ignore"):
+        for sl in _chunks(n, max(1, HASH_BLOCK // max(1, X.shape[1]))):
+            bits = _rows(X, sl, normalize).view(np.uint32).astype(np.uint64)
+            for c, w in enumerate(weights):
+                keys[sl, c] = bits @ w  # modulo 2**64 (integer products wrap)
+    _, first, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    if counts.max(initial=0) <= 1:
+        return None
+    group = first[inverse.ravel()].astype(np.int64)
+    shared = np.flatnonzero(counts[inverse.ravel()] > 1)  # rows whose key another row has: compare their bits
+    for sl in _chunks(shared.size, max(1, LIST_BLOCK // max(1, X.shape[1]))):
+        rows = shared[sl]
+        same = (_rows(X, rows, normalize) == _rows(X, group[rows], normalize)).all(axis=1)
+        group[rows[~same]] = rows[~same]  # a hash collision: the row stays on its own
+    size = np.bincount(group, minlength=n).astype(np.int64)
+    if size.max(initial=0) <= 1:
+        return None
+    order = np.argsort(group, kind="stable")
+    start = np.zeros(n, dtype=np.int64)
+    firsts, at = np.unique(group[order], return_index=True)
+    start[firsts] = at
+    return Duplicates(group, size, order, start)
 
 
 def knn(Q: np.ndarray, D: np.ndarray, k: int, method: str = "flat", options: FaissOptions | None = None, *,
@@ -171,13 +278,46 @@ def exact_top(Q: np.ndarray, D: np.ndarray, k: int, *, normalize: bool = True) -
 KMEANS_ITERATIONS = 25  # FAISS's k-means iterations when an IVF index is trained
 
 
+#: What one counted distance computation costs in each kind of work, relative to one inside exact
+#: search's blocked float32 product (exact search, and the self-check's exact samples: weight 1).
+#: Measured constants (BENCHMARKS.md, "What a counted distance costs": HNSW's from the timed 100k
+#: routes, IVF's by bench/bench_approx_cost.py), never timings taken at run time: the route depends
+#: only on the sizes and the options. An HNSW distance is computed inside a graph walk, one scattered vector at a time (search
+#: and build alike); an IVF search scans its cells' vectors one by one after a blocked product with
+#: the centroids; IVF's build is k-means, blocked products.
+DISTANCE_WEIGHTS: dict[str, float] = {
+    "hnsw build": 26.0,
+    "hnsw search": 18.0,
+    "ivf build": 1.0,
+    "ivf search": 12.0,
+}
+
+
 def exact_cost(n_q: int, n_d: int) -> int:
-    """Distance computations of exact search: every query against every database row."""
+    """Distance computations of exact search: every query against every database row (weight 1,
+    the unit of the weighted costs)."""
     return int(n_q) * int(n_d)
 
 
-def _nlist(n: int, opt: FaissOptions) -> int:
-    return opt.nlist or max(1, int(4 * np.sqrt(n)))
+def weighted(method: str, work: str, count: int) -> int:
+    """``count`` distance computations of ``work`` (``"build"`` or ``"search"``) of a ``method``
+    index in units of one exact-search distance (:data:`DISTANCE_WEIGHTS`; flat: weight 1), rounded up."""
+    if method == "flat":
+        return int(count)
+    return int(math.ceil(int(count) * DISTANCE_WEIGHTS[f"{method} {work}"]))
+
+
+MIN_POINTS_PER_CELL = 39  # FAISS's minimum of training points per k-means centroid (ClusteringParameters)
+
+
+def ivf_nlist(n: int, options: FaissOptions | None = None) -> int:
+    """The IVF cells of an index over ``n`` rows: the options' ``nlist`` (default ``4 sqrt(n)``),
+    at most ``n // MIN_POINTS_PER_CELL`` and at least 1, so that k-means has the training points
+    FAISS asks for (more cells than rows would fail inside FAISS, fewer than 39 rows per cell
+    print its warning)."""
+    opt = options or FaissOptions()
+    wanted = opt.nlist or int(4 * np.sqrt(n))
+    return max(1, min(int(wanted), int(n) // MIN_POINTS_PER_CELL))
 
 
 def build_cost(method: str, n: int, options: FaissOptions | None = None) -> int:
@@ -193,7 +333,7 @@ def build_cost(method: str, n: int, options: FaissOptions | None = None) -> int:
     if method == "hnsw":
         return int(n) * opt.ef_construction * 2 * opt.m
     if method == "ivf":
-        nlist = _nlist(n, opt)
+        nlist = ivf_nlist(n, opt)
         return (KMEANS_ITERATIONS * min(n, 256 * nlist) + int(n)) * nlist
     raise ValueError(f"unknown FAISS method {method!r}; use one of {', '.join(METHODS)}")
 
@@ -211,7 +351,7 @@ def query_cost(method: str, n: int, options: FaissOptions | None = None, value: 
     if method == "hnsw":
         return min(int(n), 2 * opt.m * int(value if value is not None else opt.ef_search))
     if method == "ivf":
-        nlist = _nlist(n, opt)
+        nlist = ivf_nlist(n, opt)
         probe = min(nlist, int(value if value is not None else opt.nprobe))
         return nlist + min(int(n), probe * -(-int(n) // nlist))
     raise ValueError(f"unknown FAISS method {method!r}; use one of {', '.join(METHODS)}")
@@ -228,13 +368,15 @@ def sample_sizes(n_q: int, sample: int) -> tuple[int, int]:
 
 def checked_cost(method: str, n_q: int, n_d: int, options: FaissOptions | None = None, *, sample: int = 1000,
                  value: int | None = None) -> int:
-    """Distance computations of checked approximate search if its calibration stopped at the first
-    effort tried (``value``; None: the options'): the index build, exact search of both samples,
-    both samples searched approximately, and the ``n_q`` queries searched. Calibration can only
-    add to it, so when it exceeds :func:`exact_cost` exact search is cheaper."""
+    """Weighted distance computations (:func:`weighted`: units of one exact-search distance) of
+    checked approximate search if its calibration stopped at the first effort tried (``value``;
+    None: the options'): the index build, exact search of both samples, both samples searched
+    approximately, and the ``n_q`` queries searched. Calibration can only add to it, so when it
+    exceeds :func:`exact_cost` exact search is cheaper. (The canonical scores of the ``n_q``
+    lists, :func:`listed_scores`, are not counted: K + 1 per query, below 1% of any search.)"""
     tune, held = sample_sizes(n_q, sample)
-    q = query_cost(method, n_d, options, value)
-    return build_cost(method, n_d, options) + (tune + held) * int(n_d) + (tune + held + int(n_q)) * q
+    q = weighted(method, "search", query_cost(method, n_d, options, value))
+    return weighted(method, "build", build_cost(method, n_d, options)) + (tune + held) * int(n_d) + (tune + held + int(n_q)) * q
 
 
 def clopper_pearson_low(successes: int, n: int, confidence: float = 0.95) -> float:
@@ -267,7 +409,8 @@ class Calibration:
     rule used; None when nothing was tried). ``param`` / ``value``: the effort parameter and its
     last value tried (its starting value when the cost check stopped before any). ``tried``: each (value, tuning agreement, tuning recall). ``cost_exact``:
     distance computations of exact search of ``n_queries`` queries; ``cost``: those of the route
-    taken, calibration included (:func:`checked_cost`'s model). ``seconds``: the calibration's
+    taken, calibration included, weighted (:func:`checked_cost`'s model: units of one exact-search
+    distance, so the two compare as times do). ``seconds``: the calibration's
     wall time."""
 
     method: str
@@ -300,18 +443,15 @@ class Calibration:
 
 def _agreement(q: np.ndarray, D: np.ndarray, exact_s: np.ndarray, exact_i: np.ndarray, idx: np.ndarray,
                normalize: bool) -> tuple[int, float]:
-    """(queries whose approximate first neighbour scores the exact best canonically, mean recall@k)."""
-    from .exact import pair_scores
-
-    top = idx[:, 0]
-    valid = top >= 0
-    got = np.full(top.shape, -np.inf, dtype=np.float32)
-    if valid.any():
-        rows = np.flatnonzero(valid)
-        got[rows] = pair_scores(q, _rows(D, top[rows], normalize), rows, np.arange(rows.size))
-    agree = int(np.count_nonzero(got >= exact_s[:, 0]))
+    """(queries whose approximate first neighbour scores the exact best canonically, mean recall@k).
+    Recall@k counts the approximate top ``k`` that score canonically at least the exact ``k``-th
+    best (at most ``k``): the share of the exact top ``k`` found where scores are distinct, and
+    where rows tie at the cut any of them counts, as a tie for first place counts for agreement."""
     k = exact_i.shape[1]
-    recall = float(np.mean([np.intersect1d(a[a >= 0], b).size / k for a, b in zip(idx[:, :k], exact_i)]))
+    got = listed_scores(q, D, idx[:, :k], normalize=normalize)
+    agree = int(np.count_nonzero(got[:, 0] >= exact_s[:, 0]))
+    found = np.count_nonzero(got >= exact_s[:, k - 1:k], axis=1)
+    recall = float(np.mean(np.minimum(found, k) / k))
     return agree, recall
 
 
@@ -339,10 +479,12 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
     ``max(4096, 4 k)`` and at most the index size); IVF doubles ``nprobe`` up to ``nlist``. The
     route is ``"exact"`` (the caller must search exactly, :func:`exact_index`) when the largest
     effort is still below the target, or, with ``cost_check``, when the cost model says that
-    going on costs more than exact search: before each effort is tried, the distance
+    going on costs more than exact search: before each effort is tried, the weighted distance
     computations spent so far plus those of searching both samples and the ``n_queries`` queries
-    at that effort (:func:`query_cost`) must not exceed :func:`exact_cost`. So a checked search
-    that falls back has spent at most one exact search's worth before searching exactly. The
+    at that effort (:func:`query_cost` times its :data:`DISTANCE_WEIGHTS` weight) must not exceed
+    :func:`exact_cost`. So the approximate route is taken only where its whole cost, calibration
+    included, is at most exact search's, and a checked search that falls back has spent at most
+    one exact search's worth (the calibration) before searching exactly. The
     chosen value is left set on ``index``.
 
     Args:
@@ -380,7 +522,7 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
                            "exact", "flat search is exact", exact, exact, [], time.perf_counter() - t0)
     q, qh = _rows(Q, tune_rows, normalize), _rows(Q, held_rows, normalize)
     exact_s, exact_i = exact_top(q, D, k, normalize=normalize)
-    spent = build_cost(method, n_d, options) + tune_rows.size * n_d
+    spent = weighted(method, "build", build_cost(method, n_d, options)) + tune_rows.size * n_d
     held_exact = held_rows.size * n_d  # exact search of the held-out sample, done once the effort is chosen
     if method == "hnsw":
         param, value = "ef_search", int(index.hnsw.efSearch)
@@ -398,10 +540,10 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
     tried: list[tuple[int, float, float]] = []
     reason = ""
     while True:
-        c = query_cost(method, n_d, options, value)
+        c = weighted(method, "search", query_cost(method, n_d, options, value))
         total = spent + held_exact + (tune_rows.size + held_rows.size + n_q) * c
         if cost_check and total > exact:
-            reason = (f"cost: {param}={value} would bring the checked search to {total:,} distance computations, "
+            reason = (f"cost: {param}={value} would bring the checked search to {total:,} weighted distance computations, "
                       f"exact search takes {exact:,}")
             break
         set_value(value)
