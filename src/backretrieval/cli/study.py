@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from .options import (N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_file_not_input, check_image_models, parse_options,
-                      warn, main)
+from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_image_models, parse_options, warn, main
+from .output_paths import check_file_not_input
 
 
 @main.group()

@@ -19,9 +19,9 @@ import click
 
 from .options import (
     NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
-    check_inputs_kept,
     N_BOOT, check_text_models, parse_list, parse_numbers, parse_options, parse_seeds, warn, main, train,
 )
+from .output_paths import check_inputs_kept
 
 
 # ----------------------------------------------------------------------------- training
