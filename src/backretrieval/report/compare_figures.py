@@ -13,7 +13,7 @@
 * :func:`wins_chart` -- per model, significant pairwise wins / ties / losses after Holm, and
   the mean rank over pairs.
 
-Every function takes a :class:`~backretrieval.analysis.compare.Comparison` (and the frames
+Every function takes a :class:`~backretrieval.analysis.comparison.Comparison` (and the frames
 derived from it), writes ``STEM.png`` and ``STEM.svg`` atomically and returns both paths.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis.compare import Comparison
+from ..analysis.comparison import Comparison
 from ..core import atomic_write
 from .figures import DPI, pyplot, short_label
 
