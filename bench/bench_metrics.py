@@ -4,7 +4,7 @@ Random unit vectors (512-d text, 1280-d image), N per side. Each N runs in a fre
 peak RSS belongs to that run alone. The baseline is measured in the same process: the float32
 matrix products the metrics cannot avoid, done in the same blocks with the result discarded
 (tiles of 1,024 rows where a row block would be thinner than 512 rows, N above ~16k: see
-search.kernels._tiles), interleaved with the metrics (bench/_timing.py: median and min-max of
+search.blocks.tiles), interleaved with the metrics (bench/_timing.py: median and min-max of
 --repeats rounds, at least 3) -- XLR: one N x N x 512 product (cosine is symmetric, so one pass
 over the scores gives both directions); BkR: one N x N x 512 text product plus one U x N x 1280
 image product for the U distinct retrieved targets, their rows gathered per block as the metric
@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def bare(Q: np.ndarray, D: np.ndarray, block_bytes: int, rows_of_Q: np.ndarray | None = None) -> None:
     """The product ``Q @ D.T`` (``Q[rows_of_Q] @ D.T`` with ``rows_of_Q``, gathered per block) in
     the blocks the metrics use: row blocks, or tiles of 1,024 rows where a block would have fewer
-    than 512 rows (search.kernels._tiles)."""
-    from backretrieval.search.kernels import _tiles
+    than 512 rows (search.blocks.tiles)."""
+    from backretrieval.search.blocks import tiles
 
     n_rows = Q.shape[0] if rows_of_Q is None else rows_of_Q.shape[0]
-    for rows, cols in _tiles(n_rows, D.shape[0], block_bytes, True):
+    for rows, cols in tiles(n_rows, D.shape[0], block_bytes, True):
         (Q[rows] if rows_of_Q is None else Q[rows_of_Q[rows]]) @ D[cols].T
 
 

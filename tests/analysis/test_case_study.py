@@ -13,7 +13,7 @@ from backretrieval.analysis.case_study import (
     directed_pairs,
     groups_of,
     mean_lift,
-    model_label,
+    spec_label,
     ordering_agreement,
     spread_stats,
     stacked_hits,
@@ -134,8 +134,8 @@ def test_summary_averages_training_seeds_and_answers_the_questions(tmp_path):
 
 
 def test_labels_and_heldout_mask():
-    assert model_label("tripletxl:/x/tripletxl") == "tripletxl" and model_label("tripletxl:/x/b1/") == "tripletxl:b1"
-    assert model_label("use-m@trunc=16") == "use-m@trunc=16"
+    assert spec_label("tripletxl:/x/tripletxl") == "tripletxl" and spec_label("tripletxl:/x/b1/") == "tripletxl:b1"
+    assert spec_label("use-m@trunc=16") == "use-m@trunc=16"
     m = heldout_mask([f"c{i}" for i in range(2000)] + [None], 0.3, seed=2)
     assert 0.25 < m[:-1].mean() < 0.35 and not m[-1]  # no concept: stays in training
     np.testing.assert_array_equal(m, heldout_mask([f"c{i}" for i in range(2000)] + [None], 0.3, seed=2))

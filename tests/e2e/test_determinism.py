@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import reference as ref
 from edge_of_window import at_edge
 from backretrieval.metrics import bkr_ranks, csls, hubness, xlr_ranks
-from backretrieval.search import exact, kernels, nearest_with_ties, rank_of_true, ranks_both_ways, topk
+from backretrieval.search import blocks, exact, nearest_with_ties, rank_of_true, ranks_both_ways, topk
 from backretrieval.search.exact import pair_scores, scores_block, unit_rows_exact
 
 
@@ -250,11 +250,11 @@ def test_blocks_in_threads_equal_blocks_in_sequence(monkeypatch, threads):
     rng = np.random.default_rng(11)
     src, tgt = near_tied(rng, 120, 16, 30), near_tied(rng, 120, 16, 30)
     si, ti = near_tied(rng, 120, 5, 20), near_tied(rng, 120, 5, 20)
-    monkeypatch.setattr(kernels, "blas_threads", lambda: 1)
+    monkeypatch.setattr(blocks, "blas_threads", lambda: 1)
     serial = _all_results(src, tgt, si, ti, 3000)
-    monkeypatch.setattr(kernels, "blas_threads", lambda: threads)
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 0)
-    monkeypatch.setattr(kernels, "PARALLEL_BLOCK_BYTES", 2000)  # many small blocks per thread
+    monkeypatch.setattr(blocks, "blas_threads", lambda: threads)
+    monkeypatch.setattr(blocks, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(blocks, "PARALLEL_BLOCK_BYTES", 2000)  # many small blocks per thread
     _assert_same(serial, _all_results(src, tgt, si, ti, 3000))
 
 

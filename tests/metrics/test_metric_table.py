@@ -16,9 +16,10 @@ from backretrieval.analysis.meta import calibrate_leave_one_pair_out, per_seed_c
 from backretrieval.cli import main
 from backretrieval.core import BackretrievalError
 from backretrieval.metrics.table import (
-    BY_NAME, METRICS, RANK_SOURCES, approx_ks, chance_level, known_metrics, metric_name, parse_metric, rank_values,
-    shown_columns, summary_columns,
+    BY_NAME, METRICS, RANK_SOURCES, approx_ks, chance_level, known_metrics, metric_name, parse_metric, shown_columns,
+    summary_columns,
 )
+from backretrieval.metrics.values import rank_values
 
 N, K = 40, 7
 SPECS = {s.name: s for s in METRICS}

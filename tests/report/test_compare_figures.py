@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from backretrieval.analysis.compare import Comparison
+from backretrieval.analysis.comparison import Comparison
 from backretrieval.report import compare_figures as F
 
 

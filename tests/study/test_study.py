@@ -30,7 +30,9 @@ from backretrieval.data import load_dataset
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 from backretrieval.study import StudyConfig, create_study, krippendorff_alpha, store
-from backretrieval.study.analyze import analyze, format_markdown, sign_flip_test, write_outputs
+from backretrieval.report.study_analysis import format_study_analysis
+from backretrieval.study.analyze import analyze, sign_flip_test
+from backretrieval.study.export import write_outputs
 from backretrieval.study.build import sample
 from backretrieval.study.server import StudyServer
 
@@ -550,7 +552,7 @@ def test_analyze_against_naive_recomputation(study, tmp_path):
     mat = np.array([[given[(r, s)] for s in sids] for r in ("rater1", "rater2")], float)
     assert res["agreement"]["alpha_ordinal"] == pytest.approx(krippendorff_alpha(mat, "ordinal", (1, 2, 3, 4)))
     assert res["agreement"]["pairable_suggestions"] == len(sids)
-    md = format_markdown(res)
+    md = format_study_analysis(res)
     assert "use-m vs random" in md and "Krippendorff" in md
     files = write_outputs(res, study, tmp_path / "out")
     assert json.loads(files[1].read_text())["models"]["use-m"]["counts"] == res["models"]["use-m"]["counts"]
@@ -568,7 +570,7 @@ def test_analyze_bkr_section_matches_evaluate(study, shared_data):
     for rec in ref.records:
         assert res["bkr"]["models"][rec["model"]]["bkr@10"] == pytest.approx(rec["bkr@10"])
         assert res["bkr"]["models"][rec["model"]]["xlr@10"] == pytest.approx(rec["xlr@10"])
-    assert "Backretrieval on the same pair" in format_markdown(res)
+    assert "Backretrieval on the same pair" in format_study_analysis(res)
 
 
 def test_analyze_fits_bkr_n_to_a_small_catalogue_and_refuses_too_large(tmp_path, shared_data):

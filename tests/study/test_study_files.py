@@ -32,7 +32,8 @@ from test_study import npm_dir, post, q, req, running, table_counts, token_of
 from backretrieval.cli import main
 from backretrieval.core import BackretrievalError, DataError
 from backretrieval.study import StudyConfig, create_study, store
-from backretrieval.study.analyze import analyze, ratings_frame, write_outputs
+from backretrieval.study.analyze import analyze
+from backretrieval.study.export import ratings_frame, write_outputs
 
 CHEAP = ["random", "tfidf-char"]  # no model files: a study in about a second
 
@@ -339,7 +340,7 @@ def test_ratings_csv_shows_formulas_as_text(tmp_path):
     assert "'" + FORMULAS["en"][0] in cells and "'@lice" in cells and "''quoted" in cells and "''=already quoted" in cells
     assert "plain words" in cells and "Haus" in cells  # ordinary text unchanged
     # one leading ' removed gives back every original cell
-    from backretrieval.study.analyze import csv_unsafe
+    from backretrieval.study.export import csv_unsafe
 
     frame = ratings_frame(db)
     assert header == list(frame.columns)

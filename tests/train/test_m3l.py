@@ -21,7 +21,7 @@ from backretrieval.train.m3l import (
     assign_splits,
     build_network,
     collect_images,
-    evaluate_retrieval,
+    evaluate_image_retrieval,
     hardest_negatives,
     init_last_block,
     input_standardization,
@@ -329,10 +329,10 @@ def test_saved_model_is_a_text_encoder(trained, emoji_small):
 def test_test_split_retrieval_zero_shot(trained, emoji_small):
     model, out = trained
     data = collect_images(emoji_small, ["en", "de", "ja"], "efficientnet-lite0")  # the model's split rule
-    res = evaluate_retrieval(out, emoji_small, ["en", "de", "ja"], split="test", ks=(1, 5, 10), data=data)
+    res = evaluate_image_retrieval(out, emoji_small, ["en", "de", "ja"], split="test", ks=(1, 5, 10), data=data)
     n_test = int((model.data_.split == 2).sum())
     assert res.n_images == n_test == int((data.split == 2).sum())
-    assert res.to_json()["per_lang"] == evaluate_retrieval(out, emoji_small, ["en", "de", "ja"]).per_lang
+    assert res.to_json()["per_lang"] == evaluate_image_retrieval(out, emoji_small, ["en", "de", "ja"]).per_lang
     for lang in ("en", "de", "ja"):
         pl = res.per_lang[lang]
         # every emoji has a name in these languages; byte-identical images (some flags) are one
@@ -394,7 +394,7 @@ def test_m3l_training_learns(emoji_small, tmp_path):
     untrained = M3L("m3l", epochs=0, **kw).fit(emoji_small)
     assert len(untrained.history_) == 1
     data = collect_images(emoji_small, ["en", "de"], "efficientnet-lite0")
-    res = {name: evaluate_retrieval(m.save(tmp_path / name), emoji_small, ["en", "de"], data=data).per_lang
+    res = {name: evaluate_image_retrieval(m.save(tmp_path / name), emoji_small, ["en", "de"], data=data).per_lang
            for name, m in (("trained", model), ("untrained", untrained))}
     for lang in ("en", "de"):
         # this seeded run: en 0.061 -> 0.307, de 0.055 -> 0.270
@@ -483,7 +483,7 @@ def test_generic_image_paths_two_models_table_and_comparison(trained, emoji_smal
     assert "| use-m PATR | en | 1 |" in table and "Best configuration per language" in table
     patr_model = trained[0]
     assert res["models"][0]["n_images"] == int((patr_model.data_.split == 2).sum())
-    direct = evaluate_retrieval(patr_dir, emoji_small, ["en", "ja"])
+    direct = evaluate_image_retrieval(patr_dir, emoji_small, ["en", "ja"])
     assert res["models"][0]["per_lang"]["ja"]["t2i@10"] == direct.per_lang["ja"]["t2i@10"]
 
 

@@ -34,7 +34,7 @@ from .stats import bootstrap_ci, correlations, hits, holm, paired_permutation_te
 Pair = tuple[str, str]
 
 
-def model_label(spec: str) -> str:
+def spec_label(spec: str) -> str:
     """Short name of a model spec: ``tripletxl:/x/tripletxl`` -> ``tripletxl``, ``tripletxl:/x/b1`` -> ``tripletxl:b1``.
 
     Args:

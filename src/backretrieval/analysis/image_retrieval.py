@@ -20,7 +20,7 @@ from ..encoders.registry import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
 from ..encoders.trained.modeldir import ModelDir
 from ..encoders.trained.m3l import load_model
-from ..train.m3l import ImageTextData, RetrievalResult, collect_images, evaluate_retrieval, model_label
+from ..train.m3l import ImageTextData, RetrievalResult, collect_images, evaluate_image_retrieval, m3l_model_label
 from .stats import paired_permutation_test
 
 
@@ -273,11 +273,11 @@ def image_retrieval(
             )
         if hp["base"] not in bases:
             bases[hp["base"]] = CachedTextEncoder(get_text_encoder(hp["base"], progress=progress), progress=progress)
-        res = evaluate_retrieval(m, dataset, langs, split=split, ks=k_list, sim=sim, data=data_cache[key],
+        res = evaluate_image_retrieval(m, dataset, langs, split=split, ks=k_list, sim=sim, data=data_cache[key],
                                  base_encoder=bases[hp["base"]], progress=progress)
         results.append(res)
         if log is not None:
-            log(f"{model_label(model)} (train {','.join(hp['train_langs'])}, seed {hp['seed']}) {m}: "
+            log(f"{m3l_model_label(model)} (train {','.join(hp['train_langs'])}, seed {hp['seed']}) {m}: "
                 + ", ".join(f"{x} {res.per_lang[x][f't2i@{k_list[-1]}']:.3f}" for x in langs))
     by_key: dict[tuple, list[RetrievalResult]] = {}
     for r in results:

@@ -1,12 +1,12 @@
 """The verdict of a comparison: which model to ship, per language pair and overall, with the
 interval behind it, or which models the data cannot tell apart at this N.
 
-Read from a finished :class:`~.compare.Comparison` (nothing is resampled here). Where the records
+Read from a finished :class:`~.comparison.Comparison` (nothing is resampled here). Where the records
 hold the ground truth (XLR, the data link languages) it *leads*: the verdict is XLR's and BkR is
 the check beside it (:func:`agreement`); otherwise the ranked metric leads.
 
 Per pair, the *leading group* is the best model and every model whose gap to it is not
-significant after Holm (over all of the pair's model pairs, :attr:`~.compare.Comparison.pairwise`):
+significant after Holm (over all of the pair's model pairs, :attr:`~.comparison.Comparison.pairwise`):
 
 * one model in it: ship that model (its lead over the runner-up, with the paired interval);
 * several: they are indistinguishable at this N, pick among them by cost or speed;
@@ -27,7 +27,7 @@ from ..metrics.table import parse_metric
 from .stats import correlations
 
 if TYPE_CHECKING:
-    from .compare import Comparison
+    from .comparison import Comparison
 
 
 def lead_and_check(c: "Comparison") -> tuple["Comparison", "Comparison | None"]:

@@ -6,9 +6,10 @@ from pathlib import Path
 import click
 
 from .options import (
-    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_inputs_kept, check_outputs, parse_list,
-    parse_numbers, parse_options, warn, train,
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_outputs, parse_list, parse_numbers,
+    parse_options, warn, train,
 )
+from .output_paths import check_inputs_kept
 
 
 def _pairs(spec: str, option: str) -> list[tuple[str, str]]:

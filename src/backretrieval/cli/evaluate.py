@@ -8,7 +8,8 @@ import click
 from ..core import BackretrievalError
 from ..core.io import folder_lock
 from .options import (N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main,
-                      remove_earlier_outputs, warn)
+                      warn)
+from .output_paths import remove_earlier_outputs
 
 
 def _check_metric(metric: str, n: int, approx_k: int | None = None):

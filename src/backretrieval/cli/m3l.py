@@ -9,7 +9,8 @@ from .options import (
     NON_NEGATIVE, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
     check_text_models, parse_list, parse_numbers, parse_options, warn, main, train,
 )
-from .options import check_inputs_kept, device_option
+from .options import device_option
+from .output_paths import check_inputs_kept
 
 DEFAULT_LANGS = "en,de,fr,it,es,ru,ja,zh,pl,tr,ko"  # the XTD10 languages
 DEFAULT_PLOT_LANGS = "en,de,ru,ja"

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from ..core import BackretrievalError
-from .options import (N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_file_not_input, check_image_models, parse_options,
-                      warn, main)
+from .options import N_BOOT, NON_NEGATIVE, PORT, POSITIVE, SEED, bad_option, check_image_models, parse_options, warn, main
+from .output_paths import check_file_not_input
 
 
 @main.group()
@@ -228,13 +228,15 @@ def proxy_rate(db, out, terms, force) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def analyze(db, out, bkr, bkr_n, bkr_seeds, image_model, n_boot, quiet) -> None:
     """Score distributions, ratio of "very relevant", tests, agreement, BkR (Markdown + JSON)."""
-    from ..study.analyze import analyze as run, format_markdown, write_outputs
+    from ..report.study_analysis import format_study_analysis
+    from ..study.analyze import analyze as run
+    from ..study.export import write_outputs
 
     if bkr:
         check_image_models([image_model], "--image-model")
     res = run(db, bkr=bkr, bkr_n=bkr_n, bkr_seeds=bkr_seeds, image_model=image_model, n_boot=n_boot,
               progress=not quiet, log=warn)
-    click.echo(format_markdown(res))
+    click.echo(format_study_analysis(res))
     if out:
         files = write_outputs(res, db, out)
         click.echo("wrote " + ", ".join(str(f) for f in files))

@@ -19,9 +19,9 @@ import click
 
 from .options import (
     NON_NEGATIVE_NUMBER, OPEN_UNIT, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_image_models, check_outputs,
-    check_inputs_kept,
     N_BOOT, check_text_models, parse_list, parse_numbers, parse_options, parse_seeds, warn, main, train,
 )
+from .output_paths import check_inputs_kept
 
 
 # ----------------------------------------------------------------------------- training
@@ -191,7 +191,7 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
     Writes OUT/case_study.md, OUT/case_study.json, the figure, and the evaluation records under
     OUT/bkr and OUT/xlr (resumable).
     """
-    from ..analysis.case_study import case_study_summary, directed_pairs, evaluate_case_study, model_label
+    from ..analysis.case_study import case_study_summary, directed_pairs, evaluate_case_study, spec_label
     from ..core import atomic_write_text
     from ..data import dataset_option_names
     from ..report.case_study import case_study_figure, case_study_json, case_study_markdown
@@ -202,7 +202,7 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
     specs = parse_list(models, "--models", "model")
     if len(specs) < 2 or len(set(specs)) != len(specs):
         bad_option("--models", "give the base encoder and at least one trained model, each once")
-    names = [x.strip() for x in labels.split(",")] if labels else [model_label(m) for m in specs]
+    names = [x.strip() for x in labels.split(",")] if labels else [spec_label(m) for m in specs]
     if len(names) != len(specs) or not all(names) or names.count(names[0]) != 1 or len(set(names)) < 2:
         bad_option("--labels", f"one non-empty label per model ({len(specs)} models), the base's label used once, got {labels!r}")
     seed_list = parse_seeds(seeds)

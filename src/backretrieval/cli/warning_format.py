@@ -59,3 +59,8 @@ def short_warnings() -> None:
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.call_on_close(lambda: setattr(warnings, "formatwarning", previous))
+
+
+def warn(msg: str) -> None:
+    """Print a note to stderr, in yellow."""
+    click.secho(msg, fg="yellow", err=True)

@@ -19,7 +19,7 @@ import numpy as np
 from ..core import MetricInputError
 from ..search import nearest_with_ties, ranks_against_rows, unit_rows
 from ._inputs import check_ks, check_pair, similarity
-from .table import source_summary
+from .values import source_summary
 
 
 def _checked(src_text, tgt_text, src_img, tgt_img):

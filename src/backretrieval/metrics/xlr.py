@@ -11,7 +11,7 @@ import numpy as np
 
 from ..search import ranks_both_ways
 from ._inputs import check_ks, check_pair, similarity
-from .table import source_summary
+from .values import source_summary
 
 
 def xlr_ranks(

@@ -15,7 +15,7 @@
 * :func:`cost_quality` -- the price of each answer: quality with its interval against vector
   size, measured encoding time and API cost per million items, the Pareto front filled.
 
-Every function takes a :class:`~backretrieval.analysis.compare.Comparison` (and the frames
+Every function takes a :class:`~backretrieval.analysis.comparison.Comparison` (and the frames
 derived from it), writes ``STEM.png`` and ``STEM.svg`` atomically and returns both paths.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis.compare import Comparison
+from ..analysis.comparison import Comparison
 from ..core import atomic_write
 from .figures import DPI, pyplot, short_label
 

@@ -1,6 +1,6 @@
 """The shareable report of a model comparison: ``compare --report`` and its Python form.
 
-:func:`write_compare_report` renders a finished :class:`~backretrieval.analysis.compare.Comparison`
+:func:`write_compare_report` renders a finished :class:`~backretrieval.analysis.comparison.Comparison`
 (every interval, gap, test, Holm correction, win and the verdict computed once by
 :func:`~backretrieval.analysis.compare.compare`; nothing is resampled here) and the
 :class:`~backretrieval.analysis.evaluate.EvalResult` behind it into ``OUT/report.html`` (one
@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis.compare import Comparison, compare
+from ..analysis.compare import compare
+from ..analysis.comparison import Comparison
 from ..analysis.evaluate import EvalResult, slug
 from ..analysis.verdict import lead_and_check
 from ..core import BackretrievalError, atomic_write_text, json_ready

@@ -9,7 +9,7 @@ and call these functions. What a folder holds:
 * evaluate: ``summary.md``, :func:`summary_markdown` of :meth:`EvalResult.summary`;
 * compare: ``compare.md`` (:func:`comparison_markdown`: the verdict, then the rankings) and
   ``compare.json`` (:meth:`Comparison.to_json`), both from the one finished
-  :class:`~backretrieval.analysis.compare.Comparison`;
+  :class:`~backretrieval.analysis.comparison.Comparison`;
 * with ``save_queries``: ``queries.parquet`` (:meth:`EvalResult.queries`; one per extra image model);
 * compare with ``report``: ``report.html``, ``report.json`` and ``figures/``
   (:func:`~.compare_report.write_compare_report`, from the same comparison).
@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..analysis.compare import Comparison, check_metric, compare as compare_models
+from ..analysis.compare import check_metric, compare as compare_models
+from ..analysis.comparison import Comparison
 from ..analysis.evaluate import EvalConfig, EvalResult, evaluate as run_grid, slug, write_queries as write_query_table
 from ..analysis.evaluate import write_results
 from ..analysis.verdict import lead_and_check
@@ -236,7 +237,7 @@ def compare(
         log: for a configuration, receives the notable events of the evaluation.
 
     Returns:
-        The finished :class:`~backretrieval.analysis.compare.Comparison`: what ``compare.json``
+        The finished :class:`~backretrieval.analysis.comparison.Comparison`: what ``compare.json``
         holds and the report shows.
 
     Raises:

@@ -7,7 +7,7 @@ import numpy as np
 
 import pandas as pd
 
-from ..analysis.compare import Comparison
+from ..analysis.comparison import Comparison
 from ..analysis.meta import KINDS, column
 from ..core import BackretrievalError
 from ..metrics.table import parse_metric, shown_columns

@@ -418,3 +418,19 @@ def unit_rows_exact(x: np.ndarray, tol: float = 0.0, *, out: np.ndarray | None =
         raise ValueError(f"out must be a writable C-contiguous float32 array of shape {x.shape}")
     _unit_rows_seq(x, float(tol), out, np.empty(x.shape[0], dtype=np.bool_))
     return out
+
+
+UNIT_TOL = 1e-5  # rows whose squared norm is within this of 1 count as unit rows
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (canonical: the same bits on every machine, see
+    :func:`unit_rows_exact`), as a new C-contiguous float32 array; zero rows stay zero."""
+    return unit_rows_exact(x, tol=0.0)
+
+
+def unit_rows(x: np.ndarray, tol: float = UNIT_TOL) -> np.ndarray:
+    """Canonical unit rows of ``x``: a row whose exact squared norm is within ``tol`` of 1 (as
+    most encoders return) is kept as it is, the others are normalised; ``x`` itself when every
+    row is kept (no copy of large inputs). Callers must not modify the result in place."""
+    return unit_rows_exact(x, tol=tol)

@@ -24,66 +24,22 @@ which comparisons the fast pass already decides: only scores within ``tau`` of t
 re-decided on canonical scores (:func:`.exact.pair_scores`), typically a handful per query. The
 counting reads each score block once (:mod:`._fused`).
 
-Memory. Work is done in row blocks of the query matrix; a block holds at most
-``block_bytes`` of float32 scores (default 64 MiB), so peak extra memory is independent of the
-number of queries and linear in the database size. Where a row block would be thin (fewer than
-512 rows), :func:`ranks_both_ways`, :func:`nearest_with_ties` and :func:`ranks_against_rows` work
-in tiles of 1,024 rows x the columns that fit instead (:func:`_tiles`: BLAS packs the whole
-database for every product, so thin blocks read it again and again); a row's counts are the sums
-of its tiles', its maximum the largest of its tiles'.
+Memory. Work is done in blocks of at most ``block_bytes`` of float32 scores, or tiles where a
+row block would be thin, run on threads where the work is large (:mod:`.blocks`); a row's counts
+are the sums of its tiles', its maximum the largest of its tiles'.
 
 Sparse rows (TF-IDF, bag of words; :func:`.exact.row_pattern`): the canonical re-decisions visit
 only nonzero columns, and when both sides are sparse the fast pass is a sparse float32 product.
 """
 from __future__ import annotations
 
-import os
-import sys
 import threading
-from typing import Any, Iterator
 
 import numpy as np
 
 from . import _fused
-from .exact import U32, as_csr, max_row_norm, pair_scores, row_pattern, score_error_bound, unit_rows_exact
-
-DEFAULT_BLOCK_BYTES = 64 * 2**20
-UNIT_TOL = 1e-5  # rows whose squared norm is within this of 1 count as unit rows
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (canonical: the same bits on every machine, see
-    :func:`.exact.unit_rows_exact`), as a new C-contiguous float32 array; zero rows stay zero."""
-    return unit_rows_exact(x, tol=0.0)
-
-
-def unit_rows(x: np.ndarray, tol: float = UNIT_TOL) -> np.ndarray:
-    """Canonical unit rows of ``x``: a row whose exact squared norm is within ``tol`` of 1 (as
-    most encoders return) is kept as it is, the others are normalised; ``x`` itself when every
-    row is kept (no copy of large inputs). Callers must not modify the result in place."""
-    return unit_rows_exact(x, tol=tol)
-
-
-def default_block_bytes() -> int:
-    """``$BACKRETRIEVAL_BLOCK_BYTES`` if set (e.g. to bound memory on a small machine), else
-    :data:`DEFAULT_BLOCK_BYTES`. Results never depend on it, only memory and speed do."""
-    env = os.environ.get("BACKRETRIEVAL_BLOCK_BYTES")
-    if not env:
-        return DEFAULT_BLOCK_BYTES
-    try:
-        value = int(env)
-    except ValueError:
-        raise ValueError(f"BACKRETRIEVAL_BLOCK_BYTES={env!r} is not a number of bytes") from None
-    if value < 1:
-        raise ValueError(f"BACKRETRIEVAL_BLOCK_BYTES={env!r} must be positive")
-    return value
-
-
-def block_rows(n_cols: int, block_bytes: int | None = None) -> int:
-    """How many rows of an (rows, n_cols) float32 score block fit in ``block_bytes`` (default:
-    :func:`default_block_bytes`)."""
-    budget = default_block_bytes() if block_bytes is None else int(block_bytes)
-    return max(1, budget // (4 * max(1, n_cols)))
+from .blocks import block_rows, map_blocks, row_blocks
+from .exact import U32, as_csr, max_row_norm, pair_scores, row_pattern, score_error_bound, unit_rows
 
 
 def _gemm(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -96,11 +52,6 @@ def _sparse_gemm(A, BT) -> np.ndarray:
     """The fast pass's float32 product of sparse rows: scipy CSR ``A`` times CSC ``BT`` (= B.T),
     as a dense C-contiguous float32 block (within the same error bound as :func:`_gemm`)."""
     return np.ascontiguousarray((A @ BT).toarray(), dtype=np.float32)
-
-
-def _blocks(n: int, size: int) -> Iterator[slice]:
-    for start in range(0, n, size):
-        yield slice(start, min(n, start + size))
 
 
 def _f32(x: np.ndarray | None) -> np.ndarray | None:
@@ -175,26 +126,6 @@ def _listed(call, rows: int, rate: list, n_lists: int):
         cap = int(max(found) * 1.25) + 16
 
 
-PARALLEL_MIN_WORK = 2e7  # multiply-adds below which a search runs in the calling thread only
-PARALLEL_BLOCK_BYTES = 32 * 2**20  # score block per thread when blocks run in threads (counting kernels tile columns for the cache; larger blocks keep BLAS efficient at large N)
-
-
-_BLAS: tuple[int, Any] | None = None  # (len(sys.modules) when built, threadpoolctl controller of the BLAS libraries)
-
-
-def _blas_controller() -> Any:
-    """threadpoolctl's controller of the loaded BLAS libraries, built once per set of imported
-    modules (a new import may load another BLAS): building one scans every loaded shared library,
-    which at N = 1,500 would cost more than a metric's own work if done on every call."""
-    global _BLAS
-    key = len(sys.modules)
-    if _BLAS is None or _BLAS[0] != key:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = (key, ThreadpoolController().select(user_api="blas"))
-    return _BLAS[1]
-
-
 def _recount(counts: np.ndarray, fast: "_Fast", qi: np.ndarray, dj: np.ndarray, t: np.ndarray, *, by_query: bool,
              offset: int = 0) -> None:
     """Add the listed pairs (query ``qi``, item ``dj``: fast scores inside a threshold's window)
@@ -205,73 +136,6 @@ def _recount(counts: np.ndarray, fast: "_Fast", qi: np.ndarray, dj: np.ndarray, 
         return
     at = qi if by_query else dj
     np.add.at(counts, at - offset, (fast.canonical(qi, dj) >= t[at]).astype(np.int64))
-
-
-def blas_threads() -> int:
-    """How many threads BLAS may use now (threadpoolctl; 1 inside single-threaded workers)."""
-    return max((int(lib.num_threads or 1) for lib in _blas_controller().lib_controllers), default=1)
-
-
-TILE_MIN_ROWS = 512  # a row block with fewer rows is split into tiles (only where the caller can take column tiles)
-TILE_ROWS = 1024  # rows of a tile
-
-
-def _tiles(n_rows: int, n_cols: int, block_bytes: int, split_cols: bool) -> Iterator[tuple[slice, slice]]:
-    """(rows, columns) of the blocks of an (n_rows, n_cols) score matrix, each at most
-    ``block_bytes`` of float32: whole rows where that gives at least :data:`TILE_MIN_ROWS` rows
-    (or ``split_cols`` is False), else tiles of :data:`TILE_ROWS` rows. Why: BLAS packs all of the
-    right-hand matrix for every product, so a product of few rows against a large database is
-    dominated by reading the database (at N = 100,000 and 83-row blocks, all of D -- 200 MB --
-    once per 83 rows); a tile of 1,024 rows reads only its columns' part, 12x less in all."""
-    step = block_rows(n_cols, block_bytes)
-    if not split_cols or step >= min(TILE_MIN_ROWS, n_rows):
-        for rows in _blocks(n_rows, step):
-            yield rows, slice(0, n_cols)
-        return
-    r_step = min(n_rows, TILE_ROWS)
-    c_step = max(1, block_bytes // (4 * r_step))
-    for rows in _blocks(n_rows, r_step):
-        for cols in _blocks(n_cols, c_step):
-            yield rows, cols
-
-
-def _map_blocks(fn, n_rows: int, n_cols: int, d: int, block_bytes: int | None, *, split_cols: bool = False):
-    """``fn(rows)`` for each row block of an (n_rows, n_cols) score matrix, yielded in block order;
-    with ``split_cols``, ``fn(rows, cols)`` for each block or tile of :func:`_tiles`.
-
-    With several BLAS threads and enough work, the blocks run in that many Python threads, each
-    with single-threaded BLAS: one thread's counting overlaps the other's product, and a block is
-    counted while it is still in cache. The memory budget ``block_bytes`` is shared by the
-    threads. Results come back in block order; the kernels add integers, so which thread ran a
-    block never changes a number. At most ``2 * threads`` blocks are in flight and each result is
-    dropped once the caller has consumed it, so memory does not grow with the number of blocks
-    (a block's result may hold an array of n_cols counts: at N = 100,000 and 20-row blocks,
-    keeping them all would cost 4 GB)."""
-    budget = default_block_bytes() if block_bytes is None else int(block_bytes)
-    threads = 1
-    if float(n_rows) * n_cols * d >= PARALLEL_MIN_WORK:
-        threads = min(blas_threads(), max(1, n_rows // 2))
-    call = fn if split_cols else (lambda rows, cols: fn(rows))
-    if threads <= 1:
-        for rows, cols in _tiles(n_rows, n_cols, budget, split_cols):
-            yield call(rows, cols)
-        return
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    per_thread = max(1, min(budget // threads, PARALLEL_BLOCK_BYTES))
-    with _blas_controller().limit(limits=1), ThreadPoolExecutor(threads) as pool:
-        pending: deque = deque()
-        try:
-            for rows, cols in _tiles(n_rows, n_cols, per_thread, split_cols):
-                pending.append(pool.submit(call, rows, cols))
-                if len(pending) >= 2 * threads:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
 
 
 def topk(
@@ -294,7 +158,7 @@ def topk(
     fast = _Fast(Q, D, scale, q_bias, d_bias)
     out_s = np.empty((n_q, k), dtype=np.float32)
     out_i = np.empty((n_q, k), dtype=np.int64)
-    for rows in _blocks(n_q, block_rows(n_d, block_bytes)):
+    for rows in row_blocks(n_q, block_rows(n_d, block_bytes)):
         s = fast.block(rows)
         if k < n_d:
             part = np.argpartition(-s, k - 1, axis=1)[:, :k]
@@ -369,7 +233,7 @@ def rank_of_true(
         _recount(cnt, fast, p + rows.start, j, t, by_query=True, offset=rows.start)  # in the block's thread
         return rows, cnt
 
-    for rows, cnt in _map_blocks(block, n_q, n_d, Q.shape[1], block_bytes):
+    for rows, cnt in map_blocks(block, n_q, n_d, Q.shape[1], block_bytes):
         ranks[rows] = cnt
     return ranks
 
@@ -423,7 +287,7 @@ def ranks_both_ways(
         _recount(cnt_c, fast, ci, cj, t, by_query=False, offset=cols.start)
         return rows, cols, cnt_r, cnt_c, (near.tile(s, cols) if near is not None else None)
 
-    for rows, cols, cnt_r, cnt_c, cand in _map_blocks(block, n, n, Q.shape[1], block_bytes, split_cols=True):
+    for rows, cols, cnt_r, cnt_c, cand in map_blocks(block, n, n, Q.shape[1], block_bytes, split_cols=True):
         fwd[rows] += cnt_r
         bwd[cols] += cnt_c
         if near is not None:
@@ -437,7 +301,7 @@ class _Nearest:
     """Finds, tile by tile, the items attaining each query's best canonical score (the work of
     :func:`nearest_with_ties`, also done by :func:`ranks_both_ways` on its own blocks of scores).
 
-    :meth:`tile` reads one block (or tile, :func:`_tiles`) of fast scores once: each row's maximum
+    :meth:`tile` reads one block (or tile, :func:`.blocks.tiles`) of fast scores once: each row's maximum
     there and the items within ``width`` (``2 tau`` plus a rounding margin) of it
     (:func:`._fused.row_max_candidates`). :meth:`add` merges the tiles of a row block as they
     come (in block order): the row's fast maximum is the largest of its tiles' maxima, and its
@@ -535,7 +399,7 @@ def nearest_with_ties(
     ``(indptr, indices)``: the items of query ``i`` are ``indices[indptr[i]:indptr[i+1]]``
     (ascending).
 
-    One read of each block (or tile, :func:`_tiles`) of fast scores finds each row's candidates;
+    One read of each block (or tile, :func:`.blocks.tiles`) of fast scores finds each row's candidates;
     only rows with several candidates compare them on canonical scores (:class:`_Nearest`)."""
     Q, D = _as_f32(Q), _as_f32(D)
     near = _Nearest(_Fast(Q, D, scale, q_bias, d_bias), Q.shape[0])
@@ -543,7 +407,7 @@ def nearest_with_ties(
     def block(rows, cols):
         return rows, near.tile(near.fast.block(rows, cols), cols)
 
-    for rows, cand in _map_blocks(block, Q.shape[0], D.shape[0], Q.shape[1], block_bytes, split_cols=True):
+    for rows, cand in map_blocks(block, Q.shape[0], D.shape[0], Q.shape[1], block_bytes, split_cols=True):
         near.add(rows, cand)
     return near.result()
 
@@ -564,7 +428,7 @@ def ranks_against_rows(
     ``R[row_of_query[p]]``; all rows of ``X`` (unit rows) are ranked by canonical inner product
     with it and the pessimistic rank of ``X[query_idx[p]]`` is returned. Only the distinct
     retrieved rows are multiplied: ``len(rows_of_T)`` x ``len(X)`` scores in all, in blocks (or
-    tiles of rows x columns, :func:`_tiles`) of at most ``block_bytes``, each read once; a pair's
+    tiles of rows x columns, :func:`.blocks.tiles`) of at most ``block_bytes``, each read once; a pair's
     count is the sum of its row's tiles' counts. Every row of ``R`` must be used by at least one pair.
     """
     rows_of_T = np.asarray(rows_of_T, dtype=np.int64)
@@ -613,7 +477,7 @@ def ranks_against_rows(
         return rows, p, cnt
 
     done = -1  # the row block whose tiles are being added (its predecessors are complete)
-    for res in _map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes, split_cols=True):
+    for res in map_blocks(block, rows_of_T.shape[0], n_x, X.shape[1], block_bytes, split_cols=True):
         if res is None:
             continue
         rows, p, cnt = res

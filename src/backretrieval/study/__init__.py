@@ -4,7 +4,9 @@
 * :mod:`.from_queries` -- take the queries from an evaluation's per-query results (where models disagree);
 * :mod:`.store` -- the SQLite study file: queries, suggestions, credits, raters, ratings;
 * :mod:`.server` / :mod:`.page` -- the local rating web app (Flask; imported on demand);
-* :mod:`.analyze` / :mod:`.agreement` -- score distributions, tests, Krippendorff's alpha, BkR.
+* :mod:`.analyze` / :mod:`.agreement` -- score distributions, tests, Krippendorff's alpha, BkR;
+* :mod:`.export` -- ``analysis.md`` (rendered by :mod:`backretrieval.report.study_analysis`),
+  ``analysis.json`` and ``ratings.csv``.
 """
 from .agreement import krippendorff_alpha
 from .build import StudyConfig, create_study

@@ -37,8 +37,6 @@ scores and nominal on "very relevant or not" (:mod:`.agreement`).
 from __future__ import annotations
 
 import itertools
-import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,8 +46,7 @@ from scipy import stats as sps
 
 from ..analysis.evaluate.power import SampleSizeError
 from ..analysis.stats import holm, sign_flip_p
-from ..core import BackretrievalError, atomic_write_text
-from . import files as study_files
+from ..core import BackretrievalError
 from . import store
 from .agreement import krippendorff_alpha
 
@@ -68,19 +65,6 @@ def sign_flip_test(d: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
     method = "exact sign-flip" if how == "exact" else f"sign-flip, {N_RANDOM_SIGNS} random patterns"
     return {"p": float(p), "n": int(d.size), "nonzero": nonzero, "mean_diff": float(d.mean()) if nonzero else 0.0,
             "method": method}
-
-
-def _finite(x: Any) -> Any:
-    """JSON-safe numbers: inf / nan become None."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
 
 
 def _ratio(a: float, b: float) -> float:
@@ -361,185 +345,3 @@ def analyze(
     else:
         result["bkr"] = None
     return result
-
-
-# ---------------------------------------------------------------------------------------- output
-
-
-def _p(v: float | None) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:.1e}" if v < 1e-3 else f"{v:.3f}"
-
-
-def _x(v: float | None, digits: int = 2) -> str:
-    if v is None or v != v:
-        return "-"
-    return "∞" if v == float("inf") else f"{v:.{digits}f}"
-
-
-def format_markdown(res: dict[str, Any]) -> str:
-    """The analysis ``res`` (from :func:`analyze`) as the Markdown report."""
-    s = res["study"]
-    lines = [
-        f"# Blind relevance study: {s['dataset']} {s['src']} → {s['tgt']}",
-        "",
-        f"{s['queries']} queries, {s['per_model']} suggestions per model and query, pool of {s['pool_n']} "
-        f"{s['tgt']} items ({s['pool']}), seed {s['seed']}. {res['suggestions']} suggestions shown, "
-        f"{res['shared_suggestions']} of them retrieved by more than one model (shown once, credited to each).",
-        "",
-        "Raters: " + ", ".join(f"{r['name']} {r['rated']}/{r['total']}" for r in res["raters"])
-        + ("" if res["complete"] else " (**incomplete**)")
-        + f". {res['ratings']} ratings stored ({res['events']} clicks).",
-        "",
-        "## Scores per model",
-        "",
-        "Scale: 1 very relevant, 2 relevant, 3 somewhat relevant, 4 not relevant.",
-        "",
-        "| model | rated | 1 | 2 | 3 | 4 | very relevant | mean score |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for spec, m in res["models"].items():
-        c = m["counts"]
-        lines.append(
-            f"| {m['label']}: {spec} | {m['ratings']} | {c['1']} | {c['2']} | {c['3']} | {c['4']} | "
-            f"{_x(100 * m['very_relevant_share'], 1)}% | {_x(m['mean_score'])} |"
-        )
-    if len(res.get("per_rater", {})) > 1:
-        specs = list(res["models"])
-        lines += ["", "Per rater, \"very relevant\" / rated:", "", "| rater | " + " | ".join(specs) + " |",
-                  "|---|" + "---|" * len(specs)]
-        for name, per in res["per_rater"].items():
-            lines.append(f"| {name} | " + " | ".join(f"{per[m]['very_relevant']} / {per[m]['rated']}" for m in specs) + " |")
-    if res["comparisons"]:
-        lines += [
-            "",
-            "## Comparisons",
-            "",
-            "Primary test: exact paired sign-flip test over queries of the per-query share of "
-            "\"very relevant\" ratings (two-sided; Holm-adjusted across pairs).",
-            "",
-            "| A vs B | very relevant A / B | ratio (95% CI) | queries A>B / A<B / tie | p (primary) | p Holm | "
-            "p Wilcoxon | p mean score | p χ² (indep.) |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for c in res["comparisons"]:
-            ci = c["ratio_ci95"]
-            ci_txt = f" ({_x(ci[0])}–{_x(ci[1])})" if ci else ""
-            lines.append(
-                f"| {c['a']} vs {c['b']} | {c['very_relevant'][0]} / {c['very_relevant'][1]} | "
-                f"{_x(c['ratio_very_relevant'])}×{ci_txt} | {c['queries_a_better']} / {c['queries_b_better']} / "
-                f"{c['queries_tied']} | {_p(c['primary']['p'])} | {_p(c['primary'].get('p_holm'))} | "
-                f"{_p(c['wilcoxon']['p'])} | {_p(c['mean_score']['p'])} | {_p(c['chi2']['p'])} |"
-            )
-    ag = res.get("agreement")
-    lines += ["", "## Inter-rater agreement", ""]
-    if ag is None:
-        lines.append("One rater: agreement needs two or more.")
-    else:
-        lines.append(
-            f"{ag['raters']} raters, {ag['pairable_suggestions']} suggestions rated by at least two. "
-            f"Krippendorff's alpha: ordinal {_x(ag['alpha_ordinal'], 3)}, nominal {_x(ag['alpha_nominal'], 3)}, "
-            f"\"very relevant\" or not {_x(ag['alpha_very_relevant'], 3)}."
-        )
-    b = res.get("bkr")
-    if b:
-        lines += ["", "## Backretrieval on the same pair", ""]
-        if "error" in b:
-            lines.append(f"Not computed: {b['error']}")
-        else:
-            k = b["k"]
-            lines += [
-                f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
-                + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else ".")
-                + (f" {b['n_note'][0].upper()}{b['n_note'][1:]}." if b.get("n_note") else ""),
-                "",
-                f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
-                "|---|---|---|---|---|",
-            ]
-            for spec, e in b["models"].items():
-                lines.append(
-                    f"| {spec} | {_x(e.get(f'bkr@{k}'), 3)} | {_x(e.get('bkr_mrr'), 3)} | {_x(e.get(f'xlr@{k}'), 3)} | "
-                    f"{_x(100 * res['models'][spec]['very_relevant_share'], 1)}% |"
-                )
-            key = f"bkr@{k}"
-            if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
-                by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
-                by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
-                lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
-                          + (" (same)." if by_bkr == by_h else " (different).")]
-    return "\n".join(lines) + "\n"
-
-
-def ratings_frame(path: str | Path) -> pd.DataFrame:
-    """Every rating, unblinded: rater, query, suggestion, the models that retrieved it (with
-    rank), score, number of writes."""
-    with store.opened(path) as con:
-        t = store.load_tables(con)
-    cr = t["credits"].merge(t["models"], on="model_id")
-    who = cr.groupby("sugg_id").apply(
-        lambda g: ";".join(f"{s}#{r}" for s, r in zip(g.spec, g["rank"])), include_groups=False
-    ).rename("models")
-    r = (
-        t["ratings"]
-        .merge(t["raters"], on="rater_id")
-        .merge(t["suggestions"].rename(columns={"item_id": "item", "text": "item_text", "public_id": "sid"}), on="sugg_id")
-        .merge(t["queries"].rename(columns={"item_id": "query_item", "text": "query_text", "public_id": "qid"}), on="query_id")
-        .merge(who, left_on="sugg_id", right_index=True)
-    )
-    return r[["name", "query_item", "query_text", "item", "item_text", "models", "score", "n_changes", "updated_at"]].rename(
-        columns={"name": "rater"}
-    )
-
-
-# a cell starting with one of these is a formula (or may start one) in Excel, LibreOffice and
-# Google Sheets (OWASP, "CSV Injection"); "'" itself is included so the prefix can be undone
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
-
-
-def csv_safe(value: Any) -> Any:
-    """A text cell as a spreadsheet shows it as text: ``'`` is prepended when it starts with
-    ``= + - @``, a tab, a carriage return or ``'``. Undo with :func:`csv_unsafe`. Other values
-    pass unchanged."""
-    if isinstance(value, str) and value.startswith(FORMULA_START):
-        return "'" + value
-    return value
-
-
-def csv_unsafe(value: Any) -> Any:
-    """The original of a :func:`csv_safe` cell: one leading ``'`` removed (every text that
-    started with ``'`` was given one)."""
-    if isinstance(value, str) and value.startswith("'"):
-        return value[1:]
-    return value
-
-
-def write_outputs(res: dict[str, Any], path: str | Path, out_dir: str | Path) -> list[Path]:
-    """Write ``analysis.md``, ``analysis.json`` and ``ratings.csv`` to ``out_dir`` atomically,
-    with the mode of the user's umask (they hold no tokens).
-
-    Text cells of ``ratings.csv`` go through :func:`csv_safe` (spreadsheet formula injection);
-    its lines end in CRLF (RFC 4180), so a text with a carriage return stays in its cell.
-
-    Args:
-        res: the result of :func:`analyze`.
-        path: the study file (for the ratings).
-        out_dir: the output folder (created).
-
-    Returns:
-        The three paths.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md = format_markdown(res)
-    files = [out_dir / "analysis.md", out_dir / "analysis.json", out_dir / "ratings.csv"]
-    frame = ratings_frame(path)
-    for col in frame.columns:
-        if not pd.api.types.is_numeric_dtype(frame[col]):  # text (object or pandas' str dtype)
-            frame[col] = frame[col].map(csv_safe)
-    # CRLF line ends (RFC 4180): then a carriage return inside a text is quoted, not a row break
-    texts = [md, json.dumps(_finite(res), indent=1, ensure_ascii=False), frame.to_csv(index=False, lineterminator="\r\n")]
-    for f, text in zip(files, texts):
-        atomic_write_text(f, text)
-        study_files.public_mode(f)
-    return files

@@ -62,10 +62,11 @@ from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, run_only_note
 from . import tasks as _tasks
-from .config import EvalConfig, EvalResult, slug
+from .config import EvalConfig
 from .power import check_n, power_note
 from .features import check_needs, draw_samples, Features, largest_n, same_sample_note, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
+from .result import EvalResult, slug
 from .queries import MATCHING, NON_MATCHING, sample_items
 from .tasks import SampleTask, check_approx
 

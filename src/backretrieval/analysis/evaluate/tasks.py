@@ -11,7 +11,8 @@ import numpy as np
 
 from ...core import BackretrievalError
 from ...metrics import bkr_ranks, bootstrap_row_weights, corr_bootstrap, corr_from_sides, image_side, text_side, xlr_ranks
-from ...metrics.table import BY_NAME, approx_ks, known_metrics, rank_values, text_values
+from ...metrics.table import BY_NAME, approx_ks, known_metrics
+from ...metrics.values import rank_values, text_values
 from .config import EvalConfig
 
 _BKR = BY_NAME["bkr@K"]  # its chance level is the record's bkr_chance

@@ -7,7 +7,7 @@ docstring of :mod:`.estimator`.
 """
 from .data import SPLIT_CODE, SPLITS, ImageTextData, assign_splits, check_fracs, collect_images
 from .evaluation import (
-    RETRIEVAL_SIMS, VAL_KS, RetrievalResult, evaluate_retrieval, model_label, recall_summary, retrieval_ranks,
+    RETRIEVAL_SIMS, VAL_KS, RetrievalResult, evaluate_image_retrieval, m3l_model_label, recall_summary, retrieval_ranks,
 )
 from .estimator import DEFAULT_DROPOUT, DEFAULT_WIDTHS, ETA_PAIRS, INITS, LOSSES, M3L
 from .loop import LoopData, LoopResult, LoopSettings, train_mapping
@@ -17,7 +17,7 @@ from .model import build_network, init_last_block, input_standardization
 __all__ = [
     "DEFAULT_DROPOUT", "DEFAULT_WIDTHS", "ETA_PAIRS", "INITS", "LOSSES", "M3L", "RETRIEVAL_SIMS", "LoopData",
     "LoopResult", "LoopSettings", "RetrievalResult", "SPLITS", "SPLIT_CODE", "VAL_KS", "ImageTextData", "assign_splits",
-    "build_network", "check_fracs", "collect_images", "evaluate_retrieval", "hardest_negatives", "init_last_block",
-    "input_standardization", "m3l_loss", "model_label", "patr_loss", "recall_summary", "retrieval_ranks", "sq_dist",
+    "build_network", "check_fracs", "collect_images", "evaluate_image_retrieval", "hardest_negatives", "init_last_block",
+    "input_standardization", "m3l_loss", "m3l_model_label", "patr_loss", "recall_summary", "retrieval_ranks", "sq_dist",
     "train_mapping",
 ]

@@ -79,7 +79,7 @@ class RetrievalResult:
         hp = self.model.hyper_parameters
         return {
             "model_dir": self.model_dir,
-            "label": model_label(self.model),
+            "label": m3l_model_label(self.model),
             "loss": hp["loss"],
             "base": hp["base"],
             "image_model": hp["image_model"],
@@ -93,12 +93,12 @@ class RetrievalResult:
         }
 
 
-def model_label(model: ModelDir) -> str:
+def m3l_model_label(model: ModelDir) -> str:
     """``base LOSS`` of a saved model, e.g. ``use-m PATR``."""
     return f"{model.hyper_parameters['base']} {model.hyper_parameters['loss'].upper()}"
 
 
-def evaluate_retrieval(
+def evaluate_image_retrieval(
     model_dir: str | Path,
     dataset: Dataset,
     langs: Sequence[str],

@@ -1,0 +1,91 @@
+"""What a comparison of models found (:class:`Comparison`): the tables every report, page and
+script shows of it, computed once by :func:`~.compare.compare` and read by the verdict
+(:mod:`.verdict`) and the report layer.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pandas as pd
+
+from .costs import COST_COLUMNS
+
+
+PAIRWISE_COLUMNS = ["pair", "model_a", "model_b", "diff", "diff_low", "diff_high", "p", "p_adj", "significant"]
+
+
+@dataclasses.dataclass
+class Comparison:
+    """The result of :func:`~.compare.compare`: everything a table, a page or a script shows of it, computed once.
+
+    Attributes:
+        metric: the metric the models were ranked by.
+        level: confidence level of the intervals.
+        alpha: significance level of the Holm-adjusted gaps.
+        per_pair: one row per language pair and model, best first: ``pair, rank, model,
+            estimate, ci_low, ci_high, p_vs_next, p_adj, significant`` (the p-values of the gap
+            to the next model, Holm over the pair's adjacent gaps; NaN for the last).
+        across_pairs: one row per model, best mean first: ``model, mean, sd, min, max, pairs,
+            mean_rank, firsts, wins, losses, ties`` (firsts: pairs where it ranks first; wins,
+            losses, ties: the (pair, opponent) gaps of :attr:`pairwise` it leads significantly,
+            trails significantly, or that are not significant).
+        pairwise: every two models on every language pair (:data:`PAIRWISE_COLUMNS`): the gap
+            ``diff`` of ``model_a`` (the higher estimate) over ``model_b`` with its paired
+            bootstrap interval, the raw and Holm-adjusted p-value (Holm over all of the pair's
+            model pairs) and ``significant`` (``p_adj < alpha``).
+        n: the sample size N of the records (queries per pair and seed).
+        seeds: the number of seeds.
+        chance: the metric's chance level at N (:func:`~backretrieval.metrics.table.chance_level`;
+            None where the table declares none).
+        beside: the same comparison by the metric's counterpart (XLR@K beside BkR@K and the
+            other way round) where the records have what it needs; None otherwise.
+        verdict: which model to ship, per pair and overall, with the interval behind it
+            (:func:`backretrieval.analysis.verdict.verdict`); empty until :func:`compare` sets it.
+        costs: the price of each model's answers (:func:`backretrieval.analysis.costs.model_costs`:
+            bytes per vector, measured throughput, tokens and cost per million items of API
+            models); empty until :func:`compare` sets it.
+        run: the evaluation's ``run.json`` (configuration, input fingerprints, environment).
+    """
+
+    metric: str
+    level: float
+    alpha: float
+    per_pair: pd.DataFrame  # pair, rank, model, estimate, ci_low, ci_high, p_vs_next, p_adj, significant
+    across_pairs: pd.DataFrame  # model, mean, sd, min, max, pairs, mean_rank, firsts, wins, losses, ties
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)  # the evaluation's run.json (config, inputs, environment)
+    pairwise: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=PAIRWISE_COLUMNS))
+    n: int | None = None
+    seeds: int | None = None
+    chance: float | None = None
+    beside: "Comparison | None" = None
+    verdict: dict[str, Any] = dataclasses.field(default_factory=dict)
+    costs: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=COST_COLUMNS))
+
+    def to_json(self) -> dict[str, Any]:
+        """The comparison as JSON-serialisable data (``compare.json``), with ``run``: what
+        produced it (configuration, input fingerprints, software environment; see
+        :func:`backretrieval.analysis.evaluate.run_info`).
+
+        Returns:
+            ``metric``, ``level``, ``alpha``, ``n``, ``seeds``, ``chance``, ``verdict``,
+            ``per_pair``, ``across_pairs``, ``pairwise`` and ``costs`` as lists of row dicts, ``beside``
+            (the counterpart's comparison in the same form, without ``run``; None when there is
+            none) and ``run``.
+        """
+        return {**self._tables(), "costs": self.costs.astype(object).where(self.costs.notna(), None).to_dict(orient="records"),
+                "beside": None if self.beside is None else self.beside._tables(), "run": self.run}
+
+    def _tables(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "level": self.level,
+            "alpha": self.alpha,
+            "n": self.n,
+            "seeds": self.seeds,
+            "chance": self.chance,
+            "verdict": self.verdict,
+            "per_pair": self.per_pair.to_dict(orient="records"),
+            "across_pairs": self.across_pairs.to_dict(orient="records"),
+            "pairwise": self.pairwise.to_dict(orient="records"),
+        }
