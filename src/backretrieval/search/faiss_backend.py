@@ -24,7 +24,7 @@ decide ranks with the same tie rule as exact search.
 Vectors are added and queried in chunks, so callers may pass memory-mapped arrays; float32,
 C-contiguous, unit-normalised (``normalize=True``, the default: inner product = cosine) copies
 are made one chunk at a time, with the canonical unit rows of the exact kernels
-(:func:`.kernels.unit_rows`: rows within :data:`.kernels.UNIT_TOL` of unit norm are kept as they are).
+(:func:`.exact.unit_rows`: rows within :data:`.exact.UNIT_TOL` of unit norm are kept as they are).
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .exact import pair_scores, unit_rows_exact
-from .kernels import UNIT_TOL, topk
+from .exact import UNIT_TOL, pair_scores, unit_rows_exact
+from .kernels import topk
 
 METHODS = ("flat", "hnsw", "ivf")
 CHUNK = 65536
@@ -81,7 +81,7 @@ def _chunks(n: int, size: int = CHUNK):
 
 def _rows(X: np.ndarray, sl: slice | np.ndarray, normalize: bool) -> np.ndarray:
     """Rows of ``X`` as a float32 C-contiguous copy, unit-normalised canonically as the exact kernels
-    do (:func:`.kernels.unit_rows`, the same bits on every machine, see :mod:`.exact`) when ``normalize``."""
+    do (:func:`.exact.unit_rows`, the same bits on every machine, see :mod:`.exact`) when ``normalize``."""
     x = np.array(X[sl], dtype=np.float32, order="C", copy=True)
     return unit_rows_exact(x, UNIT_TOL, out=x) if normalize else x  # normalised in place: one copy per chunk
 
@@ -142,7 +142,7 @@ HASH_BLOCK = 1 << 20  # elements per block of :func:`duplicate_rows` (12 bytes e
 def listed_scores(Q: np.ndarray, D: np.ndarray, lists: np.ndarray, *, rows: np.ndarray | None = None,
                   normalize: bool = True) -> np.ndarray:
     """Canonical scores of each query with each database row of its list, as the exact kernels
-    score them (:func:`.exact.pair_scores` on the canonical unit rows of :func:`.kernels.unit_rows`),
+    score them (:func:`.exact.pair_scores` on the canonical unit rows of :func:`.exact.unit_rows`),
     so that a rank decided on them follows the exact metrics' tie rule.
 
     Args:
