@@ -10,7 +10,7 @@ functions), each resolved to the file it loads (``from pkg import mod`` to ``pkg
 * No circle of imports joins files of different (sub-)packages: the strongly connected parts of
   the file graph each lie inside one folder. Imports under ``if TYPE_CHECKING:`` never run and
   draw no edge here (the package's front door names every layer there for type checkers).
-  Which layer may import which is tests/e2e/test_layers.py.
+  Which layer may import which is tests/rules/test_layers.py.
 """
 from __future__ import annotations
 

@@ -479,7 +479,7 @@ def test_dataclass_fields_are_constructor_parameters():
 
 def test_every_layer_is_named_and_mapped():
     """The package docstring names every layer, in order, and points to ARCHITECTURE.md, whose
-    layer map has one entry per layer, in the import order that tests/e2e/test_layers.py enforces."""
+    layer map has one entry per layer, in the import order that tests/rules/test_layers.py enforces."""
     from pathlib import Path
 
     import backretrieval

@@ -91,7 +91,7 @@ def _all_findings() -> dict[tuple[str, str], list[int]]:
 def test_files_scanned():
     files = {p.relative_to(ROOT).as_posix() for p in _files()}
     assert {"README.md", "ARCHITECTURE.md", "BENCHMARKS.md"} <= files
-    assert "tests/e2e/test_no_narration.py" in files
+    assert "tests/rules/test_no_narration.py" in files
     assert any(f.startswith("src/backretrieval/") and f.endswith(".py") for f in files)
     assert any(f.startswith("docs/") and f.endswith(".md") for f in files)
 
