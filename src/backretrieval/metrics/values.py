@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .table import METRICS
+from . import table
 
 
 def rank_values(source: str, ranks: np.ndarray, n: int, k: int, depth: int | None = None) -> dict[str, float]:
@@ -27,7 +27,7 @@ def rank_values(source: str, ranks: np.ndarray, n: int, k: int, depth: int | Non
         Record key -> value, for each metric of the route at each K of :meth:`MetricSpec.record_ks`.
     """
     out = {}
-    for spec in METRICS:
+    for spec in table.METRICS:
         if spec.source == source and (spec.exact if depth is None else spec.approx):
             for kk in spec.record_ks(n, k, depth):
                 out[spec.key(kk)] = spec.value(ranks, kk)
@@ -48,7 +48,7 @@ def source_summary(ranks: np.ndarray, ks: tuple[int, ...], source: str) -> dict[
         ``{source}_median_rank``.
     """
     out = {}
-    for spec in METRICS:
+    for spec in table.METRICS:
         if spec.source == source and spec.exact:
             for k in ks if spec.at_k else (None,):
                 out[spec.key(k)] = spec.value(ranks, k)
@@ -68,7 +68,7 @@ def text_values(src: np.ndarray, tgt: np.ndarray, k: int, *, sim: str, csls_k: i
     Returns:
         Record key -> value, in the order the functions return them.
     """
-    specs = [s for s in METRICS if s.source == "text" and s.exact]
+    specs = [s for s in table.METRICS if s.source == "text" and s.exact]
     wanted = {s.key(kk) for s in specs for kk in s.record_ks(tgt.shape[0], k)}
     out = {}
     for spec in {s.function: s for s in specs}.values():
