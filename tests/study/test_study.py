@@ -584,7 +584,7 @@ def test_analyze_fits_bkr_n_to_a_small_catalogue_and_refuses_too_large(tmp_path,
     res = analyze(db, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False, log=said.append)
     assert res["bkr"]["n"] == 30 and res["bkr"]["n_note"].startswith("N=30, the largest the data allows")
     assert said == [f"BkR comparison: {res['bkr']['n_note']}"]
-    assert "N=30 items per side" in format_markdown(res) and "N=30, the largest the data allows" in format_markdown(res)
+    assert "N=30 items per side" in format_study_analysis(res) and "N=30, the largest the data allows" in format_study_analysis(res)
     for n in (31, 1_000_000_000):
         with pytest.raises(DataError, match=f"N={n:} is too large for en-de: at most N=30"):
             analyze(db, bkr_n=n, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
@@ -602,8 +602,8 @@ def test_bkr_n_fits_the_tutorial_catalogue(tmp_path, shared_data):
     from backretrieval.study.analyze import bkr_sample_size
 
     shop = tmp_path / "shop"
-    subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "docs" / "make_catalogue.py"), str(shop),
-                    "--langs", "en,ja"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "backretrieval.cli", "make-catalogue", str(shop), "--langs", "en,ja"],
+                   check=True, capture_output=True)
     parts = [pd.read_csv(f, dtype=str).assign(lang=f.stem) for f in sorted(shop.glob("??.csv"))]
     catalogue = pd.concat(parts, ignore_index=True).assign(concept=lambda d: d["id"])
     catalogue.to_csv(shop / "catalogue.csv", index=False)

@@ -257,7 +257,7 @@ def analyze(
     progress: bool = True,
     log: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
-    """The full analysis as a JSON-ready dict (see :func:`format_markdown`).
+    """The full analysis as a JSON-ready dict (see :func:`backretrieval.report.study_analysis.format_study_analysis`).
 
     Bad parameters (``n_boot`` below 2, ``bkr_n`` or ``bkr_seeds`` below 1, an unknown
     ``image_model``) raise :class:`BackretrievalError` before the study is read; a ``bkr_n``
