@@ -203,7 +203,7 @@ def test_k_larger_than_n(tmp_path, shared_data):
 
 
 def test_n_larger_than_available(tmp_path, shared_data):
-    _bad(tmp_path, "--n", "5000", message="n=5000 is larger than")
+    _bad(tmp_path, "--n", "5000", message="N=5000 is too large for en-de: at most N=")
 
 
 def test_same_language_pair(tmp_path):

@@ -165,11 +165,14 @@ class Features:
         log: where notes go.
         dataset_label: how errors name the dataset.
         reuse_stale: reuse cached image features whose library versions differ (with a warning).
+        notes: said through ``log`` once every image model has passed its check, before anything
+            is encoded (the low-power note of the grid).
     """
 
     def __init__(
         self, ds: Dataset, needed: dict[str, np.ndarray], image_models: Sequence[str] | Mapping[str, Any], progress: bool,
         log: Callable[[str], None] = lambda msg: None, dataset_label: str | None = None, reuse_stale: bool = False,
+        notes: Sequence[str] = (),
     ):
         self.ds, self.needed, self.progress, self.log = ds, needed, progress, log
         self.reuse_stale = reuse_stale
@@ -179,6 +182,8 @@ class Features:
         models = dict(image_models) if isinstance(image_models, Mapping) else {g: g for g in image_models}
         for g in models.values():  # every image model fits the data before anything is encoded
             check_image_model(g, self.corpora.values(), dataset_label)
+        for note in notes:  # what the run should know, said once its inputs passed their checks
+            log(note)
         self.unsupported: dict[str, dict[str, str]] = {}  # model -> language -> why it cannot embed it
         # per needed row: digests of its content and of its image (for the records' keys)
         self.row_digests = {lang: c.row_digests() for lang, c in self.corpora.items()}

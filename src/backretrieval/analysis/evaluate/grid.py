@@ -145,9 +145,8 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     check_needs(cfg.dataset, samples, needs, purpose)
     has_bkr = any(sm.bkr is not None for sm in samples.values())
     notes: list[str] = []
-    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, len(cfg.seeds))
+    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, len(cfg.seeds))  # said once every input has passed its checks
     if weak:
-        log(weak)
         notes.append(weak)
     if not has_bkr:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
@@ -160,7 +159,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     if run_only_g:
         log(run_only_note(run_only_g, image=True))
     feats = Features(ds, _needed_rows(samples, langs), {g: g_models[g] for g in image_models if g}, progress, log,
-                     cfg.dataset, cfg.reuse_stale)
+                     cfg.dataset, cfg.reuse_stale, notes=[weak] if weak else [])
     inputs = fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
 
     # resume what earlier runs finished; say which inputs changed for the rest
