@@ -73,5 +73,5 @@ def test_example_runs(page, index, code, shared_data, tmp_path):
     if page in PREPARE:
         PREPARE[page](tmp_path)
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{page} example {index} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
