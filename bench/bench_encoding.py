@@ -64,7 +64,7 @@ image = spec in %(images)r
 items = (ds[lang].image_paths if image else ds[lang].texts)[:n]
 t0 = time.perf_counter()
 if variant == "raw":
-    from backretrieval.encoders.text_batching import default_threads
+    from backretrieval.encoders.devices import default_threads
     if image:
         import torch
         from backretrieval.encoders import get_image_encoder

@@ -70,7 +70,7 @@ class NoDevice(RuntimeError):
 def device_check(device: str) -> list[str]:
     """The backends usable on ``device`` (``torch``, ``onnxruntime``); :class:`NoDevice` naming why
     there are none for ``cuda``."""
-    from backretrieval.encoders import runtime
+    from backretrieval.encoders import devices as runtime
 
     if device == "cpu":
         return ["torch"] + (["onnxruntime"] if runtime.ort_installed() and runtime.onnx_installed() else [])

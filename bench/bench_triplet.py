@@ -37,7 +37,7 @@ def synthetic(n: int, d: int, n_langs: int, seed: int = 0):
 
 
 def main() -> None:
-    from backretrieval.encoders.text_batching import default_threads
+    from backretrieval.encoders.devices import default_threads
     from backretrieval.train.triplet import Triplet
 
     ap = argparse.ArgumentParser()
