@@ -15,6 +15,7 @@ import numpy as np
 from ...core import BackretrievalError, DataError, UnsupportedLanguageError
 from ...core.env import StaleVersionsWarning
 from ...data import Dataset, matching, non_matching
+from ...data.sampling import largest_non_matching_n
 from ...data.corpus import fingerprint
 from ...encoders.text_batching import TruncationWarning
 from ...encoders.base import encoder_versions
@@ -85,40 +86,8 @@ def largest_n(ds: Dataset, src: str, tgt: str, seeds: Sequence[int]) -> dict[str
     if s.has_concepts and t.has_concepts:
         out["xlr"] = sum(1 for c in set(sk) & set(tk) if not c.startswith("\x00"))
     if s.has_images and t.has_images:
-        out["bkr"] = min(_largest_non_matching(sk, tk, seed) for seed in seeds)
+        out["bkr"] = min(largest_non_matching_n(s, t, seed) for seed in seeds)  # replays the sampler itself
     return out
-
-
-def _largest_non_matching(sk: list[str], tk: list[str], seed: int) -> int:
-    """The largest N :func:`~backretrieval.data.sampling.non_matching` can draw with ``seed``: it
-    hands the shared concepts, in a seeded order, to the source until it has N items, then to the
-    target; N fits when both sides reach it (a binary search over N)."""
-    s_set, t_set = set(sk), set(tk)
-    shared = sorted(s_set & t_set)
-    s_only = sum(c not in t_set for c in sk)
-    t_only = sum(c not in s_set for c in tk)
-    count_s: dict[str, int] = {}
-    count_t: dict[str, int] = {}
-    for c in sk:
-        if c in t_set:
-            count_s[c] = count_s.get(c, 0) + 1
-    for c in tk:
-        if c in s_set:
-            count_t[c] = count_t.get(c, 0) + 1
-    order = np.random.default_rng(seed).permutation(len(shared))  # the order non_matching hands them out in
-    cum_s = np.cumsum([count_s[shared[i]] for i in order], dtype=np.int64)
-    items_t = np.array([count_t[shared[i]] for i in order], dtype=np.int64)
-
-    def fits(n: int) -> bool:
-        need_s, need_t = max(0, n - s_only), max(0, n - t_only)
-        given = 0 if need_s == 0 else int(np.searchsorted(cum_s, need_s)) + 1  # concepts the source takes
-        return given <= len(order) and int(items_t[given:].sum()) >= need_t
-
-    lo, hi = 0, min(len(sk), len(tk))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
 
 
 def check_image_model(spec: Any, corpora: Iterable[Any], dataset: str | None = None) -> None:
