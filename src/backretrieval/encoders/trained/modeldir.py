@@ -35,7 +35,6 @@ this project wrote before, which no library knows.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import numbers
@@ -45,56 +44,26 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...core import EncoderError, atomic_save_npz, atomic_write, atomic_write_text, content_hash
+from ...core import atomic_save_npz, atomic_write, atomic_write_text
+from . import modeldir_legacy as legacy
+from .modeldir_base import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    LEGACY_FILES,
+    LEGACY_HEADERS,
+    MODEL_FILE,
+    RESERVED,
+    WEIGHTS_FILE,
+    ModelDir,
+    ModelDirError,
+    load_arrays,
+)
 
-FORMAT = "backretrieval.model"
-FORMAT_VERSION = 1
-MODEL_FILE = "model.json"
-WEIGHTS_FILE = "weights.npz"
-KINDS = ("cr5", "triplet", "m3l")
-RESERVED = ("format", "format_version", "kind", "hyper_parameters", "arrays", "files")
-LEGACY_HEADERS = ("cr5.json", "config.json")  # headers of the legacy layouts
-LEGACY_FILES = ("cr5.npz",)  # Cr5's arrays file before this format
-
-
-class ModelDirError(EncoderError):
-    """A model directory is missing, incomplete, of another kind, or of a newer format version."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelDir:
-    """A model directory as read by :func:`read_model_dir`.
-
-    Attributes:
-        path: the directory.
-        kind: ``"cr5"``, ``"triplet"`` or ``"m3l"`` (the estimator family; the variant --
-            Triplet vs TripletXL, M3L vs PATR -- is a hyper-parameter).
-        hyper_parameters: the estimator's parameters, typed JSON values (a directory written
-            before this format holds what it recorded, converted to the same names).
-        info: everything else the training recorded (sizes, languages, history, ...).
-        arrays: the learned arrays by name (empty when read with ``arrays=False``).
-        files: relative paths of the extra files (e.g. ``vocab/en.txt``).
-        header: the file that describes the directory (``model.json``; for older directories
-            ``cr5.json`` or ``config.json``).
-        legacy: None for the current format, else the older format that was read
-            (``"cr5-1"``, ``"triplet-1"``, ``"m3l-1"``).
-    """
-
-    path: Path
-    kind: str
-    hyper_parameters: dict[str, Any]
-    info: dict[str, Any]
-    arrays: dict[str, np.ndarray]
-    files: tuple[str, ...] = ()
-    header: str = MODEL_FILE
-    legacy: str | None = None
-
-    def files_hash(self, *names: str) -> str:
-        """Content hash (16 hex) of the header, then ``weights.npz`` (or the given files),
-        joined by NUL bytes: it changes whenever the saved model does."""
-        parts = [self.header, *(names or (WEIGHTS_FILE,))]
-        return content_hash(b"\0".join((self.path / n).read_bytes() for n in parts), 8)
-
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "KINDS", "MODEL_FILE", "RESERVED", "WEIGHTS_FILE",
+    "ModelDir", "ModelDirError", "load_arrays", "read_model_dir", "write_model_dir",
+]
 
 # ----------------------------------------------------------------------------- writing
 def _typed(value: Any, where: str, strict: bool = True) -> Any:
@@ -204,24 +173,6 @@ def _read_json(f: Path) -> Any:
         raise ModelDirError(f"cannot read {f}: JSON nested too deeply (arrays or objects inside each other)") from None
 
 
-def load_arrays(f: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file (``allow_pickle=False``), all or the given names.
-
-    Raises:
-        ModelDirError: the file is missing or unreadable, or lacks a named array.
-    """
-    if not f.is_file():
-        raise ModelDirError(f"{f} is missing: the model directory is incomplete")
-    try:
-        with np.load(f, allow_pickle=False) as z:
-            missing = [n for n in (names or ()) if n not in z.files]
-            if missing:
-                raise ModelDirError(f"{f} lacks array(s) {', '.join(missing)}: the model directory is incomplete")
-            return {n: z[n] for n in (names if names is not None else z.files)}
-    except (OSError, ValueError) as e:
-        raise ModelDirError(f"cannot read {f}: {e}") from None
-
-
 def read_model_dir(path: str | Path, kinds: Sequence[str] | str | None = None, *, arrays: bool = True) -> ModelDir:
     """Read a model directory of the current format or of a legacy layout.
 
@@ -238,8 +189,6 @@ def read_model_dir(path: str | Path, kinds: Sequence[str] | str | None = None, *
             not finish); the header is unreadable, of an unknown format, of a newer format
             version, or of another kind; a listed array or file is missing.
     """
-    from . import modeldir_legacy as legacy
-
     p = Path(path).expanduser()
     want = (kinds,) if isinstance(kinds, str) else tuple(kinds or KINDS)
     what = "/".join(want)

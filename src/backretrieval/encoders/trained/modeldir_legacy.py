@@ -1,6 +1,6 @@
 """Readers for the legacy model-directory layouts (the one format is :mod:`.modeldir`).
 
-Each converts a legacy directory to the same :class:`~.modeldir.ModelDir` as the current
+Each converts a legacy directory to the same :class:`~.modeldir_base.ModelDir` as the current
 format, once, here; nothing else in the package knows the older headers.
 
 * Cr5 (``cr5.json`` + ``cr5.npz`` + ``vocab/<lang>.txt``; ``"format": "backretrieval.cr5"``):
@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .modeldir import WEIGHTS_FILE, ModelDir, ModelDirError, load_arrays
+from .modeldir_base import WEIGHTS_FILE, ModelDir, ModelDirError, load_arrays
 
 CR5_HEADER = "cr5.json"
 CR5_ARRAYS = "cr5.npz"
