@@ -16,12 +16,12 @@ from backretrieval.core import BackretrievalError, DataError, EncoderError
 from backretrieval.data import Dataset, load_dataset
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.trained.m3l import M3LTextEncoder, forward, load_model
+from backretrieval.analysis.image_retrieval import evaluate_image_retrieval
 from backretrieval.train.m3l import (
     M3L,
     assign_splits,
     build_network,
     collect_images,
-    evaluate_image_retrieval,
     hardest_negatives,
     init_last_block,
     input_standardization,

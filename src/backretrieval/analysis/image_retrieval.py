@@ -1,7 +1,8 @@
 """Text-to-image retrieval of several trained M3L/PATR models (Aggarwal & Kale 2020, Sec. 4).
 
-The library half of ``backretrieval image-retrieval``: evaluate saved model directories on one
-dataset (images encoded once per image model and split rule, each base text model loaded once),
+The one home for evaluating saved M3L/PATR model directories, and the library half of
+``backretrieval image-retrieval``: evaluate one directory (:func:`evaluate_image_retrieval`), or
+several on one dataset (images encoded once per image model and split rule, each base text model loaded once),
 group models that differ only in their training seed into one configuration, label the
 configurations by what tells them apart, and compare the best configuration per language with
 the runner-up by a paired sign-flip test over the same queries. Tables and files are
@@ -11,17 +12,161 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core import BackretrievalError, DataError
 from ..data import Dataset
 from ..encoders.registry import get_text_encoder
 from ..encoders.cache import CachedTextEncoder
 from ..encoders.trained.modeldir import ModelDir
-from ..encoders.trained.m3l import load_model
-from ..train.m3l import ImageTextData, RetrievalResult, collect_images, evaluate_image_retrieval, m3l_model_label
+from ..encoders.trained.m3l import M3LTextEncoder, load_model
+from ..train.m3l import VAL_KS, ImageTextData, collect_images, recall_summary, retrieval_ranks
 from .stats import paired_permutation_test
+
+
+@dataclasses.dataclass
+class RetrievalResult:
+    """Text-to-image retrieval of one saved model on one split, per language.
+
+    Attributes:
+        model_dir: the model directory as given.
+        model: the directory as read (:class:`~backretrieval.encoders.trained.modeldir.ModelDir`).
+        split: ``"test"``, ``"val"`` or ``"all"``.
+        sim: ``"euclidean"`` or ``"cosine"``.
+        n_images: gallery size (the split's images the model was not trained on).
+        per_lang: per language ``n_queries`` and the :func:`recall_summary` values.
+        ranks: per language the 1-based rank of each query's true image.
+        query_ids: per language the ids of the queries, in the order of ``ranks``.
+    """
+
+    model_dir: str
+    model: ModelDir
+    split: str
+    sim: str
+    n_images: int
+    per_lang: dict[str, dict[str, float]]
+    ranks: dict[str, np.ndarray]
+    query_ids: dict[str, list[str]]
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict.
+
+        Returns:
+            The model's directory, label and settings, the split and similarity, the gallery
+            size, and Recall@K per language.
+        """
+        hp = self.model.hyper_parameters
+        return {
+            "model_dir": self.model_dir,
+            "label": m3l_model_label(self.model),
+            "loss": hp["loss"],
+            "base": hp["base"],
+            "image_model": hp["image_model"],
+            "train_langs": list(hp["train_langs"]),
+            "seed": hp["seed"],
+            "best_epoch": self.model.info["best_epoch"],
+            "split": self.split,
+            "sim": self.sim,
+            "n_images": self.n_images,
+            "per_lang": self.per_lang,
+        }
+
+
+def m3l_model_label(model: ModelDir) -> str:
+    """The short label of a saved M3L/PATR model.
+
+    Args:
+        model: the model directory as read.
+
+    Returns:
+        ``base LOSS``, e.g. ``use-m PATR``.
+    """
+    return f"{model.hyper_parameters['base']} {model.hyper_parameters['loss'].upper()}"
+
+
+def evaluate_image_retrieval(
+    model_dir: str | Path,
+    dataset: Dataset,
+    langs: Sequence[str],
+    *,
+    split: str = "test",
+    ks: Sequence[int] = VAL_KS,
+    sim: str = "euclidean",
+    data: ImageTextData | None = None,
+    base_encoder: Any = None,
+    progress: bool = False,
+) -> RetrievalResult:
+    """Text->image Recall@K per language of a saved model on ``split`` of ``dataset``.
+
+    The gallery is every distinct image of ``split`` (``"test"``, ``"val"``, or ``"all"``)
+    among the loaded languages, split by the model's own split rule, minus any image the model
+    was trained on (none, when the dataset is the training dataset); the queries of a language
+    are its captions of gallery images. ``data`` may be passed to reuse encoded images across
+    models that share an image model and split, and ``base_encoder`` (a cached text encoder of
+    the model's base) to load the base model once for several models.
+
+    Args:
+        model_dir: a saved M3L/PATR model directory.
+        dataset: the dataset, with ``langs`` loaded.
+        langs: the query languages.
+        split: ``"test"``, ``"val"`` or ``"all"``.
+        ks: recall cut-offs.
+        sim: ``"euclidean"`` or ``"cosine"`` (see
+            :func:`backretrieval.train.m3l.retrieval_ranks`).
+        data: encoded images to reuse across models (see above).
+        base_encoder: a cached text encoder of the model's base, to reuse across models.
+        progress: show progress bars.
+
+    Returns:
+        A :class:`RetrievalResult` (per language ``n_queries`` and :func:`recall_summary`).
+
+    Raises:
+        BackretrievalError: a bad ``split``, or a model whose image model or dimension does not
+            fit the data.
+        DataError: no gallery images left in ``split``.
+    """
+    if split not in ("test", "val", "all"):
+        raise BackretrievalError(f"split must be test, val or all, got {split!r}")
+    model, _ = load_model(model_dir)
+    hp, image_dim = model.hyper_parameters, model.info["image_dim"]
+    if data is None:
+        data = collect_images(
+            dataset, langs, hp["image_model"],
+            split_seed=hp["split_seed"], test_frac=hp["test_frac"], val_frac=hp["val_frac"], progress=progress,
+        )
+    elif data.image_model != hp["image_model"]:
+        raise BackretrievalError(f"{model_dir}: trained for image model {hp['image_model']!r}, data encoded with {data.image_model!r}")
+    if data.features.shape[1] != image_dim:
+        raise BackretrievalError(
+            f"{model_dir}: maps into {image_dim}-d image features, the dataset's images are {data.features.shape[1]}-d"
+        )
+    with open(Path(model_dir) / "split.json", encoding="utf-8") as fh:
+        trained_on = set(json.load(fh)["train"])
+    gal = data.images(None if split == "all" else split)
+    gal = np.array([g for g in gal if data.keys[g] not in trained_on], dtype=np.int64)
+    if len(gal) == 0:
+        raise DataError(f"{dataset.name}: no {split} images left to retrieve from")
+    pos = np.full(len(data.keys), -1, dtype=np.int64)
+    pos[gal] = np.arange(len(gal))
+    enc = M3LTextEncoder(model_dir, progress=progress, base_encoder=base_encoder)
+    gallery = data.features[gal]
+    per_lang, ranks, qids = {}, {}, {}
+    for lang in langs:
+        img = data.image_of[lang]
+        rows = np.flatnonzero(pos[img] >= 0)
+        c = data.corpora[lang].subset(rows)
+        if len(rows) == 0:
+            per_lang[lang] = {"n_queries": 0, **recall_summary(np.zeros(0), ks)}
+            ranks[lang], qids[lang] = np.zeros(0, np.int64), []
+            continue
+        q = enc.map(c.texts, lang, ids=c.ids)
+        r = retrieval_ranks(q, gallery, pos[img[rows]], sim=sim)
+        per_lang[lang] = {"n_queries": int(len(rows)), **recall_summary(r, ks)}
+        ranks[lang], qids[lang] = r, list(c.ids)
+    return RetrievalResult(str(model_dir), model, split, sim, int(len(gal)), per_lang, ranks, qids)
 
 
 def model_settings(model: ModelDir) -> dict[str, Any]:

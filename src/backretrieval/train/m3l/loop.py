@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...core import BackretrievalError
-from .evaluation import recall_summary, retrieval_ranks
+from .validation import recall_summary, retrieval_ranks
 from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
 from .model import build_network, init_last_block
 
