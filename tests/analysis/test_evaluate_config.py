@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from backretrieval.analysis import EvalConfig
-from backretrieval.analysis.evaluate import MAX_CORR_BOOT, grid_pairs, grid_seeds
+from backretrieval.analysis.evaluate.config import MAX_CORR_BOOT, grid_pairs, grid_seeds
 from backretrieval.core import BackretrievalError
 
 

@@ -170,7 +170,7 @@ def test_an_executor_raises_a_tasks_error_with_the_task_named(name):
 
 
 def test_a_grid_task_is_named_by_its_pair_and_seed():
-    from backretrieval.analysis.evaluate import SampleTask
+    from backretrieval.analysis.evaluate.tasks import SampleTask
 
     task = SampleTask("en", "de", 3, 10, 5, "cosine", 10, [], None, None, {})
     assert task_label(task) == "en->de seed 3" and task_label("oops") == "'oops'"

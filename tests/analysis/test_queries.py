@@ -12,7 +12,7 @@ import pytest
 
 import reference as ref
 from backretrieval.analysis import EvalConfig, PythonTextModel, evaluate
-from backretrieval.analysis.evaluate import QUERY_COLUMNS
+from backretrieval.analysis.evaluate.queries import QUERY_COLUMNS
 from backretrieval.core import BackretrievalError
 
 N = 24

@@ -820,7 +820,7 @@ def test_a_second_run_into_the_same_out_is_refused_while_the_first_writes(tmp_pa
 
 
 def test_results_jsonl_is_strict_json_with_null_for_undefined_metrics(tmp_path):
-    from backretrieval.analysis.evaluate import write_results
+    from backretrieval.analysis.evaluate.records import write_results
 
     def strict(line: str):
         return json.loads(line, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
-from backretrieval.analysis.evaluate import QUERY_COLUMNS
+from backretrieval.analysis.evaluate.queries import QUERY_COLUMNS
 from backretrieval.cli import main
 
 N = 40

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from test_stale import cfg_for, run, same_ranks, write_items
 
-from backretrieval.analysis.evaluate import approx_versions
+from backretrieval.analysis.evaluate.tasks import approx_versions
 from backretrieval.analysis.evaluate.records import VERSIONS_FIELD
 from backretrieval.cli import main
 from backretrieval.core import content_hash, env

@@ -11,7 +11,9 @@ from click.testing import CliRunner
 import backretrieval.metrics as M
 from backretrieval.analysis import EvalConfig, summarize
 from backretrieval.analysis.compare import check_metric, compare, counterpart, outcome_fn
-from backretrieval.analysis.evaluate import NEEDS, EvalResult, SampleTask, run_sample_task
+from backretrieval.analysis.evaluate import EvalResult
+from backretrieval.analysis.evaluate.features import NEEDS
+from backretrieval.analysis.evaluate.tasks import SampleTask, run_sample_task
 from backretrieval.analysis.meta import calibrate_leave_one_pair_out, per_seed_correlations
 from backretrieval.cli import main
 from backretrieval.core import BackretrievalError

@@ -65,7 +65,7 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         """The comparison as JSON-serialisable data (``compare.json``), with ``run``: what
         produced it (configuration, input fingerprints, software environment; see
-        :func:`backretrieval.analysis.evaluate.run_info`).
+        :func:`backretrieval.analysis.evaluate.records.run_info`).
 
         Returns:
             ``metric``, ``level``, ``alpha``, ``n``, ``seeds``, ``chance``, ``verdict``,

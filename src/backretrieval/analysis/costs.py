@@ -2,7 +2,7 @@
 
 A team picks the best model it can afford. :func:`model_costs` reads, per model, what the run's
 ``run.json`` recorded of its encoding (``encoding``, see
-:func:`backretrieval.analysis.evaluate.encoding_facts`) and gives: the vector size (bytes per item
+:func:`backretrieval.analysis.evaluate.grid.encoding_facts`) and gives: the vector size (bytes per item
 at float32: 4 x dimension), the measured encoding throughput (items per second of the encoding
 that ran in this run, on this machine; ``cached`` when every vector came from the cache, so
 nothing was measured), and for embedding APIs the tokens the server reported, tokens per item

@@ -415,7 +415,8 @@ def run_meta_datasets(
     """
     from pathlib import Path
 
-    from .evaluate import EvalResult, evaluate, slug
+    from .evaluate import EvalResult, evaluate
+    from .evaluate.result import slug
 
     candidates = _start(cfg, candidates)
     if len(datasets) == 1:

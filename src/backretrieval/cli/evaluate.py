@@ -67,7 +67,8 @@ def dry_run_option(fn):
 
 def _dry_run(cfg) -> None:
     """Print what each embedding-API model of ``cfg`` would send (``--dry-run``)."""
-    from ..analysis.evaluate import estimate, estimate_line
+    from ..analysis.evaluate import estimate
+    from ..analysis.evaluate.grid import estimate_line
 
     try:
         found = estimate(cfg)
@@ -107,7 +108,7 @@ def _approx_config(cfg, approx: str | None, target: float, always: bool = False)
     if cfg.sim != "cosine":
         bad_option("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
     cfg = dataclasses.replace(cfg, approx=approx, approx_target=target, approx_cost_check=not always)
-    from ..analysis.evaluate import check_approx
+    from ..analysis.evaluate.tasks import check_approx
 
     try:
         check_approx(cfg)

@@ -409,7 +409,7 @@ def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] =
     _check_executor(executor)
     check_image_models([cfg.image_model], "--image-model")
     check_image_models(extra_image_models, "--weak-image-models")
-    from ..analysis.evaluate import check_grid_size
+    from ..analysis.evaluate.config import check_grid_size
 
     check_grid_size(len(cfg.models), len(cfg.pairs), len(cfg.seeds), len(dict.fromkeys([*cfg.image_models, *extra_image_models])))
     check_outputs((out, "--out"))
@@ -425,4 +425,4 @@ def check_grid(cfg, out: str, executor: str, extra_image_models: Sequence[str] =
 
 @main.group()
 def train() -> None:
-    """Train cross-lingual representations; trained models are text encoders (e.g. cr5:DIR)."""
+    """Train cross-lingual representations; trained models are text models (e.g. cr5:DIR)."""

@@ -33,7 +33,8 @@ import pandas as pd
 
 from ..analysis.compare import compare
 from ..analysis.comparison import Comparison
-from ..analysis.evaluate import EvalResult, slug
+from ..analysis.evaluate import EvalResult
+from ..analysis.evaluate.result import slug
 from ..analysis.verdict import lead_and_check
 from ..core import BackretrievalError, atomic_write_text, json_ready
 from ..core.env import environment

@@ -9,7 +9,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis.evaluate import pair_labels, slug, summarize, write_results
+from ..analysis.evaluate import pair_labels, summarize
+from ..analysis.evaluate.result import slug
+from ..analysis.evaluate.records import write_results
 from ..analysis.meta import KINDS, TRUTH, MetaResult
 from ..analysis.models import image_model_name, model_names
 from ..core import BackretrievalError, atomic_write_text, json_ready

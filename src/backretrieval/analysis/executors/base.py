@@ -1,8 +1,8 @@
 """What every executor shares: the protocol the grid needs, tasks' shared rows (:class:`RowsRef`,
 :class:`SharesMatrices`), the bounded submit-and-wait loop and the naming of a failed task.
 
-A task (:class:`~backretrieval.analysis.evaluate.SampleTask`) holds plain arrays and
-:func:`~backretrieval.analysis.evaluate.run_sample_task` is a pure function of it, so every
+A task (:class:`~backretrieval.analysis.evaluate.tasks.SampleTask`) holds plain arrays and
+:func:`~backretrieval.analysis.evaluate.tasks.run_sample_task` is a pure function of it, so every
 executor gives identical records. ``imap`` yields each result as soon as it is ready (the grid
 stores it at once, which is what makes interrupted runs resumable); at most a few tasks are in
 flight, so memory stays bounded.
@@ -50,7 +50,7 @@ class Executor(Protocol):
             spec: a text-model spec string, e.g. ``"use-m"``.
 
         Returns:
-            A text encoder (``encode(texts, lang)``, ``version``, ...).
+            A text model (``encode(texts, lang)``, ``version``, ...).
         """
         ...
 
