@@ -456,3 +456,20 @@ def test_bad_image_in_a_later_batch_names_the_file(lite0, emoji, tmp_path):
     bad.write_bytes(b"\x89PNG not really")
     with pytest.raises(DataError, match="broken.png"):
         lite0.encode_images([emoji["wave"], emoji["car"], str(bad), emoji["dog_face"]], batch_size=1)
+
+
+def test_cnn_prefetched_keeps_order_and_raises_at_the_failing_chunk():
+    from backretrieval.encoders.image.cnn import prefetched
+
+    def load(c):
+        if c == 3:
+            raise ValueError("chunk 3")
+        return np.full(2, c)
+
+    assert [int(b[0]) for b in prefetched([0, 1, 2], load)] == [0, 1, 2]
+    assert [int(b[0]) for b in prefetched([5], load)] == [5]
+    got = []
+    with pytest.raises(ValueError, match="chunk 3"):
+        for b in prefetched([1, 2, 3, 4], load):
+            got.append(int(b[0]))
+    assert got == [1, 2]

@@ -299,3 +299,15 @@ def test_old_cr5_directory_loads_with_identical_vectors(tmp_path):
     (old / "vocab" / "de.txt").unlink()
     with pytest.raises(EncoderError, match="cannot read vocabulary .*de.txt"):
         Cr5Model.load(old)
+
+
+def test_legacy_eta_rule_is_translated_once(tmp_path):
+    from backretrieval.encoders.trained.modeldir_legacy import eta_from_rule
+
+    assert eta_from_rule({"eta_quantile": 0.25, "eta_rule": "ignored"}, tmp_path) == 0.25
+    assert eta_from_rule({"eta_quantile": None}, tmp_path) is None
+    assert eta_from_rule({}, tmp_path) is None
+    assert eta_from_rule({"eta_rule": "given"}, tmp_path) is None
+    assert eta_from_rule({"eta_rule": "quantile 0.1 of squared distances"}, tmp_path) == 0.1
+    with pytest.raises(ModelDirError, match="unreadable eta_rule 'median'"):
+        eta_from_rule({"eta_rule": "median"}, tmp_path)

@@ -1,4 +1,4 @@
-"""The case study of the Backretrieval paper (Sec. 3.2, Table 2 / Fig. 3): a base encoder vs
+"""The case study of the Backretrieval paper (Sec. 3.2, Table 2 / Fig. 3): a base model vs
 Triplet vs TripletXL, per directed language pair, judged by BkR and by ground-truth XLR.
 
 Inputs are the evaluation results of :func:`backretrieval.analysis.evaluate` (per-query ranks
@@ -228,7 +228,7 @@ def case_study_summary(
 
     Args:
         results: ``{"bkr": EvalResult on the image data, "xlr": EvalResult on held-out linked data (optional)}``.
-        models: model specs, the base encoder first; specs sharing a label are training seeds of one model.
+        models: model specs, the base model first; specs sharing a label are training seeds of one model.
         labels: display label per spec.
         pairs: directed pairs.
         k: K of BkR@K.
@@ -247,13 +247,13 @@ def case_study_summary(
         data when ``results`` has ``"xlr"``; a view whose ranks are missing is left out.
 
     Raises:
-        ValueError: the base encoder's label is shared by several specs.
+        ValueError: the base model's label is shared by several specs.
     """
     names = dict(names or {"bkr": "image data", "xlr": "held-out data"})
     groups = groups_of(models, labels)
     base = labels[models[0]]
     if len(groups[base]) != 1:
-        raise ValueError(f"the base encoder {base!r} must be a single model")
+        raise ValueError(f"the base model {base!r} must be a single model")
     out: dict[str, Any] = {"metrics": [], "per_pair": {}, "truth": {}, "spread": {}, "worst": {}, "xl_vs_triplet": {}}
     index = [f"{s}->{t}" for s, t in pairs]
     for title, which, key, kk in _views(results, k, truth_k, names):
@@ -334,7 +334,7 @@ def evaluate_case_study(
 
     Args:
         langs: languages; every directed pair is evaluated.
-        models: model specs (base encoder first).
+        models: model specs (base model first).
         out: work folder of the evaluation records.
         bkr_dataset: data with images for BkR (and XLR where it has links).
         xlr_dataset: optional held-out linked data for a second ground-truth XLR.
@@ -342,7 +342,7 @@ def evaluate_case_study(
         xlr_n: sample size per side of the held-out XLR grid.
         seeds: evaluation (sampling) seeds.
         k: K of BkR@K.
-        image_model: the image encoder g of BkR.
+        image_model: the image model g of BkR.
         progress: show progress bars.
         log: called with each progress message (None: silent).
 

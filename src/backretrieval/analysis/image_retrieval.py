@@ -105,7 +105,7 @@ def evaluate_image_retrieval(
     among the loaded languages, split by the model's own split rule, minus any image the model
     was trained on (none, when the dataset is the training dataset); the queries of a language
     are its captions of gallery images. ``data`` may be passed to reuse encoded images across
-    models that share an image model and split, and ``base_encoder`` (a cached text encoder of
+    models that share an image model and split, and ``base_encoder`` (a cached text model of
     the model's base) to load the base model once for several models.
 
     Args:
@@ -117,7 +117,7 @@ def evaluate_image_retrieval(
         sim: ``"euclidean"`` or ``"cosine"`` (see
             :func:`backretrieval.train.m3l.retrieval_ranks`).
         data: encoded images to reuse across models (see above).
-        base_encoder: a cached text encoder of the model's base, to reuse across models.
+        base_encoder: a cached text model of the model's base, to reuse across models.
         progress: show progress bars.
 
     Returns:
@@ -308,7 +308,7 @@ class ImageRetrievalRun:
         comparisons: :func:`compare_best` per language (empty with one configuration or when
             the queries differ).
         data: the encoded images and splits, per (image model, split seed, test_frac, val_frac).
-        bases: the loaded base text encoders, per spec.
+        bases: the loaded base text models, per spec.
     """
 
     dataset: str

@@ -1,4 +1,4 @@
-"""``backretrieval train cr5``: train a Cr5 model (a text encoder usable as ``cr5:DIR``)."""
+"""``backretrieval train cr5``: train a Cr5 model (a text model usable as ``cr5:DIR``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -74,7 +74,8 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
 
     from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..train.cr5 import Cr5OptionError, Split, plan_training, train_evaluate
+    from ..report.outputs import train_cr5
+    from ..train.cr5 import Cr5OptionError, Split, plan_training
 
     lang_list = parse_list(langs, "--langs", "language") if langs is not None else None
     the_pair = _one_pair(pair, "--pair") if pair else None
@@ -101,7 +102,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     ds = load_dataset(dataset, langs=plan.load, **options)
     langs_used = plan.trained or ds.languages
     try:
-        res = train_evaluate(
+        res = train_cr5(
             ds,
             regime=plan.regime,
             languages=langs_used,
@@ -128,9 +129,8 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     if res["lambda_table"] and len(res["lambda_table"]) > 1:
         click.echo("lambda selection (mean validation xlr@1): " + ", ".join(f"{r['lam']:g}: {r['val_xlr@1']:.3f}" for r in res["lambda_table"]))
     if res["test"]:
-        from ..report.cr5_tables import precision_table_md, write_eval_md
+        from ..report.cr5_tables import precision_table_md
 
-        write_eval_md(out, res)
         click.echo("\n" + precision_table_md(res["test"]))
         click.echo(f"\nwrote {Path(out)} (model, eval.md, eval.json, split.json); use it as --models cr5:{out}")
     else:

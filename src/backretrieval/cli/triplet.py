@@ -1,7 +1,7 @@
 """Triplet / TripletXL commands: ``train triplet``, ``train tripletxl`` and the ``case-study``
 group (``prepare`` a held-out ddtp split, ``report`` the Fig. 3 analog).
 
-The case study (Backretrieval paper, Sec. 3.2, Table 2 / Fig. 3): a base encoder vs Triplet vs
+The case study (Backretrieval paper, Sec. 3.2, Table 2 / Fig. 3): a base model vs Triplet vs
 TripletXL, per directed language pair, with BkR on emoji-cldr (images as the pivot, no ground
 truth used) and ground-truth XLR on emoji-cldr and on held-out ddtp documents to check that BkR
 told the truth. The commands only parse and check their options and call the layers: training
@@ -33,7 +33,7 @@ def _train_options(fn):
     opts = [
         click.option("--dataset", required=True, help="ddtp, emoji-cldr, or a .jsonl/.csv/.parquet file with title, body and lang columns."),
         click.option("--langs", default=None, help="Comma-separated languages to train on (default: all of the dataset)."),
-        click.option("--base", default="use-m", show_default=True, help="Frozen base text encoder (any text model spec)."),
+        click.option("--base", default="use-m", show_default=True, help="Frozen base text model (any text model spec)."),
         click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write."),
         click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR)."),
         click.option("--max-per-lang", type=POSITIVE, default=None, help="Keep a seeded random subset of this many items per language."),
@@ -103,7 +103,7 @@ def _run_train(method: str, *, dataset, langs, base, out, dataset_option, max_pe
 @train.command("triplet", short_help="Train Triplet (paper Eq. 1) on monolingual title/body pairs.")
 @_train_options
 def train_triplet(**kw) -> None:
-    """Triplet (paper Eq. 1) on monolingual title/body pairs over a frozen base encoder.
+    """Triplet (paper Eq. 1) on monolingual title/body pairs over a frozen base model.
 
     Example: backretrieval train triplet --dataset ddtp --langs en,de,fr,it,ja,ru --base use-m --out MODEL_DIR
     """
@@ -116,7 +116,7 @@ def train_triplet(**kw) -> None:
 @click.option("--k", "k", type=POSITIVE, default=5, show_default=True, help="Neighbours per language in L_XL.")
 @click.option("--refresh-every", type=POSITIVE, default=1, show_default=True, help="Recompute the neighbour sets every this many epochs.")
 def train_tripletxl(**kw) -> None:
-    """TripletXL (paper Eq. 1 + beta * Eq. 2) on monolingual title/body pairs over a frozen base encoder.
+    """TripletXL (paper Eq. 1 + beta * Eq. 2) on monolingual title/body pairs over a frozen base model.
 
     Example: backretrieval train tripletxl --dataset ddtp --langs en,de,fr,it,ja,ru --base use-m --out MODEL_DIR
     """
@@ -184,7 +184,7 @@ def prepare(dataset, langs, holdout, seed, dataset_option, out) -> None:
 @click.option("--quiet", is_flag=True)
 def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds, k, truth_k, image_model, n_boot, figure, out, quiet) -> None:
     """Fig. 3 / Table 2 analog: per directed pair, BkR on the image data and ground-truth XLR
-    (on the image data where it has links, and on held-out linked data) for a base encoder and
+    (on the image data where it has links, and on held-out linked data) for a base model and
     trained Triplet / TripletXL models; averages and lifts with CIs, spread across pairs, the
     worst pairs, per-pair ordering agreement of BkR and XLR, boxplot.
 
@@ -201,7 +201,7 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
         bad_option("--langs", f"{langs!r}: give at least two languages (every directed pair is evaluated)")
     specs = parse_list(models, "--models", "model")
     if len(specs) < 2 or len(set(specs)) != len(specs):
-        bad_option("--models", "give the base encoder and at least one trained model, each once")
+        bad_option("--models", "give the base model and at least one trained model, each once")
     names = [x.strip() for x in labels.split(",")] if labels else [spec_label(m) for m in specs]
     if len(names) != len(specs) or not all(names) or names.count(names[0]) != 1 or len(set(names)) < 2:
         bad_option("--labels", f"one non-empty label per model ({len(specs)} models), the base's label used once, got {labels!r}")

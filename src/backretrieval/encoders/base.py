@@ -1,7 +1,7 @@
 """Encoder protocols, the description of a registered model, and the checks every embedding passes.
 
-A text encoder is anything with ``name``, ``version``, ``dim`` and
-``encode(texts, lang, *, ids=None) -> float32 (n, d)``; an image encoder has
+A text model is anything with ``name``, ``version``, ``dim`` and
+``encode(texts, lang, *, ids=None) -> float32 (n, d)``; an image model has
 ``encode_images(paths) -> float32 (n, d)``. No inputs give a ``(0, d)`` array. Each built-in
 lives in its own module and declares its class or factory with
 :func:`~backretrieval.encoders.registry.register_text` / :func:`~backretrieval.encoders.registry.register_image`,
@@ -165,7 +165,7 @@ def encoder_versions(enc: Any) -> dict[str, str]:
     encoder without one. They key the embedding cache and the stored records beside ``version``.
 
     Args:
-        enc: any text or image encoder (a cache or variant wrapper gives its base model's).
+        enc: any text or image model (a cache or variant wrapper gives its base model's).
 
     Returns:
         ``{name: version}``.

@@ -251,7 +251,7 @@ class _Cached:
 
 
 class CachedTextEncoder(_Cached):
-    """A text encoder whose vectors are cached by (model, version, language, text). For models
+    """A text model whose vectors are cached by (model, version, language, text). For models
     that also take per-item columns (``extra={"title": [...], "body": [...]}``) those values are
     part of the key, and each chunk sent to the model gets its own rows of them."""
 
@@ -325,7 +325,7 @@ class CachedTextEncoder(_Cached):
 
 
 class CachedImageEncoder(_Cached):
-    """An image encoder whose vectors are cached by (model, version, file content)."""
+    """An image model whose vectors are cached by (model, version, file content)."""
 
     kind = "image"
     unit = "img"

@@ -8,7 +8,7 @@ when the backend can use a CUDA GPU (torch: ``torch.cuda.is_available()``; ONNX 
 :class:`~backretrieval.core.EncoderError`. The device is part of every encoder's ``version``
 (so of every cache key): GPU kernels round differently from CPU ones.
 
-Backends. The CNN image encoders run on ONNX Runtime (:mod:`.onnx_export`) when ``onnxruntime``
+Backends. The CNN image models run on ONNX Runtime (:mod:`.onnx_export`) when ``onnxruntime``
 and ``onnx`` import; the ``auto`` backend falls back to torch with one :class:`BackendWarning` per
 model and process otherwise; asking for ``backend="onnxruntime"`` explicitly without them is an
 error with a pip hint.

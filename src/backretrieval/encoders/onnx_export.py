@@ -1,6 +1,6 @@
 """ONNX export of a frozen torch feature extractor, cached, and ONNX Runtime sessions.
 
-The CNN image encoders run their frozen feature extractor through ONNX Runtime (about 4x the
+The CNN image models run their frozen feature extractor through ONNX Runtime (about 4x the
 throughput of eager torch on CPU, features equal to torch's within 1e-4). The ONNX graph is
 exported once from the packaged weights with ``torch.onnx.export`` and kept in the user cache
 (:func:`backretrieval.core.cache_dir` ``("onnx")``) under a name made of the model, the digest of

@@ -187,14 +187,14 @@ def _make(info: EncoderInfo, arg: str | None, written: list[tuple[str, str]], op
 
 
 def get_text_encoder(spec: str, **options: Any) -> TextEncoder:
-    """Build a text encoder from its spec, e.g. ``"e5-small"``, ``"precomputed:emb.parquet"``,
+    """Build a text model from its spec, e.g. ``"e5-small"``, ``"precomputed:emb.parquet"``,
     ``"random?seed=3"`` or a variant such as ``"use-m@trunc=64@noise=0.5"`` (see :mod:`.variants`);
     keyword ``options`` are the spec's options given in Python (``get_text_encoder("random", seed=3)``)."""
     return _get(spec, "text", options)
 
 
 def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
-    """Build an image encoder from its spec, e.g. ``"efficientnet-lite0"``, ``"color-hist?batch_size=16"``;
+    """Build an image model from its spec, e.g. ``"efficientnet-lite0"``, ``"color-hist?batch_size=16"``;
     a deliberately weakened g as ``IMAGE_MODEL@noise=S`` (see :mod:`.variants`); keyword ``options`` as
     for :func:`get_text_encoder`."""
     return _get(spec, "image", options)

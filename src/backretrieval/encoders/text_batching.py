@@ -1,4 +1,4 @@
-"""Machinery shared by the built-in text encoders.
+"""Machinery shared by the built-in text models.
 
 * :func:`lang_key` -- normalises a CLDR/ISO language code for look-ups: lowercase, ``_`` -> ``-``,
   ``zh-CN`` / ``zh-SG`` / ``zh-Hans*`` -> ``zh`` and ``zh-TW`` / ``zh-HK`` / ``zh-MO`` / ``zh-Hant*``
@@ -125,7 +125,7 @@ def cut_chars(texts: Sequence[str], max_chars: int | None) -> list[str]:
 
 
 class BatchedTextEncoder:
-    """Base of the built-in text encoders: subclasses set ``name``, ``version``, ``dim``,
+    """Base of the built-in text models: subclasses set ``name``, ``version``, ``dim``,
     ``languages`` and implement ``_load_model()`` and ``_encode_batch(model, texts)``.
 
     Parallel engines: a subclass whose ``_encode_batch`` may run in several threads at once

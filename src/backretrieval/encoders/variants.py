@@ -1,4 +1,4 @@
-"""Named, reproducible variants of any text encoder: a model family of graded quality.
+"""Named, reproducible variants of any text model: a model family of graded quality.
 
 The Backretrieval paper's meta-evaluation correlates BkR with XLR across "methods and their
 variations". A variant is written ``BASE@OP=VALUE`` and can be stacked
@@ -75,7 +75,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 class VariantEncoder:
-    """A base encoder followed by the variant operations, applied left to right."""
+    """A base model followed by the variant operations, applied left to right."""
 
     cacheable = False
 

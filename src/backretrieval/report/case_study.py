@@ -50,10 +50,10 @@ def case_study_markdown(summary: dict[str, Any], header: str) -> str:
     narrow the spread (sd and IQR), and per-pair tables with CIs."""
     lines = [header, "", "## Averages across pairs", "",
              "Mean over all directed pairs with a 95% bootstrap CI (queries resampled within every pair and seed); "
-             "lift = mean per-query difference to the base encoder with its 95% CI; sd, IQR, min and the worst pair "
+             "lift = mean per-query difference to the base model with its 95% CI; sd, IQR, min and the worst pair "
              "describe the spread across pairs; 'sd over training seeds' = sd of the model's mean over its training seeds "
              "(models trained with several seeds are averaged query by query). 'better / worse' = pairs where the model "
-             "differs significantly from the base encoder (paired sign-flip permutation test per pair, Holm-adjusted "
+             "differs significantly from the base model (paired sign-flip permutation test per pair, Holm-adjusted "
              "across pairs, 0.05).", "",
              "| metric | model | mean | 95% CI | lift vs base [95% CI] | sd across pairs | IQR | min (pair) | 25th pct | max "
              "| training seeds (sd over them) | better / worse pairs vs base |",
@@ -72,7 +72,7 @@ def case_study_markdown(summary: dict[str, Any], header: str) -> str:
             lines.append(f"| {name} | {d['lift']:+.4f} {_ci(d['lift_low'], d['lift_high'], True)} | {d['share_pairs_higher']:.0%} |")
     if summary.get("worst"):
         lines += ["", "## The worst pairs", "",
-                  "The bottom quartile of pairs by the base encoder's score, and each model's mean lift over the base on "
+                  "The bottom quartile of pairs by the base model's score, and each model's mean lift over the base on "
                   "those pairs (95% CI from the per-query paired differences).", "",
                   "| metric: model | pairs | base mean | model mean | lift [95% CI] |", "|---|---|---|---|---|"]
         for name, w in summary["worst"].items():

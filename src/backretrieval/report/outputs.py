@@ -21,8 +21,10 @@ from typing import Any, Callable, Sequence
 
 from ..analysis.compare import check_metric, compare as compare_models
 from ..analysis.comparison import Comparison
-from ..analysis.evaluate import EvalConfig, EvalResult, evaluate as run_grid, slug, write_queries as write_query_table
-from ..analysis.evaluate import write_results
+from ..analysis.evaluate import EvalConfig, EvalResult, evaluate as run_grid
+from ..analysis.evaluate.result import slug
+from ..analysis.evaluate.queries import write_queries as write_query_table
+from ..analysis.evaluate.records import write_results
 from ..analysis.verdict import lead_and_check
 from ..core import atomic_write_text
 from ..core.io import check_writable_dir, folder_lock
@@ -275,6 +277,30 @@ def compare(
         c = compare_models(result, metric, **stats)
         write_comparison(c, result, out_dir, report=report, save_queries=save_queries, command=command)
     return c
+
+
+def train_cr5(dataset: Any, *, out_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
+    """Train and evaluate Cr5 (:func:`backretrieval.train.cr5.train_evaluate`, which takes
+    ``options``) and write what ``backretrieval train cr5`` writes.
+
+    Args:
+        dataset: a loaded :class:`~backretrieval.data.Dataset`.
+        out_dir: the model directory: the model, ``split.json``, ``eval.json`` and
+            ``heldout.jsonl`` (written by ``train_evaluate``) and, when there are test records,
+            ``eval.md`` (:func:`backretrieval.report.cr5_tables.write_eval_md`). None: nothing
+            is written.
+        **options: ``train_evaluate``'s keyword arguments (``regime``, ``languages``, ``lams``, ...).
+
+    Returns:
+        ``train_evaluate``'s result.
+    """
+    from ..train.cr5 import train_evaluate
+    from .cr5_tables import write_eval_md
+
+    res = train_evaluate(dataset, out_dir=out_dir, **options)
+    if out_dir is not None and res["test"]:
+        write_eval_md(out_dir, res)
+    return res
 
 
 def _check_save_queries(cfg: EvalConfig, save_queries: bool) -> None:

@@ -27,7 +27,7 @@ def projection_figure(
 ) -> Path:
     """Fig. 3/4 analog: t-SNE of mapped captions in several languages over the image features.
 
-    ``results``: (panel title, text encoder with ``map``) per panel. ``n_images`` seeded test
+    ``results``: (panel title, text model with ``map``) per panel. ``n_images`` seeded test
     images are drawn once; their image features (``x``, coloured by a k-means clustering of the
     image features, as the paper colours by ResNet clusters) and the mapped captions of the
     same images in each of ``langs`` (one marker per language, same colour as their image) are

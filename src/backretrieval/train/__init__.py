@@ -10,7 +10,7 @@ which takes one frozen settings object, beside it: ``cr5`` (:class:`Cr5`, ``solv
 ``triplet`` (:class:`Triplet`, ``loop.py``), ``m3l`` (:class:`M3L`, ``loop.py``). The
 *inference* half of every trained model -- loading a saved model directory and embedding
 texts -- lives in the encoders layer (``encoders/<method>.py``) so that a trained model
-is an ordinary text encoder (``cr5:DIR``, ``tripletxl:DIR``, ...) in ``evaluate``, ``compare``
+is an ordinary text model (``cr5:DIR``, ``tripletxl:DIR``, ...) in ``evaluate``, ``compare``
 and ``meta``. This layer may import core, data, encoders, search and metrics, never analysis,
 report or the CLI.
 """

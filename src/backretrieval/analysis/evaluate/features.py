@@ -203,7 +203,7 @@ class Features:
         is left out of the result and noted in ``unsupported[name]``.
 
         Args:
-            model: a text encoder.
+            model: a text model.
             name: the model's name in the records.
 
         Returns:

@@ -100,7 +100,7 @@ def fingerprint_inputs(
         cfg: the configuration.
         samples: (src, tgt, seed) -> its samples.
         feats: the embeddings of the needed rows.
-        encoders: model name -> its text encoder.
+        encoders: model name -> its text model.
         image_models: the image models of the grid (None: none).
 
     Returns:

@@ -1,4 +1,4 @@
-"""Image loading and preprocessing shared by the image encoders (PIL + numpy, no torchvision).
+"""Image loading and preprocessing shared by the image models (PIL + numpy, no torchvision).
 
 The data are emoji PNGs with an alpha channel. Every image is composited on a WHITE
 background before it is turned into RGB, so a fully transparent pixel becomes pure white
@@ -131,7 +131,7 @@ def progress_bar(total: int, desc: str, enabled: bool):
 
 
 class BatchedImageEncoder:
-    """Base of the image encoders: the common options and the one batching loop.
+    """Base of the image models: the common options and the one batching loop.
 
     The image counterpart of :class:`~backretrieval.encoders.text_batching.BatchedTextEncoder`. Subclasses set ``name``,
     ``dim`` and ``version``, take their options as keyword-only ``__init__`` parameters (the

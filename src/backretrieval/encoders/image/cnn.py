@@ -59,7 +59,7 @@ def prefetched(chunks: Sequence[Any], load: Callable[[Any], np.ndarray]) -> Iter
 
 
 class CNNFeatureEncoder(BatchedImageEncoder):
-    """Base of the CNN image encoders (a :class:`.batching.BatchedImageEncoder` whose batches are
+    """Base of the CNN image models (a :class:`.batching.BatchedImageEncoder` whose batches are
     decoded ahead in a background thread). Subclasses set ``name``, ``dim``, ``resolution``, ``mean``,
     ``std`` and ``describe`` (the preprocessing part of the version) and implement
     ``weights_path()``, ``build_torch()`` (the ImageNet classifier with weights loaded) and

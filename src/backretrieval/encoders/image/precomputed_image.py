@@ -72,7 +72,7 @@ def weaken_features(encoder: Any, x: np.ndarray, digests: Sequence[bytes]) -> np
     seeded by ``digests[i]``, the digest of its feature vector, see ``Corpus.image_digests``).
 
     Args:
-        encoder: the image encoder built from the spec (``get_image_encoder``).
+        encoder: the image model built from the spec (``get_image_encoder``).
         x: the (n, d) feature rows.
         digests: one digest per row.
 

@@ -1,1 +1,1 @@
-"""Text models: each module registers the text encoders it provides."""
+"""Text models: each module registers the text models it provides."""

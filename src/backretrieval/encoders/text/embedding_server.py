@@ -1,4 +1,4 @@
-"""A small HTTP server that answers the OpenAI embeddings protocol with any text encoder.
+"""A small HTTP server that answers the OpenAI embeddings protocol with any text model.
 
 ``EmbeddingServer(encoder)`` serves ``POST /v1/embeddings`` on ``127.0.0.1`` (a free port by
 default) in a background thread: the request's ``input`` (one string or a list of strings) is
@@ -44,7 +44,7 @@ class EmbeddingServer:
     """Serve ``encoder`` over ``POST /v1/embeddings`` (see the module docstring).
 
     Args:
-        encoder: a text encoder (``encode(texts, lang)``).
+        encoder: a text model (``encode(texts, lang)``).
         host: the address to listen on (default: this machine only).
         port: the port (0: a free one).
         lang: the language the texts are encoded as (the protocol carries none).

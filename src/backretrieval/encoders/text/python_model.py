@@ -25,7 +25,7 @@ from ..python_objects import encode_call, object_identity
 
 
 class PythonTextModel:
-    """A user's Python model as a text encoder of the grid.
+    """A user's Python model as a text model of the grid.
 
     Args:
         name: the name records and tables use.

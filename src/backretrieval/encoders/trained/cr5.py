@@ -1,4 +1,4 @@
-"""``cr5:DIR`` -- a trained Cr5 model (crosslingual reduced-rank ridge regression) as a text encoder.
+"""``cr5:DIR`` -- a trained Cr5 model (crosslingual reduced-rank ridge regression) as a text model.
 
 Cr5 (Josifoski et al., WSDM 2019) embeds a text of language ``l`` as ``Phi_l x``: ``x`` is the
 text's L2-normalised TF-IDF bag of words over the language's training vocabulary
@@ -194,7 +194,7 @@ class Cr5Model:
 
 
 class Cr5Encoder(BatchedTextEncoder):
-    """A saved Cr5 model directory as a text encoder (``rank + 1`` dims, see the module docstring)."""
+    """A saved Cr5 model directory as a text model (``rank + 1`` dims, see the module docstring)."""
 
     cacheable = True
     unit_norm = True

@@ -1,4 +1,4 @@
-"""``m3l:DIR`` / ``patr:DIR`` -- a trained text-to-image mapping used as a text encoder.
+"""``m3l:DIR`` / ``patr:DIR`` -- a trained text-to-image mapping used as a text model.
 
 The model directory is written by :class:`backretrieval.train.m3l.M3L` (``backretrieval
 train m3l|patr``) through :func:`save_model`, in the one format of :mod:`.modeldir`, kind
@@ -110,7 +110,7 @@ def load_model(path: str | Path) -> tuple[ModelDir, list[tuple[np.ndarray, np.nd
 
 
 class M3LTextEncoder:
-    """A saved M3L/PATR model as a text encoder into the image-feature space."""
+    """A saved M3L/PATR model as a text model into the image-feature space."""
 
     cacheable = False  # the base model's vectors are cached; the mapping is cheap
 

@@ -22,7 +22,7 @@ Directories in the legacy layout (``model.json`` with ``"format": 1``; one witho
 ``"tower"`` is an ``"mlp"`` tower) are read by :mod:`.modeldir_legacy` and give the same vectors.
 
 Residual tower. Trained from ``f``'s last layer set to zero, ``x + f(x)`` starts as the
-identity: the untrained model's representation is exactly the base encoder's title and body
+identity: the untrained model's representation is exactly the base model's title and body
 vectors (normalised and concatenated), so training starts from the base's own cross-lingual
 geometry and can only move away from it as far as the losses ask.
 
@@ -41,7 +41,7 @@ Where titles and bodies come from, in order:
 
 An empty body is replaced by the title and an empty title by the body (emoji-cldr items whose
 only keyword is the name have an empty body); an item with neither is an error naming it.
-Titles and bodies go through the embedding cache of the base encoder, so re-running an
+Titles and bodies go through the embedding cache of the base model, so re-running an
 evaluation re-encodes nothing; the network itself is a few small matrix products in numpy.
 The vectors depend on more than the text (the ``extra`` columns), so the encoder is not cached as a
 whole (``cacheable = False``).
@@ -214,7 +214,7 @@ MAX_BASE_DEPTH = 8  # a trained model on a trained model on ... : more levels th
 
 
 def _build_base(model_dir: Path, name: str, spec: str, options: Mapping[str, Any]) -> Any:
-    """The base encoder ``spec`` of the model in ``model_dir``; a base that names the model
+    """The base model ``spec`` of the model in ``model_dir``; a base that names the model
     itself, or a cycle of models that are each other's bases, is an error naming the chain."""
     chain: list[tuple[Path, str]] = getattr(_building, "chain", [])
     here = model_dir.resolve()
@@ -230,7 +230,7 @@ def _build_base(model_dir: Path, name: str, spec: str, options: Mapping[str, Any
 
 
 class TripletEncoder:
-    """A trained Triplet / TripletXL model as a text encoder (see the module docstring)."""
+    """A trained Triplet / TripletXL model as a text model (see the module docstring)."""
 
     wants_extra = ("title", "body")  # the evaluation grid passes these corpus columns as ``extra``
     cacheable = False
@@ -259,19 +259,19 @@ class TripletEncoder:
 
     @property
     def version(self) -> str:
-        """Content hash of the model files, plus the base encoder's version (its vectors feed the head)."""
+        """Content hash of the model files, plus the base model's version (its vectors feed the head)."""
         return f"{self._head_version}+{self._base_raw.version}"
 
     @property
     def versions(self) -> dict[str, str]:
-        """The base encoder's versions (libraries and settings) and numpy's (the head's products)."""
+        """The base model's versions (libraries and settings) and numpy's (the head's products)."""
         from ...core import env
         from ..base import encoder_versions
 
         return {**encoder_versions(self._base_raw), **env.versions_of(("numpy",))}
 
     def base(self) -> Any:
-        """The frozen base encoder, behind the embedding cache."""
+        """The frozen base model, behind the embedding cache."""
         if self._base is None:
             from ..cache import CachedTextEncoder
 
@@ -337,7 +337,7 @@ def _factory(method: str) -> Callable[..., TripletEncoder]:
 
 
 for _method, _desc in (
-    ("triplet", "Triplet model (paper Sec. 3.2, Eq. 1) trained on monolingual title/body pairs on top of a frozen encoder"),
+    ("triplet", "Triplet model (paper Sec. 3.2, Eq. 1) trained on monolingual title/body pairs on top of a frozen model"),
     ("tripletxl", "TripletXL model (paper Sec. 3.2, Eq. 1 + beta * Eq. 2) trained on monolingual title/body pairs"),
 ):
     register_text(_method, description=_desc, requires="numpy", example=_example(_method))(_factory(_method))

@@ -316,8 +316,8 @@ def train_evaluate(
     test queries.
 
     With ``out_dir``, writes the model directory plus ``split.json``, ``eval.json`` and
-    ``heldout.jsonl`` (:func:`.splits.write_heldout`); the Markdown table ``eval.md`` is the
-    report layer's (:func:`backretrieval.report.cr5_tables.write_eval_md`). ``holdout=False``
+    ``heldout.jsonl`` (:func:`.splits.write_heldout`); :func:`backretrieval.report.outputs.train_cr5`
+    calls this and adds the Markdown table ``eval.md``, as ``backretrieval train cr5`` does. ``holdout=False``
     trains on every concept (a model for use elsewhere; no evaluation, one lambda).
 
     Args:

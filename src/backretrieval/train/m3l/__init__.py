@@ -1,6 +1,6 @@
 """Zero-shot cross-lingual image retrieval (Aggarwal & Kale 2020): the M3L and PATR estimators
 (:class:`M3L`, :mod:`.estimator`; its training loop :mod:`.loop`), which train a mapping from a
-frozen multilingual text encoder into a frozen image model's feature space, with their network
+frozen multilingual text model into a frozen image model's feature space, with their network
 (:mod:`.model`), losses (:mod:`.losses`), image-keyed data and splits (:mod:`.data`) and the
 ranks the loop validates on (:mod:`.validation`). Evaluating saved models is
 :mod:`backretrieval.analysis.image_retrieval`. The method, its defaults and its results:

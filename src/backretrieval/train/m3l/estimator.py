@@ -3,7 +3,7 @@ model directory and loading it back (the training loop with online hardest negat
 validation is :mod:`.loop`).
 
 Aggarwal & Kale, "Towards Zero-shot Cross-lingual Image Retrieval" (2020), Sections 3-4.
-Multilingual sentence embeddings of a frozen text encoder (``use-m``, ``e5-small``, any text
+Multilingual sentence embeddings of a frozen text model (``use-m``, ``e5-small``, any text
 model) are mapped into the feature space of a frozen image model (``efficientnet-lite0``, or a
 dataset's precomputed image features) by three blocks of
 
@@ -12,7 +12,7 @@ dataset's precomputed image features) by three blocks of
 with widths ``[1024, 2048, image_dim]`` (the paper's ``[1024, 2048, 2048]`` with the last width
 set to the image model's feature size, 1280 for EfficientNet-Lite) and dropout
 ``[0.2, 0.1, 0.0]``. Only the mapping is trained, on image-caption pairs of the training
-languages (English only by default); at test time queries in any language the text encoder
+languages (English only by default); at test time queries in any language the text model
 knows are mapped and the nearest images are retrieved.
 
 Losses, with ``d`` the squared Euclidean distance, ``te_an`` the mapped anchor caption, ``im_p``

@@ -1,5 +1,5 @@
 """Triplet training data: monolingual title/body pairs without any cross-lingual link, the guard
-that refuses anything else, and the base encoder's vectors of titles and bodies."""
+that refuses anything else, and the base model's vectors of titles and bodies."""
 from __future__ import annotations
 
 import dataclasses

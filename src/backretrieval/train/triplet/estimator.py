@@ -3,9 +3,9 @@ resume key, inference, the saved model directory and loading it back. The traini
 is :mod:`.loop`.
 
 Triplet and TripletXL (Backretrieval paper, Sec. 3.2): a better cross-lingual representation
-from *monolingual* title/body pairs on top of a frozen multilingual encoder.
+from *monolingual* title/body pairs on top of a frozen multilingual model.
 
-Model. A frozen base encoder (e.g. ``use-m``) embeds an item's title and body separately; a
+Model. A frozen base model (e.g. ``use-m``) embeds an item's title and body separately; a
 siamese tower -- dense layers with ReLU (default 300 -> 300, as in the paper), the same
 weights for titles and bodies -- maps them to ``x_rt`` and ``x_rb``. The representation of an
 item is ``concat(x_rt, x_rb)`` (each half L2-normalised, see :mod:`backretrieval.encoders.trained.triplet`).
@@ -132,25 +132,25 @@ class Triplet(Estimator):
 
     ``fit(data)`` embeds the titles and bodies of a :class:`TitleBodyData` (or of a
     :class:`~backretrieval.data.Dataset`'s ``title`` / ``body`` columns, every language, through
-    :meth:`TitleBodyData.from_dataset`) with the frozen ``base`` encoder and trains;
+    :meth:`TitleBodyData.from_dataset`) with the frozen ``base`` model and trains;
     ``fit_vectors`` trains on given base vectors. ``transform(x_title, x_body)`` maps base
     vectors of titles and bodies to item representations. Learned attributes: ``params_``
     (numpy weights), ``history_`` (one dict per epoch: train/validation losses and their parts,
     seconds), ``best_epoch_``, ``languages_``, ``n_train_``, ``n_val_``, ``stopped_early_``,
     ``data_counts_`` (items per language; None after ``fit_vectors``) and, after fitting (not
     after :meth:`load`), ``tower_`` (the torch module). ``save(dir)`` writes a model directory
-    that ``triplet:DIR`` / ``tripletxl:DIR`` load as a text encoder and :meth:`load` reads
+    that ``triplet:DIR`` / ``tripletxl:DIR`` load as a text model and :meth:`load` reads
     back as an estimator.
 
     Args:
         method: ``"triplet"`` (Eq. 1) or ``"tripletxl"`` (Eq. 1 + beta * Eq. 2).
-        base: the frozen base text encoder spec.
+        base: the frozen base text model spec.
         layers: widths of the dense ReLU layers (a sequence of positive ints).
         final_relu: a ReLU after the mlp tower's last layer.
         tower: ``"mlp"`` is the paper's tower (dense ReLU layers of widths ``layers``);
             ``"residual"`` is ``x + f(x)``, ``f`` = dense ReLU layers of widths ``layers`` and a
             zero-initialised linear layer back to the base dimension, so training starts at the
-            base encoder's own vectors (``final_relu`` applies to the mlp tower only).
+            base model's own vectors (``final_relu`` applies to the mlp tower only).
         lr: Adam's learning rate (> 0).
         alpha: Eq. 1's margin (>= 0).
         batch_size: items per batch (>= 2: the negative is another item of the batch).
@@ -254,7 +254,7 @@ class Triplet(Estimator):
         base_options: Mapping[str, Any] | None = None,
         on_epoch: Callable[[dict[str, Any]], None] | None = None,
     ) -> "Triplet":
-        """Embed the titles and bodies with the frozen base encoder and train.
+        """Embed the titles and bodies with the frozen base model and train.
 
         Args:
             data: a :class:`TitleBodyData`, or a Dataset whose corpora have ``title`` and
@@ -262,7 +262,7 @@ class Triplet(Estimator):
                 and concepts). Anything else is refused: no cross-lingual link may be trained on.
             checkpoint_dir: save every epoch to ``DIR/checkpoint.pt`` and resume from it when
                 the settings and data are the same.
-            base_options: options of the base encoder.
+            base_options: options of the base model.
             on_epoch: called with each epoch's history record.
 
         Returns:
@@ -290,7 +290,7 @@ class Triplet(Estimator):
         checkpoint_dir: str | Path | None = None,
         on_epoch: Callable[[dict[str, Any]], None] | None = None,
     ) -> "Triplet":
-        """Train on base-encoder vectors of titles and bodies (rows aligned with ``langs``).
+        """Train on base-model vectors of titles and bodies (rows aligned with ``langs``).
 
         Args:
             x_title: (n, d) base vectors of the titles (converted to float32).
@@ -368,7 +368,7 @@ class Triplet(Estimator):
 
     # -- inference, saving and loading
     def transform(self, x_title: np.ndarray, x_body: np.ndarray) -> np.ndarray:
-        """Item representations from base vectors -- the same numpy code as the saved encoder.
+        """Item representations from base vectors -- the same numpy code as the saved model.
 
         Args:
             x_title: (n, d) base vectors of the titles.
