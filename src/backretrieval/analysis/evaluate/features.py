@@ -15,7 +15,6 @@ import numpy as np
 from ...core import BackretrievalError, DataError, UnsupportedLanguageError
 from ...core.env import StaleVersionsWarning
 from ...data import Dataset, matching, non_matching
-from ...data.sampling import largest_non_matching_n
 from ...data.corpus import fingerprint
 from ...encoders.text_batching import TruncationWarning
 from ...encoders.base import encoder_versions
@@ -63,31 +62,6 @@ def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
         matching(s, t, n, seed) if has_links else None,
         non_matching(s, t, n, seed) if has_images else None,
     )
-
-
-def largest_n(ds: Dataset, src: str, tgt: str, seeds: Sequence[int]) -> dict[str, int | None]:
-    """The largest sample size N the data allow on one pair, per sample kind.
-
-    Args:
-        ds: the dataset.
-        src, tgt: the two languages.
-        seeds: the seeds drawn (the non-matching sample's split of shared concepts depends on
-            the seed; the smallest of their largest N counts).
-
-    Returns:
-        ``{"xlr": ..., "bkr": ...}``: the concepts present in both languages (the matching
-        sample's limit; None without cross-lingual links) and the largest N for which
-        :func:`~backretrieval.data.sampling.non_matching` finds two disjoint samples of N for
-        every seed (None without images).
-    """
-    s, t = ds[src], ds[tgt]
-    sk, tk = s.concept_keys(), t.concept_keys()
-    out: dict[str, int | None] = {"xlr": None, "bkr": None}
-    if s.has_concepts and t.has_concepts:
-        out["xlr"] = sum(1 for c in set(sk) & set(tk) if not c.startswith("\x00"))
-    if s.has_images and t.has_images:
-        out["bkr"] = min(largest_non_matching_n(s, t, seed) for seed in seeds)  # replays the sampler itself
-    return out
 
 
 def check_image_model(spec: Any, corpora: Iterable[Any], dataset: str | None = None) -> None:

@@ -63,8 +63,8 @@ from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig
-from .power import check_n, power_note
-from .features import check_needs, draw_samples, Features, largest_n, same_sample_note, Samples
+from .power import check_n, power_note, sample_limits
+from .features import check_needs, draw_samples, Features, same_sample_note, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .result import EvalResult, slug
 from .queries import MATCHING, NON_MATCHING, sample_items
@@ -253,7 +253,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     info["encoding"] = encoding
     order = {m: i for i, m in enumerate(names)}
-    largest = {f"{s}->{t}": largest_n(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
+    largest = {f"{s}->{t}": sample_limits(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
     pair_order = {pair: i for i, pair in reversed(list(enumerate(cfg.pairs)))}  # records keep the pairs' order as given
     results = {}
     for g in image_models:

@@ -41,35 +41,58 @@ class SampleSizeError(DataError):
     """A sample size N larger than the data allows (the message names the largest that works)."""
 
 
-def largest_n(ds: Dataset, src: str, tgt: str, seed: int = 0) -> tuple[int, str]:
-    """The largest sample size N one pair allows, and why.
+def sample_limits(ds: Dataset, src: str, tgt: str, seeds: Sequence[int] = (0,)) -> dict[str, int | None]:
+    """The largest sample size N the data allow on one pair, per sample kind.
 
     Args:
         ds: the dataset.
         src: the source language.
         tgt: the target language.
-        seed: the sampling seed (with several items per concept the split of the shared
-            concepts, and so the largest N of BkR's sample, can depend on it).
+        seeds: the sampling seeds (with several items per concept the split of the shared
+            concepts, and so the largest N of BkR's sample, can depend on the seed; the smallest
+            over the seeds counts).
+
+    Returns:
+        ``{"xlr": ..., "bkr": ...}``: the concepts present in both languages (the matching
+        sample's limit, :func:`~backretrieval.data.sampling.largest_matching_n`; None without
+        cross-lingual links) and the largest N for which
+        :func:`~backretrieval.data.sampling.non_matching` draws two disjoint samples of N for
+        every seed (it replays the sampler; None without images).
+    """
+    s, t = ds[src], ds[tgt]
+    return {
+        "xlr": largest_matching_n(s, t) if s.has_concepts and t.has_concepts else None,
+        "bkr": min(largest_non_matching_n(s, t, seed) for seed in seeds) if s.has_images and t.has_images else None,
+    }
+
+
+def largest_n(ds: Dataset, src: str, tgt: str, seed: int = 0) -> tuple[int, str]:
+    """The largest sample size N one pair allows (:func:`sample_limits`), and why.
+
+    Args:
+        ds: the dataset.
+        src: the source language.
+        tgt: the target language.
+        seed: the sampling seed.
 
     Returns:
         ``(N, reason)``: the smaller of what XLR's matching sample allows (where both languages
-        have concepts) and what BkR's non-matching samples allow (where both have images), and
-        a phrase saying which limit it is and what it counts.
+        have concepts in common) and what BkR's non-matching samples allow (where both have
+        images), and a phrase saying which limit it is and what it counts.
     """
     s, t = ds[src], ds[tgt]
+    lim = sample_limits(ds, src, tgt, (seed,))
     limits = []
-    if s.has_images and t.has_images:
+    if lim["bkr"] is not None:
         concepts = len(set(s.concept_keys()) | set(t.concept_keys()))
-        limits.append((largest_non_matching_n(s, t, seed),
+        limits.append((lim["bkr"],
                        f"BkR's two samples need N {src} and N {tgt} items with disjoint concepts, 2N distinct concepts "
                        f"with one item per concept; the {len(s)} {src} and {len(t)} {tgt} items cover {concepts}"))
-    if s.has_concepts and t.has_concepts:
-        shared = largest_matching_n(s, t)
-        if shared:
-            limits.append((shared, f"XLR's sample needs N concepts present in both languages; there are {shared}"))
+    if lim["xlr"]:
+        limits.append((lim["xlr"], f"XLR's sample needs N concepts present in both languages; there are {lim['xlr']}"))
     if not limits:
         return 0, f"{src}-{tgt} has neither cross-lingual links nor images"
-    return min(limits, key=lambda lim: lim[0])
+    return min(limits, key=lambda limit: limit[0])
 
 
 def check_n(ds: Dataset, pairs: Sequence[tuple[str, str]], n: int, seeds: Sequence[int] = (0,),

@@ -38,7 +38,7 @@ class EvalResult:
             sample (:class:`~.queries.SampleItems`), which :meth:`queries` names.
         largest_n: per pair label (``"en->de"``), the largest N the data allow for the
             matching sample (``"xlr"``) and the non-matching one (``"bkr"``); None where that
-            sample is not drawn (:func:`~.features.largest_n`). A verdict advises more queries
+            sample is not drawn (:func:`~.power.sample_limits`). A verdict advises more queries
             only where there are more.
     """
 
