@@ -3,7 +3,7 @@ the joint model on the held-out test concepts (English with every other language
 
 Runs in a fresh child process so that the peak RSS is this run's alone: loading the 10
 languages, preprocessing (tokenising, vocabularies, TF-IDF), the eigsh/CG solve (Eq. 12-13),
-Phi (Eq. 14-15) and the evaluation. Target (issue 4): <= 15 minutes and <= 8 GiB on 2 cores.
+Phi (Eq. 14-15) and the evaluation. Target: <= 15 minutes and <= 8 GiB on 2 cores.
 
     BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp python bench/bench_cr5.py [--lam 10] [--n-jobs 1]
 """

@@ -1,6 +1,6 @@
-"""Cr5 solver speed (issue #19): today's ``solve`` against the one of commit ac498f6 (the solver
-before issue #19, loaded from git into a temporary module -- no copy of old code lives in the
-repository), on the three configurations the issue compares with the original authors' code.
+"""Cr5 solver speed: this tree's ``solve`` against the block-CG solver of commit ac498f6 (loaded
+from git into a temporary module -- no copy of old code lives in the
+repository), on the three configurations compared with the original authors' code.
 
 Each (configuration, solver) runs in a fresh child process: DDTP loaded, the concept split of
 ``bench_cr5.py`` (seed 0), joint training data, ``Cr5(rank, lam=1).fit`` (Sec. 4.1 tolerances:
@@ -9,7 +9,7 @@ under test, then the held-out test P@1. Reported per run: the solve's wall and C
 preprocessing is identical for both and timed apart), the peak RSS of the solve above the RSS at
 its start (the input matrices are already in memory; the peak is reset through
 ``/proc/self/clear_refs`` just before the solve), and the mean cosine P@1 over the pairs'
-directions. The original's figures are quoted from issue #19 as the anchor (same data, 2-core
+directions. The original's figures are quoted as the anchor (same data, 2-core
 machine, measured there, not here).
 
     BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp nice python bench/bench_cr5_speed.py [--repeats 3] [--n-jobs 1,2]
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 OLD_COMMIT = "ac498f6"
 CONFIGS = [("en,de", 100), ("en,de", 300), ("en,de,fr,it", 100)]
-# issue #19: the original Cr5 code (MKL 1 thread) and the project at ac498f6, same inputs, 2 cores
+# quoted: the original Cr5 code (MKL 1 thread) and the project at ac498f6, same inputs, 2 cores
 ORIGINAL = {
     ("en,de", 100): ("61.7-76.6 (40.2-42.8)", 197, "40.3-43.2 (25.2-26.8)", 258),
     ("en,de", 300): ("129.7-183.7 (128.3-133.8)", 369, "99.5-143.6 (90.1-93.4)", 569),
@@ -44,7 +44,7 @@ ORIGINAL = {
 }
 
 
-# where the modules that the old cr5.py imports are now (the package was reorganised after ac498f6);
+# where the modules that the cr5.py of ac498f6 imports live in this tree;
 # the benchmark calls only the old module's `solve`, which uses nothing from them
 MOVED = {"..encoders._bow": "..encoders.trained.bow", "..encoders.cr5": "..encoders.trained.cr5"}
 
@@ -223,7 +223,7 @@ def kernels(langs: list[str]) -> str:
     old = _old_solve()
     lanczos = _cr5_lanczos.lanczos_top
     out += ["", "Tiny problems (three synthetic languages, lambda 1, Sec. 4.1 tolerances; matvecs, CPU s best of 5):", "",
-            "| K | rank | thick restarts (now) | eigsh from scratch after one factorisation | solver of "
+            "| K | rank | thick restarts (this tree) | eigsh from scratch after one factorisation | solver of "
             f"{OLD_COMMIT} (eigsh) |", "|---:|---:|---:|---:|---:|"]
     for K, p, rank in ((40, (30, 45, 25), 10), (40, (30, 45, 25), 15), (60, (70, 90, 50), 25), (120, (150, 200, 100), 50)):
         blocks, labels, K = _synthetic(1, K, p)
@@ -248,7 +248,7 @@ def main() -> None:
                     "the median and min-max are shown.")
     ap.add_argument("--n-jobs", default="1", help="Comma-separated n_jobs values for the new solver (the old one runs with 1).")
     ap.add_argument("--configs", default=";".join(f"{langs}:{r}" for langs, r in CONFIGS),
-                    help="Semicolon-separated LANGS:RANK (default: the three of issue #19).")
+                    help="Semicolon-separated LANGS:RANK (default: the three quoted configurations).")
     ap.add_argument("--no-write", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
     ap.add_argument("--kernels", metavar="LANGS", help="Print the kernel measurements behind docs/cr5.md's choices on "
                     "the DDTP blocks of LANGS (e.g. en,de,fr,it) and exit.")
@@ -299,7 +299,7 @@ def main() -> None:
     loads = [x for rs in results.values() for r in rs for x in r["load"]]
     up_end = os.getloadavg()
     lines = [
-        "## Cr5 solver: today's `solve` vs the one before issue #19 (DDTP, lambda 1, Sec. 4.1 tolerances)",
+        "## Cr5 solver: `solve` against the block-CG solver of commit ac498f6 (DDTP, lambda 1, Sec. 4.1 tolerances)",
         "",
         f"Command: `{cmdline}`. Machine: {machine()}.",
         f"Load average (1 min) at the fits' starts and ends: {min(loads)}-{max(loads)}; `uptime` load (1, 5, 15 min) "
@@ -326,7 +326,7 @@ def main() -> None:
                 f"{rng([r['p1'] for r in rs], '{:.2f}')} | {its} |")
     lines += [
         "",
-        "Anchor, quoted from issue #19 (not measured here): fit s (CPU s) and peak RSS of the whole process.",
+        "Anchor, quoted (not measured here): fit s (CPU s) and peak RSS of the whole process.",
         "",
         "| config | original Cr5 code | peak RSS MiB | project at ac498f6 | peak RSS MiB |",
         "|---|---:|---:|---:|---:|",

@@ -1,4 +1,4 @@
-"""Encoding throughput of every encoder, before vs now, and the README demo end to end.
+"""Encoding throughput of every model, a baseline commit against this working tree ("ours"), and the README demo end to end.
 
 Real data: the emoji-cldr images and texts ("name: keywords") from ``$BACKRETRIEVAL_EMOJI_DIR``
 (default ../shared/data/npm). Every measurement runs in a fresh child process (so one
@@ -14,9 +14,9 @@ Variants per encoder:
   the packaged torch model on the same preprocessed batches of 64, decoding included);
 * ``baseline`` -- backretrieval at ``--baseline`` (a commit; its ``src`` is taken with
   ``git archive``), same encoder spec and defaults;
-* ``now (torch)`` / ``now (onnxruntime)`` -- backretrieval of this working tree (image models:
+* ``ours (torch)`` / ``ours (onnxruntime)`` -- backretrieval of this working tree (image models:
   each backend); text models have one backend;
-* ``now + cache (cold)`` / ``(warm)`` -- through ``CachedImageEncoder`` / ``CachedTextEncoder``
+* ``ours + cache (cold)`` / ``(warm)`` -- through ``CachedImageEncoder`` / ``CachedTextEncoder``
   with an empty cache directory, then again (every vector read back).
 
 Model loading (and an ONNX export on first use) is timed separately (``load s``); the
@@ -143,13 +143,13 @@ def variants(spec: str, baseline: str | None) -> list[str]:
 LABEL = {
     "raw": "raw model package",
     "baseline": "baseline",
-    "now-torch": "now, torch",
-    "now-onnxruntime": "now, onnxruntime",
-    "now": "now",
-    "now-onnxruntime+cache-cold": "now + cache, cold",
-    "now-onnxruntime+cache-warm": "now + cache, warm",
-    "now+cache-cold": "now + cache, cold",
-    "now+cache-warm": "now + cache, warm",
+    "now-torch": "ours, torch backend",
+    "now-onnxruntime": "ours, onnxruntime",
+    "now": "ours",
+    "now-onnxruntime+cache-cold": "ours + cache, cold",
+    "now-onnxruntime+cache-warm": "ours + cache, warm",
+    "now+cache-cold": "ours + cache, cold",
+    "now+cache-warm": "ours + cache, warm",
 }
 
 

@@ -171,7 +171,7 @@ def main() -> None:
 
     methods = sorted({r["method"] for r in rows})
     lines = [
-        f"## A million items per language: FAISS approximate search ({', '.join(methods)})",
+        f"### {', '.join(m.upper() for m in methods)} at a fixed effort, without the self-check (bench/bench_faiss.py)",
         "",
         "Command per row: `python bench/bench_faiss.py --child N --method M --m M_LINKS --ef-construction EFC "
         "--ef-search EFS [--exact]` (`--n N1 N2 ...` runs the children and writes this section; `--rows` writes it from",

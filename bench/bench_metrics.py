@@ -143,7 +143,7 @@ def main() -> None:
     rows.sort(key=lambda r: r["n"])
     from _md import ROOT, machine, write_section
 
-    target = {10000: (1.2, 1024), 100000: (1.3, 2048)}  # issue 7: ratio and RSS (MiB) targets
+    target = {10000: (1.2, 1024), 100000: (1.3, 2048)}  # the ratio and RSS (MiB) targets
 
     def verdict(r) -> str:
         if r["n"] not in target:

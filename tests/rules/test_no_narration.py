@@ -1,6 +1,6 @@
 """Code, tests and docs say what is, not how it came to be.
 
-Scanned: every text file under ``src/``, ``tests/`` and ``docs/``, and the three documents
+Scanned: every text file under ``src/``, ``tests/``, ``bench/`` and ``docs/``, and the three documents
 ``README.md``, ``ARCHITECTURE.md`` and ``BENCHMARKS.md``. A line fails when it cites a ticket of the
 tracker (the word issue followed by a number, with or without ``#``, or a bare ``#N`` in
 parentheses) or carries an ISO date (year-month-day): a ticket number means nothing to a reader of
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ["src", "tests", "docs", "README.md", "ARCHITECTURE.md", "BENCHMARKS.md"]
+SCANNED = ["src", "tests", "bench", "docs", "README.md", "ARCHITECTURE.md", "BENCHMARKS.md"]
 DOCUMENTS = ("docs/", "README.md", "ARCHITECTURE.md", "BENCHMARKS.md")
 DATED = {"BENCHMARKS.md"}  # the record of measurements: each is dated
 BINARY = {".png", ".gz", ".jpg", ".jpeg", ".npy", ".npz", ".pyc", ".so", ".onnx", ".pt", ".pth", ".zip"}
