@@ -1,12 +1,12 @@
 """cli/output_paths.py: no output of a command overwrites one of its inputs or lands in a folder
-it reads, a file is not written where a folder stands, and an earlier run's optional outputs go."""
+it reads, and a file is not written where a folder stands."""
 from __future__ import annotations
 
 import pytest
 
 from backretrieval.core.errors import OutputError
 from backretrieval.cli.output_paths import (
-    check_file_not_input, check_inputs_kept, check_not_inputs, check_output_paths, model_paths, remove_earlier_outputs,
+    check_file_not_input, check_inputs_kept, check_not_inputs, check_output_paths, model_paths,
 )
 
 
@@ -42,10 +42,3 @@ def test_the_one_output_file(tmp_path):
         check_file_not_input(f, [(str(f), "--dataset")])
     check_file_not_input(tmp_path / "other.jsonl", [(str(f), "--dataset")])
 
-
-def test_earlier_optional_outputs_are_removed(tmp_path, capsys):
-    (tmp_path / "queries.parquet").write_bytes(b"old")
-    (tmp_path / "report.html").write_text("old")
-    remove_earlier_outputs(tmp_path, written=["report.html"])
-    assert not (tmp_path / "queries.parquet").exists() and (tmp_path / "report.html").exists()
-    assert "--save-queries" in capsys.readouterr().err

@@ -82,3 +82,17 @@ def test_compare_writes_what_the_command_writes(tmp_path, shared_data):
     assert {"compare.md", "compare.json", "report.html", "report.json", "queries.parquet", "results.jsonl"} <= {
         p.name for p in py.iterdir()}
     assert (cli / "compare.md").read_text(encoding="utf-8").rstrip("\n") in res.output
+
+
+def test_earlier_optional_outputs_are_removed(tmp_path):
+    from backretrieval.report.outputs import remove_earlier_outputs
+
+    (tmp_path / "queries.parquet").write_bytes(b"old")
+    (tmp_path / "report.html").write_text("old")
+    (tmp_path / "image-models" / "g").mkdir(parents=True)
+    (tmp_path / "image-models" / "g" / "queries.parquet").write_bytes(b"old")
+    said = []
+    remove_earlier_outputs(tmp_path, written=["report.html"], log=said.append)
+    assert not (tmp_path / "queries.parquet").exists() and not (tmp_path / "image-models" / "g" / "queries.parquet").exists()
+    assert (tmp_path / "report.html").exists()
+    assert len(said) == 2 and all("--save-queries" in line for line in said)

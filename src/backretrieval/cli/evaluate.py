@@ -9,7 +9,6 @@ from ..core import BackretrievalError
 from ..core.io import folder_lock
 from .options import (N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main,
                       warn)
-from .output_paths import remove_earlier_outputs
 
 
 def _check_metric(metric: str, n: int, approx_k: int | None = None):
@@ -154,7 +153,6 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
     if save_queries:
         click.echo(_queries_line(cfg, out))
-    remove_earlier_outputs(out, ["queries.parquet"] if save_queries else [])
 
 
 @main.command()
@@ -210,7 +208,6 @@ def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, sa
         click.echo(_queries_line(cfg, out))
     if report:
         click.echo(f"\nwrote {Path(out) / 'report.html'} (figures in {Path(out) / 'figures'})")
-    remove_earlier_outputs(out, ["queries.parquet"] * save_queries + ["report.html", "report.json"] * report)
 
 
 @main.command()
@@ -250,8 +247,7 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
     with folder_lock(out):
         res = run_meta_datasets(cfg, datasets, out, image_models=extra, candidates=names, progress=not quiet, log=warn,
                                 executor=executor)
-        md = write_meta_outputs(res, cfg, Path(out), figures=report)
-        remove_earlier_outputs(out, ["report.html"] * report)
+        md = write_meta_outputs(res, cfg, Path(out), figures=report, log=warn)
     click.echo(md)
 
 

@@ -11,32 +11,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .warning_format import warn
 
 
 # what the grid commands write in --out: files, and folders whose whole content they own
 GRID_OUTPUT_FILES = ("results.jsonl", "results.csv", "summary.md", "run.json", "compare.md", "compare.json",
                      "report.html", "report.json", "meta.md", "meta.json", "queries.parquet")
 GRID_OUTPUT_DIRS = (".partial", "figures", "image-models", "datasets")
-
-
-# files a grid command writes only when asked (file name, the option that asks for it)
-OPTIONAL_OUTPUTS = (("queries.parquet", "--save-queries"), ("report.html", "--report"), ("report.json", "--report"))
-
-
-def remove_earlier_outputs(out: str | Path, written: Sequence[str] = ()) -> None:
-    """Once a run's results are written: remove the optional files in ``out`` (and below
-    ``out/image-models``) the run did not write (``written``), saying so, so that a
-    queries.parquet or report.html of an earlier run with another configuration is never taken
-    for this run's."""
-    o = Path(out)
-    for name, flag in OPTIONAL_OUTPUTS:
-        if name in written:
-            continue
-        for p in [o / name, *sorted(o.glob(f"image-models/*/{name}"))]:
-            if p.is_file():
-                p.unlink()
-                warn(f"removed {p}, an earlier run's (this run wrote no {name}: {flag})")
 
 
 def check_output_paths(out: str | Path, files: Sequence[str] = GRID_OUTPUT_FILES, dirs: Sequence[str] = GRID_OUTPUT_DIRS) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -67,14 +67,18 @@ def format_best_candidates(table: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = True) -> str:
-    """Write the meta-evaluation outputs into ``out``; return the Markdown summary.
+def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = True,
+                       log: Callable[[str], None] = lambda msg: None) -> str:
+    """Write the meta-evaluation outputs into ``out``; return the Markdown summary. An earlier
+    run's ``report.html`` is removed when this run writes none
+    (:func:`~.outputs.remove_earlier_outputs`).
 
     Args:
         res: the meta-evaluation (its candidates name every table, figure and calibration).
         cfg: the grid it ran (:class:`~backretrieval.analysis.evaluate.EvalConfig`).
         out: the output folder.
         figures: also write the figures and ``report.html``.
+        log: receives a line per earlier file removed.
 
     Returns:
         The Markdown of ``meta.md``.
@@ -156,6 +160,9 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         _figures_and_html(res, cfg, out, md)
     atomic_write_text(out / "meta.json", json.dumps(json_ready(doc), indent=1))
     atomic_write_text(out / "meta.md", md + "\n")
+    from .outputs import remove_earlier_outputs
+
+    remove_earlier_outputs(out, ["report.html"] * figures, log)
     return md
 
 

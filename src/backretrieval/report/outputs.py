@@ -98,6 +98,31 @@ def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+# files a grid command writes only when asked (file name, the option that asks for it)
+OPTIONAL_OUTPUTS = (("queries.parquet", "--save-queries"), ("report.html", "--report"), ("report.json", "--report"))
+
+
+def remove_earlier_outputs(out: str | Path, written: Sequence[str] = (), log: Callable[[str], None] = lambda msg: None) -> None:
+    """Once a run's results are written: remove the optional files in ``out`` (and below
+    ``out/image-models``) the run did not write (``written``), saying so through ``log``, so
+    that a queries.parquet or report.html of an earlier run with another configuration is never
+    taken for this run's.
+
+    Args:
+        out: the output folder.
+        written: the optional files (:data:`OPTIONAL_OUTPUTS`) this run wrote.
+        log: receives one line per file removed.
+    """
+    o = Path(out)
+    for name, flag in OPTIONAL_OUTPUTS:
+        if name in written:
+            continue
+        for p in [o / name, *sorted(o.glob(f"image-models/*/{name}"))]:
+            if p.is_file():
+                p.unlink()
+                log(f"removed {p}, an earlier run's (this run wrote no {name}: {flag})")
+
+
 def write_queries(result: EvalResult, out_dir: str | Path) -> list[Path]:
     """``queries.parquet`` of every record, and one per extra image model under ``image-models/``.
 
@@ -116,26 +141,33 @@ def write_queries(result: EvalResult, out_dir: str | Path) -> list[Path]:
     return paths
 
 
-def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: bool = False) -> list[Path]:
-    """What ``evaluate`` writes beside the records: ``summary.md`` (and ``queries.parquet``).
+def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: bool = False,
+                     log: Callable[[str], None] = lambda msg: None) -> list[Path]:
+    """What ``evaluate`` writes beside the records: ``summary.md`` (and ``queries.parquet``); an
+    earlier run's optional files this run did not write are removed (:func:`remove_earlier_outputs`).
 
     Args:
         result: a finished evaluation.
         out_dir: the folder.
         save_queries: also write what each query retrieved (:func:`write_queries`).
+        log: receives a line per earlier file removed.
 
     Returns:
         The files written.
     """
     path = Path(out_dir) / SUMMARY
     atomic_write_text(path, summary_markdown(result))
-    return [path, *(write_queries(result, out_dir) if save_queries else [])]
+    paths = [path, *(write_queries(result, out_dir) if save_queries else [])]
+    remove_earlier_outputs(out_dir, [QUERIES] if save_queries else [], log)
+    return paths
 
 
 def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, report: bool = False,
-                     save_queries: bool = False, command: str | Sequence[str] | None = None) -> list[Path]:
+                     save_queries: bool = False, command: str | Sequence[str] | None = None,
+                     log: Callable[[str], None] = lambda msg: None) -> list[Path]:
     """What ``compare`` writes beside the records: ``compare.md``, ``compare.json`` (and
-    ``queries.parquet``; with ``report`` the page, ``report.json`` and the figures).
+    ``queries.parquet``; with ``report`` the page, ``report.json`` and the figures); an earlier
+    run's optional files this run did not write are removed (:func:`remove_earlier_outputs`).
 
     Args:
         c: the finished comparison.
@@ -144,6 +176,7 @@ def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, 
         report: also write the report (:func:`~.compare_report.write_compare_report`).
         save_queries: also write what each query retrieved (:func:`write_queries`).
         command: the provenance the report shows (default: the Python call).
+        log: receives a line per earlier file removed.
 
     Returns:
         The files written (``report.html`` last).
@@ -158,6 +191,7 @@ def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, 
         from .compare_report import write_compare_report
 
         paths.append(write_compare_report(c, result, out, command=command))
+    remove_earlier_outputs(out, [QUERIES] * save_queries + ["report.html", "report.json"] * report, log)
     return paths
 
 
@@ -195,7 +229,7 @@ def evaluate(
     check_writable_dir(out_dir, "output folder")
     with folder_lock(out_dir, "output folder"):
         result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor)
-        write_evaluation(result, out_dir, save_queries=save_queries)
+        write_evaluation(result, out_dir, save_queries=save_queries, log=log)
     return result
 
 
@@ -275,7 +309,7 @@ def compare(
             for g, res in result.others.items():
                 write_results(res.records, Path(out_dir) / "image-models" / slug(g), res.run)
         c = compare_models(result, metric, **stats)
-        write_comparison(c, result, out_dir, report=report, save_queries=save_queries, command=command)
+        write_comparison(c, result, out_dir, report=report, save_queries=save_queries, command=command, log=log)
     return c
 
 
