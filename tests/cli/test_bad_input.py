@@ -25,6 +25,7 @@ import backretrieval
 from backretrieval.cli import main
 from backretrieval.core import DataError
 from backretrieval.core.io import atomic_write, atomic_write_text
+from grid_commands import grid, nothing_encoded, write_feature_items
 from backretrieval.data import generic, load_dataset, multi30k
 
 SRC = Path(backretrieval.__file__).resolve().parents[1]
@@ -49,31 +50,10 @@ def assert_refused(res, *fragments: str) -> str:
 # ------------------------------------------------------------------------------------ small data
 @pytest.fixture(scope="module")
 def feature_data(tmp_path_factory) -> Path:
-    """A generic JSONL file: 60 concepts in en and de with precomputed image features (16-d).
+    """A generic JSONL file: 60 concepts in en, de and ja with precomputed image features (16-d).
     Runs on it need no model download and no image encoding (``--image-model precomputed``)."""
-    d = tmp_path_factory.mktemp("feature-data")
-    rng = np.random.default_rng(0)
-    np.save(d / "feats.npy", rng.standard_normal((60, 16)).astype(np.float32))
-    words = {"en": "red cat number", "de": "rote Katze Nummer", "ja": "赤い猫 番号"}
-    rows = [
-        {"id": f"{lang}{i}", "lang": lang, "text": f"{words[lang]} {i}", "concept": f"c{i}", "image_feature_row": i}
-        for lang in ("en", "de", "ja") for i in range(60)
-    ]
-    path = d / "items.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def grid(cmd: str, data: Path, out: Path, *extra: str) -> list[str]:
-    args = [cmd, "--dataset", str(data), "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
-            "--pairs", "en-de", "--models", "random,tfidf-char", "--image-model", "precomputed",
-            "--n", "20", "--k", "5", "--seeds", "1", "--out", str(out), "--quiet"]
-    for flag, value in zip(extra[::2], extra[1::2]):  # later values replace the defaults above
-        if flag in args:
-            args[args.index(flag) + 1] = value
-        else:
-            args += [flag, value]
-    return args
+    return write_feature_items(tmp_path_factory.mktemp("feature-data"), 60,
+                               {"en": "red cat number", "de": "rote Katze Nummer", "ja": "赤い猫 番号"})
 
 
 @pytest.fixture
@@ -82,10 +62,6 @@ def empty_cache(tmp_path, monkeypatch) -> Path:
     cache = tmp_path / "cache"
     monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(cache))
     return cache
-
-
-def nothing_encoded(cache: Path) -> bool:
-    return not any(p.is_file() for p in cache.rglob("*")) if cache.exists() else True
 
 
 # ------------------------------------------------------------------------- non-UTF-8 data files

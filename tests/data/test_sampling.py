@@ -27,16 +27,25 @@ def test_matching_aligns_concepts_and_is_seeded():
     assert not (c_s == a_s).all()
 
 
-@settings(max_examples=60, deadline=None)
-@given(n_shared=st.integers(0, 30), n_s_only=st.integers(0, 15), n_t_only=st.integers(0, 15),
-       n=st.integers(1, 25), seed=st.integers(0, 1000), dup=st.booleans())
-def test_non_matching_concepts_are_disjoint(n_shared, n_s_only, n_t_only, n, seed, dup):
+def shared_and_own(n_shared: int, n_s_only: int, n_t_only: int, dup: bool):
+    """An en and a de corpus sharing ``n_shared`` concepts, each with concepts of its own (en
+    repeats three shared ones when ``dup``); None when a side would be empty."""
     shared = [f"c{i}" for i in range(n_shared)]
     s_con = shared + [f"s{i}" for i in range(n_s_only)] + (shared[:3] if dup else [])
     t_con = shared + [f"t{i}" for i in range(n_t_only)]
     if not s_con or not t_con:
+        return None
+    return corpus("en", s_con), corpus("de", t_con)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_shared=st.integers(0, 30), n_s_only=st.integers(0, 15), n_t_only=st.integers(0, 15),
+       n=st.integers(1, 25), seed=st.integers(0, 1000), dup=st.booleans())
+def test_non_matching_concepts_are_disjoint(n_shared, n_s_only, n_t_only, n, seed, dup):
+    pair = shared_and_own(n_shared, n_s_only, n_t_only, dup)
+    if pair is None:
         return
-    s, t = corpus("en", s_con), corpus("de", t_con)
+    s, t = pair
     try:
         si, ti = non_matching(s, t, n, seed)
     except DataError as e:
@@ -57,12 +66,10 @@ def test_non_matching_concepts_are_disjoint(n_shared, n_s_only, n_t_only, n, see
 @given(n_shared=st.integers(0, 30), n_s_only=st.integers(0, 15), n_t_only=st.integers(0, 15),
        seed=st.integers(0, 1000), dup=st.booleans())
 def test_largest_non_matching_n_is_the_largest_that_draws(n_shared, n_s_only, n_t_only, seed, dup):
-    shared = [f"c{i}" for i in range(n_shared)]
-    s_con = shared + [f"s{i}" for i in range(n_s_only)] + (shared[:3] if dup else [])
-    t_con = shared + [f"t{i}" for i in range(n_t_only)]
-    if not s_con or not t_con:
+    pair = shared_and_own(n_shared, n_s_only, n_t_only, dup)
+    if pair is None:
         return
-    s, t = corpus("en", s_con), corpus("de", t_con)
+    s, t = pair
     largest = largest_non_matching_n(s, t, seed)
     if largest:
         assert len(non_matching(s, t, largest, seed)[0]) == largest

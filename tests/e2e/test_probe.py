@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 import backretrieval
 from backretrieval.cli import main
+from grid_commands import grid, nothing_encoded, write_feature_items
 
 SRC = Path(backretrieval.__file__).resolve().parents[1]
 
@@ -62,15 +63,7 @@ def limited_run(code: str, *, memory_gb: float = 2.0, cpu_s: int = 120, timeout:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """A generic JSONL file: 40 concepts in en and de with precomputed 16-d image features."""
-    d = tmp_path_factory.mktemp("probe-data")
-    rng = np.random.default_rng(0)
-    np.save(d / "feats.npy", rng.standard_normal((40, 16)).astype(np.float32))
-    words = {"en": "red cat number", "de": "rote Katze Nummer"}
-    rows = [{"id": f"{lang}{i}", "lang": lang, "text": f"{words[lang]} {i}", "concept": f"c{i}", "image_feature_row": i}
-            for lang in words for i in range(40)]
-    path = d / "items.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
+    return write_feature_items(tmp_path_factory.mktemp("probe-data"), 40, {"en": "red cat number", "de": "rote Katze Nummer"})
 
 
 @pytest.fixture(autouse=True)
@@ -79,24 +72,6 @@ def empty_cache(tmp_path, monkeypatch) -> Path:
     cache = tmp_path / "cache"
     monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(cache))
     return cache
-
-
-def nothing_encoded(cache: Path) -> bool:
-    return not any(p.is_file() for p in cache.rglob("*")) if cache.exists() else True
-
-
-def grid(cmd: str, data: Path, out: Path, *extra: str) -> list[str]:
-    """A grid command on ``data`` (random and tfidf-char, N=20, one seed); ``extra`` flags
-    replace the defaults or are added."""
-    args = [cmd, "--dataset", str(data), "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
-            "--pairs", "en-de", "--models", "random,tfidf-char", "--image-model", "precomputed",
-            "--n", "20", "--k", "5", "--seeds", "1", "--out", str(out), "--quiet"]
-    for flag, value in zip(extra[::2], extra[1::2]):
-        if flag in args:
-            args[args.index(flag) + 1] = value
-        else:
-            args += [flag, value]
-    return args
 
 
 def flags(*names: str) -> list[str]:

@@ -1,0 +1,40 @@
+"""Grid commands on a small generic JSONL dataset with precomputed image features: runs on it
+need no model download and no image encoding (``--image-model precomputed``). Shared by the
+bad-input tests and the probe."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def write_feature_items(folder: Path, n: int, words: dict[str, str]) -> Path:
+    """``folder/items.jsonl``: ``n`` concepts in each language of ``words`` (text ``"WORDS i"``,
+    concept ``ci``, image feature row ``i``) and ``folder/feats.npy``, ``n`` seeded 16-d features."""
+    rng = np.random.default_rng(0)
+    np.save(folder / "feats.npy", rng.standard_normal((n, 16)).astype(np.float32))
+    rows = [{"id": f"{lang}{i}", "lang": lang, "text": f"{text} {i}", "concept": f"c{i}", "image_feature_row": i}
+            for lang, text in words.items() for i in range(n)]
+    path = folder / "items.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def grid(cmd: str, data: Path, out: Path, *extra: str) -> list[str]:
+    """The command line of grid command ``cmd`` on ``data`` (random and tfidf-char, en-de, N=20,
+    K=5, one seed); ``extra`` flag-value pairs replace the defaults or are added."""
+    args = [cmd, "--dataset", str(data), "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
+            "--pairs", "en-de", "--models", "random,tfidf-char", "--image-model", "precomputed",
+            "--n", "20", "--k", "5", "--seeds", "1", "--out", str(out), "--quiet"]
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
+def nothing_encoded(cache: Path) -> bool:
+    """Whether no file was written below the cache folder ``cache``."""
+    return not any(p.is_file() for p in cache.rglob("*")) if cache.exists() else True
