@@ -363,3 +363,18 @@ def json_ready(x: Any) -> Any:
     if hasattr(x, "item"):  # numpy scalars
         return json_ready(x.item())
     return x
+
+
+def json_finite(x: Any) -> Any:
+    """A copy of ``x`` with every NaN or infinite float (Python or numpy) as ``None``, numpy
+    scalars as Python values, dicts and lists/tuples recursively: what ``json.dumps(...,
+    allow_nan=False)`` accepts (:func:`json_ready` keeps infinities)."""
+    if isinstance(x, dict):
+        return {k: json_finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_finite(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from ..core import atomic_write_text
+from ..core import atomic_write_text, json_finite
 from ..report.study_analysis import format_study_analysis
 from . import files as study_files
 from . import store
@@ -84,21 +82,8 @@ def write_outputs(res: dict[str, Any], path: str | Path, out_dir: str | Path) ->
         if not pd.api.types.is_numeric_dtype(frame[col]):  # text (object or pandas' str dtype)
             frame[col] = frame[col].map(csv_safe)
     # CRLF line ends (RFC 4180): then a carriage return inside a text is quoted, not a row break
-    texts = [md, json.dumps(_finite(res), indent=1, ensure_ascii=False), frame.to_csv(index=False, lineterminator="\r\n")]
+    texts = [md, json.dumps(json_finite(res), indent=1, ensure_ascii=False), frame.to_csv(index=False, lineterminator="\r\n")]
     for f, text in zip(files, texts):
         atomic_write_text(f, text)
         study_files.public_mode(f)
     return files
-
-
-def _finite(x: Any) -> Any:
-    """JSON-safe numbers: inf / nan become None."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import zipfile
 import zlib
 from datetime import datetime, timezone
@@ -28,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ...core import atomic_save_npz, atomic_write_text, content_hash, env
+from ...core import atomic_save_npz, atomic_write_text, content_hash, env, json_finite
 from ...core.env import environment
 from ...data import Dataset
 from ...data.corpus import fingerprint
@@ -419,19 +418,6 @@ def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
 
 
 
-def _strict(x: Any) -> Any:
-    """``x`` with every NaN or infinite float (Python or numpy) as None, lists and dicts recursively."""
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[str, Any] | None = None) -> None:
     """Write ``results.jsonl``, ``results.csv`` and (given ``run``) ``run.json`` into ``out_dir``, each atomically.
 
@@ -448,6 +434,6 @@ def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[st
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     if run is not None:
-        atomic_write_text(out_dir / "run.json", json.dumps(_strict(run), indent=1, default=str, allow_nan=False) + "\n")
-    atomic_write_text(out_dir / "results.jsonl", "".join(json.dumps(_strict(r), allow_nan=False) + "\n" for r in records))
+        atomic_write_text(out_dir / "run.json", json.dumps(json_finite(run), indent=1, default=str, allow_nan=False) + "\n")
+    atomic_write_text(out_dir / "results.jsonl", "".join(json.dumps(json_finite(r), allow_nan=False) + "\n" for r in records))
     atomic_write_text(out_dir / "results.csv", pd.DataFrame(records).to_csv(index=False))
