@@ -123,3 +123,27 @@ def test_prompt_tokens_count_against_the_limit(tmp_path, minilm_dir, hub):
     cut, n_cut = enc.truncate(["one two three four five six seven eight nine ten"])
     # 8 tokens: [CLS] and [SEP], "query", ":" -> 4 words of the text remain
     assert n_cut == 1 and cut == ["one two three four"]
+
+
+def test_online_the_cache_is_read_first_and_only_a_missing_model_is_fetched(hub, monkeypatch):
+    """Online (no HF_HUB_OFFLINE), a cached snapshot loads without a request to the hub; only a
+    model the cache lacks is asked of the hub (here a download that fails, so nothing leaves)."""
+    import huggingface_hub
+
+    from backretrieval.encoders.text import hf_hub
+
+    real, calls = huggingface_hub.snapshot_download, []
+
+    def spy(repo, **kw):
+        calls.append((repo, kw["local_files_only"]))
+        if not kw["local_files_only"]:
+            raise OSError("the hub was asked")
+        return real(repo, **kw)
+
+    monkeypatch.setattr(hf_hub, "offline", lambda: False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", spy)
+    assert get_text_encoder(SPEC).commit == MAIN
+    assert calls == [(EXAMPLE_REPO, True)]
+    with pytest.raises(EncoderError, match=r"cannot get hub model 'BAAI/bge-m3'.*the hub was asked"):
+        get_text_encoder("hf:BAAI/bge-m3")
+    assert calls[1:] == [("BAAI/bge-m3", True), ("BAAI/bge-m3", False)]

@@ -5,7 +5,8 @@ The model is taken the way this machine has it: from the standard Hugging Face c
 ``cache_dir`` names another), with ``huggingface_hub.snapshot_download``. With
 ``HF_HUB_OFFLINE=1`` only the cache is read (``local_files_only``); a model that is not there is
 one :class:`~backretrieval.core.EncoderError` naming it and the command that fetches it
-(``hf download ORG/NAME``). Online, a model missing from the cache is downloaded into it; the
+(``hf download ORG/NAME``). Online, the cache is still read first and only a model missing from
+it is downloaded into it (a cached model never contacts the hub); the
 project's tests and demo run offline and never download.
 
 Revision. Option ``revision`` (a branch, a tag or a commit hash; default ``main``) is resolved to
@@ -90,7 +91,8 @@ def resolve_snapshot(repo: str, revision: str | None = None, cache_dir: str | os
                      spec: str | None = None) -> tuple[Path, str]:
     """The local snapshot folder of hub model ``repo`` at ``revision`` and its commit hash.
 
-    Offline (``HF_HUB_OFFLINE``) only the cache is read; online a missing snapshot is downloaded.
+    The cache is read first; only a snapshot missing from it is downloaded, and only online
+    (``HF_HUB_OFFLINE`` unset): a cached model never contacts the hub.
 
     Raises:
         EncoderError: the model (revision) is not in the cache while offline, or cannot be fetched;
@@ -104,8 +106,13 @@ def resolve_snapshot(repo: str, revision: str | None = None, cache_dir: str | os
     cache = hub_cache(cache_dir)
     local = offline()
     try:
-        folder = snapshot_download(repo, revision=revision or "main", cache_dir=str(cache), local_files_only=local)
-    except LocalEntryNotFoundError as e:
+        try:
+            folder = snapshot_download(repo, revision=revision or "main", cache_dir=str(cache), local_files_only=True)
+        except LocalEntryNotFoundError:
+            if local:
+                raise
+            folder = snapshot_download(repo, revision=revision or "main", cache_dir=str(cache), local_files_only=False)
+    except LocalEntryNotFoundError:
         at = f" at revision {revision!r}" if revision else ""
         why = " (HF_HUB_OFFLINE is set, so nothing is downloaded)" if local else ""
         cmd = fetch_command(repo, revision)
