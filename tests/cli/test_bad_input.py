@@ -25,26 +25,10 @@ import backretrieval
 from backretrieval.cli import main
 from backretrieval.core import DataError
 from backretrieval.core.io import atomic_write, atomic_write_text
-from grid_commands import grid, nothing_encoded, write_feature_items
+from commands import assert_refused, cli, grid, nothing_encoded, write_feature_items
 from backretrieval.data import generic, load_dataset, multi30k
 
 SRC = Path(backretrieval.__file__).resolve().parents[1]
-
-
-def cli(args: list[str]):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def assert_refused(res, *fragments: str) -> str:
-    """Exit code 2 and exactly one line of output, ``error: ...``, containing every fragment."""
-    out = res.output
-    assert res.exit_code == 2, out
-    assert "Traceback" not in out, out
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out
-    for f in fragments:
-        assert f in lines[0], (f, out)
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------------ small data

@@ -22,29 +22,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 import backretrieval
-from backretrieval.cli import main
-from grid_commands import grid, nothing_encoded, write_feature_items
+from commands import assert_refused, cli, grid, nothing_encoded, write_feature_items
 
 SRC = Path(backretrieval.__file__).resolve().parents[1]
-
-
-def cli(args: list) -> object:
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def assert_refused(res, *fragments: str, code: int = 2) -> str:
-    """Exit code ``code`` and exactly one line of output, ``error: ...``, containing every fragment."""
-    out = res.output
-    assert res.exit_code == code, out
-    assert "Traceback" not in out, out
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), out
-    for f in fragments:
-        assert f in lines[0], (f, out)
-    return lines[0]
 
 
 def limited_run(code: str, *, memory_gb: float = 2.0, cpu_s: int = 120, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -1,12 +1,33 @@
-"""Grid commands on a small generic JSONL dataset with precomputed image features: runs on it
-need no model download and no image encoding (``--image-model precomputed``). Shared by the
-bad-input tests and the probe."""
+"""Running commands in tests, shared by the bad-input tests and the probe: the command in
+process (:func:`cli`), its one-line refusal (:func:`assert_refused`), and grid commands on a small
+generic JSONL dataset with precomputed image features, which need no model download and no image
+encoding (``--image-model precomputed``)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import numpy as np
+from click.testing import CliRunner, Result
+
+from backretrieval.cli import main
+
+
+def cli(args: list) -> Result:
+    """``backretrieval ARGS`` in this process (each argument made a string)."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_refused(res: Result, *fragments: str, code: int = 2) -> str:
+    """Exit code ``code`` and exactly one line of output, ``error: ...``, containing every fragment."""
+    out = res.output
+    assert res.exit_code == code, out
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    for f in fragments:
+        assert f in lines[0], (f, out)
+    return lines[0]
 
 
 def write_feature_items(folder: Path, n: int, words: dict[str, str]) -> Path:
