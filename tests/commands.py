@@ -1,16 +1,24 @@
-"""Running commands in tests, shared by the bad-input tests and the probe: the command in
-process (:func:`cli`), its one-line refusal (:func:`assert_refused`), and grid commands on a small
-generic JSONL dataset with precomputed image features, which need no model download and no image
+"""Running commands in tests: the command in process (:func:`cli`), its one-line refusal
+(:func:`assert_refused`), a subprocess that a test interrupts (:func:`default_sigint`), and grid
+commands on a small generic JSONL dataset with precomputed image features, which need no model download and no image
 encoding (``--image-model precomputed``)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner, Result
 
 from backretrieval.cli import main
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a subprocess that a test interrupts with SIGINT: Ctrl-C's default
+    disposition, as a terminal's foreground job has it, even where the tests run as a background
+    job (whose shell starts it with SIGINT ignored, which children inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cli(args: list) -> Result:

@@ -21,6 +21,7 @@ from backretrieval.analysis.executors import (
     EXECUTORS, SHARED_PREFIX, ProcessExecutor, RowsRef, executor_usage, get_executor, resolve_rows, task_label,
 )
 from backretrieval.core import BackretrievalError
+from commands import default_sigint
 
 SRC = Path(backretrieval.__file__).resolve().parents[1]
 
@@ -229,11 +230,9 @@ def test_ctrl_c_ends_the_grid_and_leaves_nothing_behind(name, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     children: set[int] = set()
     for attempt in range(3):
-        # Ctrl-C's default disposition, as a terminal's foreground job has it, even where this test
-        # runs as a background job (whose shell starts it with SIGINT ignored, which children inherit)
         proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, name], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env, cwd=tmp_path, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=default_sigint)
         deadline = time.monotonic() + 300  # workers start (spawn, imports; Ray starts its processes)
         while not list(tmp_path.glob("started-*")) and proc.poll() is None:
             assert time.monotonic() < deadline, "no task started"

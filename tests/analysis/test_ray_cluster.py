@@ -25,6 +25,7 @@ import pytest
 
 from backretrieval.analysis import EvalConfig, evaluate
 from backretrieval.encoders.registry import get_text_encoder
+from commands import default_sigint
 from raycluster import LOOPBACK, LocalCluster, env_without
 
 TIMING = {"seconds", "encode_seconds"}
@@ -81,7 +82,7 @@ def _evaluate(cluster: LocalCluster, executor: str, out: Path, grid=GRID, quiet=
 def _popen(cluster: LocalCluster, executor: str, out: Path, grid=FAULT_GRID) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "backretrieval.cli", "evaluate", *grid, "--out", str(out), "--executor", executor, "--quiet"]
     return subprocess.Popen(cmd, env=_driver_env(cluster, RAY_ADDRESS=cluster.address), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_sigint)
 
 
 def _ray_lines(stderr: str) -> list[str]:
