@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from openai_server import TestServer
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.cli import main
 from backretrieval.encoders.registry import get_text_encoder
 
@@ -55,7 +55,7 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
     lines: list[str] = []
     spec = "openai:use-m?batch_size=16&price_per_1m_tokens=0.02"
     out = tmp_path / "out"
-    result = evaluate(cfg_for(["use-m", spec]), out, progress=False, log=lines.append)
+    result = run_grid(cfg_for(["use-m", spec]), out, progress=False, log=lines.append)
     local = [r for r in result.records if r["model"] == "use-m"]
     remote = [r for r in result.records if r["model"] == spec]
     assert len(local) == len(remote) == 2 and [strip(r) for r in local] == [strip(r) for r in remote]
@@ -81,7 +81,7 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
     assert not any(KEY in x for x in lines)
     # a second run sends nothing: every batch is cached
     api.reset()
-    evaluate(cfg_for([spec]), tmp_path / "again", progress=False)
+    run_grid(cfg_for([spec]), tmp_path / "again", progress=False)
     assert api.requests == []
 
 

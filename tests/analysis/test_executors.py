@@ -149,13 +149,13 @@ def test_the_table_names_every_executor():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_executor_gives_the_local_records(name, small_data, tmp_path):
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     dataset, options = small_data
     cfg = EvalConfig(dataset=dataset, dataset_options=options, pairs=[("en", "de"), ("de", "en")],
                      models=["random", "tfidf-char"], image_model="precomputed", n=15, k=5, seeds=[0, 1])
-    local = evaluate(cfg, None, progress=False).records
-    other = evaluate(cfg, None, progress=False, executor=get_executor(name)).records
+    local = run_grid(cfg, None, progress=False).records
+    other = run_grid(cfg, None, progress=False, executor=get_executor(name)).records
     assert len(local) == 2 * 2 * 2 and any(r["bkr@1"] > 0 for r in local)
     strip = lambda recs: [{k: v for k, v in r.items() if k not in TIMING} for r in recs]  # noqa: E731
     assert strip(other) == strip(local)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from backretrieval.analysis import EvalConfig
-from backretrieval.analysis.compare import compare
+from backretrieval.analysis.compare import compare_models
 from backretrieval.analysis.evaluate import EvalResult
 from backretrieval.analysis.verdict import agreement, lead_and_check, pair_verdict
 
@@ -37,7 +37,7 @@ RANDOM = lambda rng, n: rng.integers(1, n + 1, n)  # noqa: E731
 
 
 def test_a_clearly_best_model_is_the_one_to_ship():
-    c = compare(grid({"random": RANDOM, "mid": MID, "good": GOOD}), "bkr@10", n_boot=200, n_perm=400)
+    c = compare_models(grid({"random": RANDOM, "mid": MID, "good": GOOD}), "bkr@10", n_boot=200, n_perm=400)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["check"] == "bkr@10"  # the ground truth leads
     assert v["status"] == "ship" and v["ship"] == "good" and v["leading"] == ["good"]
@@ -57,7 +57,7 @@ def test_two_indistinguishable_models_are_picked_by_cost():
 
     res = grid({"a": GOOD, "b": twin, "random": RANDOM}, largest_n={"en->de": {"xlr": 5000, "bkr": 2000},
                                                                      "de->ja": {"xlr": 5000, "bkr": 2000}})
-    c = compare(res, "xlr@10", n_boot=200, n_perm=400)
+    c = compare_models(res, "xlr@10", n_boot=200, n_perm=400)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["status"] == "tied" and v["ship"] is None
     assert sorted(v["leading"]) == ["a", "b"]
@@ -76,14 +76,14 @@ def test_a_tiny_catalogue_says_not_enough_data_and_no_advice_it_cannot_follow():
     draws = {"good": {"xlr": lambda rng, n: np.ones(n, int), "bkr": chance},
              "poor": {"xlr": lambda rng, n: rng.integers(15, n + 1, n), "bkr": chance}}
     largest = {p: {"xlr": 30, "bkr": 30} for p in ("en->de", "de->ja")}
-    c = compare(grid(draws, n=30, seeds=(0,), largest_n=largest), "bkr@10", n_boot=200, n_perm=400)
+    c = compare_models(grid(draws, n=30, seeds=(0,), largest_n=largest), "bkr@10", n_boot=200, n_perm=400)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["status"] == "ship" and v["ship"] == "good"
     assert [a["status"] for a in v["agreement"]] == ["not enough data"] * 2
     for a in v["agreement"]:  # no reassurance from a test that could not have failed
         assert a["text"].startswith("not enough data to tell") or "not enough data to tell" in a["text"]
         assert "go the same way" not in a["text"] and "no significant gap" not in a["text"]
-    bkr_alone = compare(grid(draws, n=30, seeds=(0,), largest_n=largest, kinds=("bkr",)), "bkr@10", n_boot=200, n_perm=400)
+    bkr_alone = compare_models(grid(draws, n=30, seeds=(0,), largest_n=largest, kinds=("bkr",)), "bkr@10", n_boot=200, n_perm=400)
     w = bkr_alone.verdict
     assert w["metric"] == "bkr@10" and w["check"] is None and w["status"] == "not enough data"
     for p in w["pairs"]:
@@ -95,7 +95,7 @@ def test_a_tiny_catalogue_says_not_enough_data_and_no_advice_it_cannot_follow():
 
 def test_check_that_reverses_the_truth_is_named():
     draws = {"good": {"xlr": GOOD, "bkr": RANDOM}, "bad": {"xlr": RANDOM, "bkr": GOOD}}
-    c = compare(grid(draws), "bkr@10", n_boot=200, n_perm=400)
+    c = compare_models(grid(draws), "bkr@10", n_boot=200, n_perm=400)
     lead, check = lead_and_check(c)
     assert (lead.metric, check.metric) == ("xlr@10", "bkr@10")
     a = agreement(check, lead)
@@ -108,7 +108,7 @@ def test_check_that_reverses_the_truth_is_named():
 
 @pytest.mark.parametrize("models", [["only"], ["only", "other"]])
 def test_one_or_two_models(models):
-    c = compare(grid({m: GOOD if m == "only" else RANDOM for m in models}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200)
+    c = compare_models(grid({m: GOOD if m == "only" else RANDOM for m in models}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200)
     assert c.verdict["ship"] == "only" and c.verdict["status"] == "ship"
 
 
@@ -129,7 +129,7 @@ def test_a_sixty_product_catalogue_gets_an_xlr_led_verdict_without_advice_it_can
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     cfg = EvalConfig(dataset=str(path), pairs=[("en", "de"), ("en", "es")], models=["tfidf-char", "random"],
                      image_model="color-hist", n=30, seeds=[0, 1])
-    c = compare(cfg, "bkr@10", n_boot=200, n_perm=1000)
+    c = compare_models(cfg, "bkr@10", n_boot=200, n_perm=1000)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["check"] == "bkr@10"
     assert c.beside.chance == pytest.approx(1 / 3) and c.chance == pytest.approx(1 / 3)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import backretrieval.metrics as M
 from backretrieval.analysis import EvalConfig, summarize
-from backretrieval.analysis.compare import check_metric, compare, counterpart, outcome_fn
+from backretrieval.analysis.compare import check_metric, compare_models, counterpart, outcome_fn
 from backretrieval.analysis.evaluate import EvalResult
 from backretrieval.analysis.evaluate.features import NEEDS
 from backretrieval.analysis.evaluate.tasks import SampleTask, run_sample_task
@@ -217,11 +217,11 @@ def test_compare_accepts_exactly_the_rankable_metrics_and_meta_the_candidates(sp
     if spec.rankable:
         assert check_metric(name) == (spec, 5 if spec.at_k else None)
         if spec.exact:
-            assert compare(result, name, n_boot=20, n_perm=20).metric == name
+            assert compare_models(result, name, n_boot=20, n_perm=20).metric == name
         if spec.outcome is not None:
             assert outcome_fn(name)[0] == spec.source
     else:
-        for call in (lambda: check_metric(name), lambda: compare(result, name)):
+        for call in (lambda: check_metric(name), lambda: compare_models(result, name)):
             with pytest.raises(BackretrievalError, match=f"metric '{name}' cannot rank models: use " + ", ".join(RANKABLE)):
                 call()
     assert not (spec.candidate and spec.needs_truth)  # a proxy of the truth cannot need it

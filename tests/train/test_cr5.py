@@ -535,13 +535,13 @@ def test_single_token_dictionary():
 def test_grid_skips_a_model_for_languages_it_cannot_embed(fitted, tmp_path, shared_data):
     """A Cr5 model trained on de/en/ja evaluated on emoji-cldr en-de and en-ru: it runs for en-de,
     is skipped (with a warning) for en-ru, and the other models run everywhere."""
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     d = fitted.save(tmp_path / "m")
     logs: list[str] = []
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de"), ("en", "ru")], models=[f"cr5:{d}", "random"],
                      image_model="color-hist", n=100, seeds=[0])
-    res = evaluate(cfg, tmp_path / "out", progress=False, log=logs.append)
+    res = run_grid(cfg, tmp_path / "out", progress=False, log=logs.append)
     got = {(r["model"], r["tgt_lang"]) for r in res.records}
     assert got == {(f"cr5:{d}", "de"), ("random", "de"), ("random", "ru")}
     assert any("skipping cr5:" in m and "'ru'" in m and "no language 'ru'" in m for m in logs)

@@ -5,9 +5,9 @@ image retrieval (:mod:`.image_retrieval`), the case study (:mod:`.case_study`) a
 process and Ray executors (:mod:`.executors`, one module each and their table)."""
 from ..encoders.image.python_model import PythonImageModel
 from ..encoders.text.python_model import PythonTextModel
-from .compare import compare
-from .evaluate import EvalConfig, EvalResult, evaluate, parse_pairs, summarize
+from .compare import compare_models
+from .evaluate import EvalConfig, EvalResult, parse_pairs, run_grid, summarize
 
 __all__ = [
-    "EvalConfig", "EvalResult", "PythonImageModel", "PythonTextModel", "compare", "evaluate", "parse_pairs", "summarize",
+    "EvalConfig", "EvalResult", "PythonImageModel", "PythonTextModel", "compare_models", "parse_pairs", "run_grid", "summarize",
 ]

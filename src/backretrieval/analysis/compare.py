@@ -94,7 +94,7 @@ def outcome_fn(metric: str):
     return spec.source, (lambda r, spec=spec, k=k: spec.outcome(r, k))
 
 
-def compare(
+def compare_models(
     result: EvalResult | EvalConfig,
     metric: str | None = None,
     *,
@@ -130,7 +130,7 @@ def compare(
         seed: the resampling seed.
         beside: also rank by the metric's counterpart (:func:`~backretrieval.metrics.table.counterpart`)
             where the records have it (:attr:`Comparison.beside`).
-        out_dir: for a configuration, where its records go, as for :func:`~.evaluate.evaluate`.
+        out_dir: for a configuration, where its records go, as for :func:`~.evaluate.run_grid`.
         executor: for a configuration, where its per-sample tasks run.
         progress: for a configuration, show progress bars.
         log: for a configuration, receives the notable events of the evaluation.
@@ -146,12 +146,12 @@ def compare(
     metric = f"bkr@{cfg.k}" if metric is None else metric
     spec, _ = check_metric(metric, approx_depth=_depth(cfg))  # a metric it cannot rank by fails before anything is computed
     if isinstance(result, EvalConfig):
-        from .evaluate import evaluate
+        from .evaluate import run_grid
 
         if spec.outcome is None and cfg.corr_boot == 0:
             cfg = dataclasses.replace(cfg, corr_boot=200)
         needs = ("xlr",) if spec.needs_truth else ("bkr",)
-        result = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
+        result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
                           purpose=f"compare by {metric}")
     stats_ = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed)
     main = _rank(result, metric, **stats_)

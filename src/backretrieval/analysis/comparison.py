@@ -1,5 +1,5 @@
 """What a comparison of models found (:class:`Comparison`): the tables every report, page and
-script shows of it, computed once by :func:`~.compare.compare` and read by the verdict
+script shows of it, computed once by :func:`~.compare.compare_models` and read by the verdict
 (:mod:`.verdict`) and the report layer.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ PAIRWISE_COLUMNS = ["pair", "model_a", "model_b", "diff", "diff_low", "diff_high
 
 @dataclasses.dataclass
 class Comparison:
-    """The result of :func:`~.compare.compare`: everything a table, a page or a script shows of it, computed once.
+    """The result of :func:`~.compare.compare_models`: everything a table, a page or a script shows of it, computed once.
 
     Attributes:
         metric: the metric the models were ranked by.

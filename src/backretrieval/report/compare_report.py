@@ -2,7 +2,7 @@
 
 :func:`write_compare_report` renders a finished :class:`~backretrieval.analysis.comparison.Comparison`
 (every interval, gap, test, Holm correction, win and the verdict computed once by
-:func:`~backretrieval.analysis.compare.compare`; nothing is resampled here) and the
+:func:`~backretrieval.analysis.compare.compare_models`; nothing is resampled here) and the
 :class:`~backretrieval.analysis.evaluate.EvalResult` behind it into ``OUT/report.html`` (one
 self-contained file: inline CSS, figures embedded as base64 PNG, no script, nothing fetched),
 ``OUT/report.json`` (the verdicts and every pairwise gap, machine-readable) and the figures as
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis.compare import compare
+from ..analysis.compare import compare_models
 from ..analysis.comparison import Comparison
 from ..analysis.evaluate import EvalResult
 from ..analysis.evaluate.result import slug
@@ -116,7 +116,7 @@ def verdicts(c: Comparison) -> list[dict[str, Any]]:
 
 def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None = None, *, n_boot: int = 1000,
                    level: float = 0.95, alpha: float = 0.05, command: str | None = None) -> Path:
-    """Rank the models of ``result`` by ``metric`` (:func:`~backretrieval.analysis.compare.compare`:
+    """Rank the models of ``result`` by ``metric`` (:func:`~backretrieval.analysis.compare.compare_models`:
     default ``bkr@K``, or ``xlr@K`` for text-only results; the XLR/BkR counterpart beside it where
     the data allow) and write the report (see :func:`write_compare_report`).
 
@@ -134,7 +134,7 @@ def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None =
     """
     if metric is None:
         metric = f"xlr@{result.config.k}" if result.text_only else f"bkr@{result.config.k}"
-    c = compare(result, metric, n_boot=n_boot, level=level, alpha=alpha)
+    c = compare_models(result, metric, n_boot=n_boot, level=level, alpha=alpha)
     if command is None:
         command = (f"Python: backretrieval.compare_report(result, out_dir, metric={metric!r}, "
                    f"n_boot={n_boot}, level={level}, alpha={alpha})")
@@ -146,7 +146,7 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
     """Write ``report.html``, ``report.json`` and ``figures/*.png|svg`` into ``out_dir``.
 
     Args:
-        comparison: the finished comparison (:func:`~backretrieval.analysis.compare.compare`),
+        comparison: the finished comparison (:func:`~backretrieval.analysis.compare.compare_models`),
             with its counterpart in ``beside`` where the records have one: the ground truth
             (XLR) leads where it is there, the metric without ground truth (BkR) beside it.
         result: the evaluation the comparison was computed from (configuration and provenance

@@ -5,7 +5,7 @@
 and call these functions. What a folder holds:
 
 * the records: ``results.jsonl``, ``results.csv``, ``run.json``
-  (:func:`backretrieval.analysis.evaluate.evaluate`; per extra image model under ``image-models/``);
+  (:func:`backretrieval.analysis.evaluate.run_grid`; per extra image model under ``image-models/``);
 * evaluate: ``summary.md``, :func:`summary_markdown` of :meth:`EvalResult.summary`;
 * compare: ``compare.md`` (:func:`comparison_markdown`: the verdict, then the rankings) and
   ``compare.json`` (:meth:`Comparison.to_json`), both from the one finished
@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..analysis.compare import check_metric, compare as compare_models
+from ..analysis.compare import check_metric, compare_models
 from ..analysis.comparison import Comparison
-from ..analysis.evaluate import EvalConfig, EvalResult, evaluate as run_grid
+from ..analysis.evaluate import EvalConfig, EvalResult, run_grid
 from ..analysis.evaluate.result import slug
 from ..analysis.evaluate.queries import write_queries as write_query_table
 from ..analysis.evaluate.records import write_results
@@ -220,7 +220,7 @@ def evaluate(
         the summary table).
 
     Raises:
-        BackretrievalError: as :func:`backretrieval.analysis.evaluate.evaluate`; with
+        BackretrievalError: as :func:`backretrieval.analysis.evaluate.run_grid`; with
             ``save_queries``, records of approximate search (before anything is computed).
     """
     _check_save_queries(cfg, save_queries)
@@ -250,7 +250,7 @@ def compare(
     progress: bool = False,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Comparison:
-    """Rank the models per pair (:func:`backretrieval.analysis.compare.compare`) and, with
+    """Rank the models per pair (:func:`backretrieval.analysis.compare.compare_models`) and, with
     ``out_dir``, write what ``backretrieval compare`` writes.
 
     Args:
@@ -277,7 +277,7 @@ def compare(
         holds and the report shows.
 
     Raises:
-        BackretrievalError: as :func:`backretrieval.analysis.compare.compare`; ``report`` or
+        BackretrievalError: as :func:`backretrieval.analysis.compare.compare_models`; ``report`` or
             ``save_queries`` without ``out_dir``, ``save_queries`` with approximate search.
     """
     from ..core import BackretrievalError

@@ -214,10 +214,10 @@ def bkr_comparison(
     meta: dict[str, Any], *, n: int, seeds: int, image_model: Any, k: int = 10, progress: bool = True
 ) -> dict[str, Any]:
     """The models' BkR@k (and XLR@k where the dataset links languages) on the study's pair,
-    from :func:`backretrieval.analysis.evaluate` with ``n`` items per side and ``seeds`` seeds.
+    from :func:`backretrieval.analysis.run_grid` with ``n`` items per side and ``seeds`` seeds.
     ``image_model`` is a spec string or a Python object (:mod:`backretrieval.analysis.models`);
     the result names it as the records do."""
-    from ..analysis import EvalConfig, evaluate
+    from ..analysis import EvalConfig, run_grid
 
     cfg = EvalConfig(
         dataset=meta["dataset"],
@@ -229,7 +229,7 @@ def bkr_comparison(
         k=k,
         dataset_options=dict(meta.get("dataset_options") or {}),
     )
-    res = evaluate(cfg, None, progress=progress)
+    res = run_grid(cfg, None, progress=progress)
     df = pd.DataFrame(res.records)
     out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": cfg.image_model_name, "models": {}}
     for spec in meta["models"]:

@@ -1,4 +1,4 @@
-"""The grid itself: :func:`evaluate` draws the samples, resumes the finished records, encodes
+"""The grid itself: :func:`run_grid` draws the samples, resumes the finished records, encodes
 what is left and runs one :class:`~.tasks.SampleTask` per sample.
 
 For each pair and seed two samples are drawn from the dataset (Backretrieval paper, Sec. 3.1):
@@ -73,7 +73,7 @@ from .tasks import SampleTask, check_approx
 Sample = tuple[str, str, int]  # (src, tgt, seed)
 
 
-def evaluate(
+def run_grid(
     cfg: EvalConfig,
     out_dir: str | Path | None = None,
     *,
