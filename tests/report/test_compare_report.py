@@ -156,7 +156,7 @@ def test_write_compare_report_renders_without_resampling(tmp_path, monkeypatch):
 
     for mod, names in ((stats, ("bootstrap_ci", "paired_bootstrap_diff", "paired_permutation_test", "holm")),
                        (compare_module, ("bootstrap_ci", "paired_bootstrap_diff", "paired_permutation_test", "holm",
-                                         "compare", "pairwise"))):
+                                         "compare_models", "pairwise"))):
         for name in names:
             monkeypatch.setattr(mod, name, refuse)
     write_compare_report(c, res, tmp_path, examples=0)

@@ -16,7 +16,7 @@ from backretrieval.core import BackretrievalError, DataError, EncoderError
 from backretrieval.data import Dataset, load_dataset
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.trained.m3l import M3LTextEncoder, forward, load_model
-from backretrieval.analysis.image_retrieval import evaluate_image_retrieval
+from backretrieval.analysis.trained.image_retrieval import evaluate_image_retrieval
 from backretrieval.train.m3l import (
     M3L,
     assign_splits,
@@ -513,7 +513,7 @@ def test_image_retrieval_groups_seeds_but_not_settings(trained):
     settings make their own rows, named by what differs."""
     import dataclasses
 
-    from backretrieval.analysis.image_retrieval import group_key, group_labels
+    from backretrieval.analysis.trained.image_retrieval import group_key, group_labels
 
     _, out = trained
     md, _ = load_model(out)
@@ -534,7 +534,7 @@ def test_image_retrieval_groups_seeds_but_not_settings(trained):
 def test_image_retrieval_reads_old_prose_eta_rule(trained, tmp_path):
     """A directory in the legacy layout (config.json; in its first form with only the prose
     eta_rule) groups exactly as the new one and gives the same vectors."""
-    from backretrieval.analysis.image_retrieval import group_key
+    from backretrieval.analysis.trained.image_retrieval import group_key
     from legacy_model_dirs import legacy_m3l
 
     model, out = trained

@@ -27,7 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from ..core import BackretrievalError
-from ..metrics.table import MetricSpec, approx_ks, chance_level, counterpart, known_metrics, parse_metric
+from ..metrics.table import MetricSpec, chance_level, counterpart, known_metrics, parse_metric
 from .comparison import PAIRWISE_COLUMNS, Comparison
 from .costs import model_costs
 from .evaluate import EvalConfig, EvalResult
@@ -65,11 +65,6 @@ def check_metric(metric: str, *, approx_depth: int | None = None) -> tuple[Metri
         if k > approx_depth:
             raise BackretrievalError(f"{metric}: --approx searches the top {approx_depth} only; give K <= {approx_depth}")
     return spec, k
-
-
-def _depth(cfg: EvalConfig) -> int | None:
-    """The depth the approximate route searches for ``cfg`` (None: exact search)."""
-    return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
 
 
 def outcome_fn(metric: str):
@@ -144,7 +139,7 @@ def compare_models(
     """
     cfg = result if isinstance(result, EvalConfig) else result.config
     metric = f"bkr@{cfg.k}" if metric is None else metric
-    spec, _ = check_metric(metric, approx_depth=_depth(cfg))  # a metric it cannot rank by fails before anything is computed
+    spec, _ = check_metric(metric, approx_depth=cfg.approx_depth)  # a metric it cannot rank by fails before anything is computed
     if isinstance(result, EvalConfig):
         from .evaluate import run_grid
 
@@ -338,7 +333,7 @@ def has_metric(result: EvalResult, metric: str) -> bool:
         result without records.
     """
     try:
-        spec, _ = check_metric(metric, approx_depth=_depth(result.config))
+        spec, _ = check_metric(metric, approx_depth=result.config.approx_depth)
     except BackretrievalError:
         return False
     key = "corr_boot" if spec.outcome is None else spec.source

@@ -74,7 +74,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
 
     from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..report.outputs import train_cr5
+    from ..report.runs import train_cr5
     from ..train.cr5 import Cr5OptionError, Split, plan_training
 
     lang_list = parse_list(langs, "--langs", "language") if langs is not None else None
@@ -102,7 +102,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     ds = load_dataset(dataset, langs=plan.load, **options)
     langs_used = plan.trained or ds.languages
     try:
-        res = train_cr5(
+        run = train_cr5(
             ds,
             regime=plan.regime,
             languages=langs_used,
@@ -120,18 +120,18 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
         )
     except ValueError as e:  # e.g. scipy refusing a degenerate problem
         raise BackretrievalError(f"train cr5: {e}") from e
-    model = res["model"]
+    model = run.model
     click.echo(
-        f"trained Cr5 {regime} on {', '.join(model.languages_)}: rank {model.rank}, lambda {res['lam']:g}, "
+        f"trained Cr5 {regime} on {', '.join(model.languages_)}: rank {model.rank}, lambda {run.lam:g}, "
         f"{sum(model.n_documents_.values())} documents, {model.n_concepts_} concepts, "
         f"fit {model.fit_seconds_:.0f}s (total {time.perf_counter() - t0:.0f}s)"
     )
-    if res["lambda_table"] and len(res["lambda_table"]) > 1:
-        click.echo("lambda selection (mean validation xlr@1): " + ", ".join(f"{r['lam']:g}: {r['val_xlr@1']:.3f}" for r in res["lambda_table"]))
-    if res["test"]:
+    if len(run.lambda_table) > 1:
+        click.echo("lambda selection (mean validation xlr@1): " + ", ".join(f"{r['lam']:g}: {r['val_xlr@1']:.3f}" for r in run.lambda_table))
+    if run.test:
         from ..report.cr5_tables import precision_table_md
 
-        click.echo("\n" + precision_table_md(res["test"]))
+        click.echo("\n" + precision_table_md(run.test))
         click.echo(f"\nwrote {Path(out)} (model, eval.md, eval.json, split.json); use it as --models cr5:{out}")
     else:
         click.echo(f"wrote {Path(out)}; use it as --models cr5:{out}")

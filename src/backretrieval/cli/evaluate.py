@@ -1,4 +1,4 @@
-"""Evaluation commands: evaluate, compare, meta, and the datasets / models / metrics listings."""
+"""Evaluation commands: evaluate, compare and meta."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -116,12 +116,6 @@ def _approx_config(cfg, approx: str | None, target: float, always: bool = False)
     return cfg
 
 
-def _approx_k(cfg) -> int | None:
-    from ..metrics.table import approx_ks
-
-    return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
-
-
 @main.command()
 @grid_options
 @device_option
@@ -146,10 +140,10 @@ def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_s
 
 
 def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
-    from ..report import outputs
+    from ..report.runs import grid
 
-    result = outputs.evaluate(cfg, out, save_queries=save_queries, progress=not quiet, log=warn, executor=executor)
-    click.echo(outputs.summary_markdown(result).rstrip("\n"))
+    result = grid.evaluate(cfg, out, save_queries=save_queries, progress=not quiet, log=warn, executor=executor)
+    click.echo(grid.summary_markdown(result).rstrip("\n"))
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
     if save_queries:
         click.echo(_queries_line(cfg, out))
@@ -184,7 +178,7 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
     cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
     _check_save_queries(save_queries, cfg)
     metric = (metric or f"bkr@{cfg.k}").strip()
-    spec = _check_metric(metric, cfg.n, _approx_k(cfg))
+    spec = _check_metric(metric, cfg.n, cfg.approx_depth)
     if spec.outcome is None:  # ranked by bootstrap replicates of the records (CORR)
         import dataclasses
 
@@ -198,12 +192,12 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
 
 
 def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, save_queries: bool = False) -> None:
-    from ..report import outputs
+    from ..report.runs import grid
     from .options import command_line
 
-    outputs.compare(cfg, metric, out_dir=out, report=report, save_queries=save_queries, n_boot=n_boot, level=level,
+    grid.compare(cfg, metric, out_dir=out, report=report, save_queries=save_queries, n_boot=n_boot, level=level,
                     alpha=alpha, command=command_line(), executor=executor, progress=not quiet, log=warn)
-    click.echo((Path(out) / outputs.COMPARE_MD).read_text(encoding="utf-8").rstrip("\n"))  # what it wrote
+    click.echo((Path(out) / grid.COMPARE_MD).read_text(encoding="utf-8").rstrip("\n"))  # what it wrote
     if save_queries:
         click.echo(_queries_line(cfg, out))
     if report:
@@ -229,8 +223,8 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
     """
     import dataclasses
 
-    from ..analysis.meta import check_candidates, default_candidates, run_meta_datasets
-    from ..report.meta_report import write_meta_outputs
+    from ..analysis.meta import check_candidates, default_candidates
+    from ..report import runs
 
     datasets = dataset_specs(dataset, dataset_option)
     cfg = grid_config(dataset=datasets[0][0], dataset_option=(), **grid)
@@ -245,52 +239,6 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
     check_grid(cfg, out, executor, extra, datasets)
     with folder_lock(out):
-        res = run_meta_datasets(cfg, datasets, out, image_models=extra, candidates=names, progress=not quiet, log=warn,
-                                executor=executor)
-        md = write_meta_outputs(res, cfg, Path(out), figures=report, log=warn)
-    click.echo(md)
-
-
-@main.command()
-@click.option("--markdown", is_flag=True, help="Print the Markdown table of docs/datasets.md instead.")
-def datasets(markdown: bool) -> None:
-    """List the registered datasets."""
-    from ..data import list_datasets
-
-    if markdown:
-        from ..report.catalogue import datasets_markdown
-
-        click.echo(datasets_markdown(), nl=False)
-        return
-    for info in list_datasets():
-        flags = ", ".join(f for f, on in (("images", info.has_images), ("cross-lingual links", info.has_concepts)) if on)
-        click.echo(f"{info.name:<12} {info.description} [{flags or 'text only'}]\n{'':<12} source: {info.source}; licence: {info.license}")
-
-
-@main.command()
-@click.option("--markdown", is_flag=True, help="Print the Markdown tables of docs/models.md instead.")
-def models(markdown: bool) -> None:
-    """List the text and image models."""
-    from ..encoders import list_image_encoders, list_text_encoders
-
-    if markdown:
-        from ..report.catalogue import models_markdown
-
-        click.echo(models_markdown(), nl=False)
-        return
-    click.echo("text models:")
-    for info in list_text_encoders():
-        name = info.name + (":PATH" if info.takes_arg else "")
-        click.echo(f"  {name:<22} {info.description}")
-    click.echo("image models (g):")
-    for info in list_image_encoders():
-        click.echo(f"  {info.name:<22} {info.description}")
-
-
-@main.command()
-def metrics() -> None:
-    """List the metrics a record can carry (the metric table); compare ranks by the rankable ones."""
-    from ..metrics.table import describe
-
-    for line in describe():
-        click.echo(line)
+        runs.meta(cfg, out, datasets=datasets, image_models=extra, candidates=names, report=report, progress=not quiet,
+                  log=warn, executor=executor)
+    click.echo((Path(out) / "meta.md").read_text(encoding="utf-8")[:-1])  # what it wrote: the Markdown and a newline

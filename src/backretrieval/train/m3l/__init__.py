@@ -3,7 +3,7 @@
 frozen multilingual text model into a frozen image model's feature space, with their network
 (:mod:`.model`), losses (:mod:`.losses`), image-keyed data and splits (:mod:`.data`) and the
 ranks the loop validates on (:mod:`.validation`). Evaluating saved models is
-:mod:`backretrieval.analysis.image_retrieval`. The method, its defaults and its results:
+:mod:`backretrieval.analysis.trained.image_retrieval`. The method, its defaults and its results:
 docs/m3l.md; the model, losses and splits in detail: the docstring of :mod:`.estimator`.
 """
 from .data import SPLIT_CODE, SPLITS, ImageTextData, assign_splits, check_fracs, collect_images

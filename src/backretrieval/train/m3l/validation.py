@@ -1,6 +1,6 @@
 """What the training loop's validation measures: the rank of each caption's true image
 (:func:`retrieval_ranks`) and their Recall@K summary (:func:`recall_summary`). Evaluating a saved
-model directory on a dataset is :mod:`backretrieval.analysis.image_retrieval`."""
+model directory on a dataset is :mod:`backretrieval.analysis.trained.image_retrieval`."""
 from __future__ import annotations
 
 from typing import Sequence

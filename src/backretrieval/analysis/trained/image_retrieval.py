@@ -17,14 +17,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core import BackretrievalError, DataError
-from ..data import Dataset
-from ..encoders.registry import get_text_encoder
-from ..encoders.cache import CachedTextEncoder
-from ..encoders.trained.modeldir import ModelDir
-from ..encoders.trained.m3l import M3LTextEncoder, load_model
-from ..train.m3l import VAL_KS, ImageTextData, collect_images, recall_summary, retrieval_ranks
-from .stats import paired_permutation_test
+from ...core import BackretrievalError, DataError
+from ...data import Dataset
+from ...encoders.registry import get_text_encoder
+from ...encoders.cache import CachedTextEncoder
+from ...encoders.trained.modeldir import ModelDir
+from ...encoders.trained.m3l import M3LTextEncoder, load_model
+from ...train.m3l import VAL_KS, ImageTextData, collect_images, recall_summary, retrieval_ranks
+from ..stats import paired_permutation_test
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .stats import bootstrap_ci, correlations, hits, holm, paired_permutation_test
+from ..stats import bootstrap_ci, correlations, hits, holm, paired_permutation_test
 
 Pair = tuple[str, str]
 
@@ -353,7 +353,7 @@ def evaluate_case_study(
         BackretrievalError: what :func:`~.evaluate.run_grid` raises (unknown dataset, model or
             language, a sample larger than the data, ...).
     """
-    from .evaluate import EvalConfig, run_grid
+    from ..evaluate import EvalConfig, run_grid
 
     pairs = directed_pairs(langs)
     out = Path(out)
