@@ -19,8 +19,7 @@ import numpy as np
 
 from ...core import BackretrievalError, DataError
 from ...data import Dataset
-from ...encoders.registry import get_text_encoder
-from ...encoders.cache import CachedTextEncoder
+from ...encoders.registry import get_cached_text_encoder
 from ...encoders.trained.modeldir import ModelDir
 from ...encoders.trained.m3l import M3LTextEncoder, load_model
 from ...train.m3l import VAL_KS, ImageTextData, collect_images, recall_summary, retrieval_ranks
@@ -417,7 +416,7 @@ def image_retrieval(
                 dataset, langs, hp["image_model"], split_seed=key[1], test_frac=key[2], val_frac=key[3], progress=progress,
             )
         if hp["base"] not in bases:
-            bases[hp["base"]] = CachedTextEncoder(get_text_encoder(hp["base"], progress=progress), progress=progress)
+            bases[hp["base"]] = get_cached_text_encoder(hp["base"], {"progress": progress}, progress=progress)
         res = evaluate_image_retrieval(m, dataset, langs, split=split, ks=k_list, sim=sim, data=data_cache[key],
                                  base_encoder=bases[hp["base"]], progress=progress)
         results.append(res)
