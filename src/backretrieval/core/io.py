@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .errors import OutputError
+from .locks import LockBusy, lock_holders, take_lock
 
 CACHE_ENV = "BACKRETRIEVAL_CACHE"
 
@@ -141,54 +142,6 @@ _held: dict[Path, int] = {}  # folder -> depth: the folders this process holds
 _held_guard = threading.Lock()
 
 
-def _lock_holders(lock: Path) -> str:
-    """`` (process 123)``: who holds the ``flock`` on ``lock``, as far as ``/proc/locks`` tells (Linux)."""
-    try:
-        ino = lock.stat().st_ino
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return ""
-    pids = [f[4] for f in (ln.split() for ln in text.splitlines())
-            if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino)]
-    return f" (process {', '.join(dict.fromkeys(pids))})" if pids else ""
-
-
-class _Busy(Exception):
-    """Another process holds the lock."""
-
-
-def _flock(lock: Path) -> int | None:
-    """An exclusive ``flock`` on the file ``lock`` (created if needed), taken without waiting.
-
-    Returns the descriptor that holds it, or None where locks cannot be taken (no ``fcntl``, a
-    file system without ``flock``, a folder that cannot hold the file). Raises :class:`_Busy`
-    when another process holds it.
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return None
-    for _ in range(10):  # a run ending just now may remove the file: lock the one that is there
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise _Busy() from None
-            return None  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
-        try:
-            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    return None
-
-
 @contextlib.contextmanager
 def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
     """Hold the output folder ``path`` for one run: an exclusive ``flock`` on ``path/.backretrieval.lock``.
@@ -221,9 +174,9 @@ def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
     try:
         if not nested:
             try:
-                fd = _flock(key / LOCK_FILE)
-            except _Busy:
-                raise OutputError(f"{what} {path} is being written by another run{_lock_holders(key / LOCK_FILE)}: "
+                fd = take_lock(key / LOCK_FILE, same_file=True)  # a run ending now may remove the file
+            except LockBusy:
+                raise OutputError(f"{what} {path} is being written by another run{lock_holders(key / LOCK_FILE)}: "
                                   "wait for it to finish or choose another folder") from None
             sweep_temp_files(key)
         yield path
