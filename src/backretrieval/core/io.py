@@ -18,17 +18,18 @@ import contextlib
 import errno
 import hashlib
 import io
+import json
 import math
 import os
 import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from .errors import OutputError
+from .errors import DataError, OutputError
 from .locks import LockBusy, lock_holders, take_lock
 
 CACHE_ENV = "BACKRETRIEVAL_CACHE"
@@ -283,6 +284,32 @@ def content_hash(data: bytes | str, digest_size: int = 16) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")
     return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
+
+
+def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
+    """The one JSON-lines decoder: each non-blank line decoded, with its 1-based line number.
+
+    Args:
+        lines: the lines (a file opened as text, or ``text.splitlines()``).
+        where: how errors name the source, e.g. the file's path.
+
+    Yields:
+        ``(line number, value)`` for every line that is not blank.
+
+    Raises:
+        DataError: a line that is not JSON (``WHERE: line N: invalid JSON: ...``), or one nested
+            too deeply for the decoder.
+    """
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: line {n}: invalid JSON: {e}") from None
+        except RecursionError:
+            raise DataError(f"{where}: line {n}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+        yield n, value
 
 
 def json_default(o: object) -> object:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError
+from ..core.io import json_lines
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
 from .registry import DatasetExample, DatasetInfo, register
@@ -80,15 +81,8 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         where = [f"item {i + 1}" for i in range(len(rows))]
     else:
         rows, where = [], []
-        for n, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: line {n}: invalid JSON: {e}") from None
-            except RecursionError:
-                raise DataError(f"{path}: line {n}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+        for n, row in json_lines(raw.splitlines(), str(path)):
+            rows.append(row)
             where.append(f"line {n}")
     for r, w in zip(rows, where):
         if not isinstance(r, dict):
