@@ -8,11 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _p(v: float | None) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:.1e}" if v < 1e-3 else f"{v:.3f}"
+from .table import format_p
 
 
 def _x(v: float | None, digits: int = 2) -> str:
@@ -80,8 +76,8 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             lines.append(
                 f"| {c['a']} vs {c['b']} | {c['very_relevant'][0]} / {c['very_relevant'][1]} | "
                 f"{_x(c['ratio_very_relevant'])}×{ci_txt} | {c['queries_a_better']} / {c['queries_b_better']} / "
-                f"{c['queries_tied']} | {_p(c['primary']['p'])} | {_p(c['primary'].get('p_holm'))} | "
-                f"{_p(c['wilcoxon']['p'])} | {_p(c['mean_score']['p'])} | {_p(c['chi2']['p'])} |"
+                f"{c['queries_tied']} | {format_p(c['primary']['p'])} | {format_p(c['primary'].get('p_holm'))} | "
+                f"{format_p(c['wilcoxon']['p'])} | {format_p(c['mean_score']['p'])} | {format_p(c['chi2']['p'])} |"
             )
     ag = res.get("agreement")
     lines += ["", "## Inter-rater agreement", ""]
