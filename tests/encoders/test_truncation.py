@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backretrieval.encoders.text_batching import TruncationWarning, _batches
+from backretrieval.encoders.text.batching import TruncationWarning, _batches
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a regression fails here, not the machine
     from backretrieval.encoders import get_text_encoder
-    from backretrieval.encoders.text_batching import TruncationWarning
+    from backretrieval.encoders.text.batching import TruncationWarning
 
     enc = get_text_encoder(sys.argv[1])
     enc.encode(["warm-up: load the model"], "de")

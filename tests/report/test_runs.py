@@ -133,7 +133,7 @@ def test_the_case_study_writes_what_the_command_writes(tmp_path, shared_data):
 
 def test_train_cr5_writes_what_the_command_writes(tmp_path):
     """A concept-aligned two-language file; the command and the writer write the same model
-    directory, and the run is an object (:class:`Cr5Run`)."""
+    directory (the command's defaults are the library's), and the run is an object (Cr5Run)."""
     data = tmp_path / "docs.jsonl"
     rows = [{"id": f"{lang}{i}", "lang": lang, "concept": f"c{i}",
              "text": " ".join(f"{w}{i % m}" for m in (23, 19, 17, 13, 11, 7)) + f" {w}x{i}"}
@@ -148,9 +148,7 @@ def test_train_cr5_writes_what_the_command_writes(tmp_path):
 
     run = runs.train_cr5(load_dataset(str(data)), out_dir=py, meta={"dataset": str(data), "dataset_options": {}},
                          regime="joint", languages=["de", "en"], lams=[1.0, 10.0],
-                         params=dict(rank=8, min_df=1, max_vocab=200_000, min_words=5, max_words=1000, cg_tol=0.01,
-                                     cg_maxiter=500, eig_tol=0.1, eig_maxiter=250, n_jobs=1, seed=0, progress=False),
-                         split_options=dict(test_size=20, val_size=10, distractor_frac=0.05, seed=0))
+                         params=dict(rank=8, min_df=1), split_options=dict(test_size=20, val_size=10))
     _same_folders(cli, py)
     assert {"model.json", "eval.json", "eval.md", "split.json", "heldout.jsonl"} <= {p.name for p in py.iterdir()}
     assert [r["lam"] for r in run.lambda_table] == [1.0, 10.0] and run.lam in (1.0, 10.0) and len(run.test) == 4

@@ -6,10 +6,30 @@ from pathlib import Path
 import click
 
 from .options import (
-    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_outputs, parse_list, parse_numbers,
-    parse_options, warn, train,
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, LibraryDefault, bad_option, check_outputs, parse_list,
+    parse_numbers, parse_options, warn, train,
 )
 from .output_paths import check_inputs_kept
+
+
+def _cr5(name: str):
+    """The default of the Cr5 hyper-parameter ``name``: the estimator's (read when needed)."""
+    def read():
+        from ..train.cr5 import Cr5
+
+        return Cr5().get_params()[name]
+    return read
+
+
+def _split(name: str):
+    """The default of ``make_split``'s ``name`` (read when needed)."""
+    def read():
+        import inspect
+
+        from ..train.cr5 import make_split
+
+        return inspect.signature(make_split).parameters[name].default
+    return read
 
 
 def _pairs(spec: str, option: str) -> list[tuple[str, str]]:
@@ -37,26 +57,26 @@ def _one_pair(spec: str, option: str) -> tuple[str, str]:
 @click.option("--pair", default=None, help="The pair of a pairwise/transitive model, e.g. de-ja.")
 @click.option("--pivot", default=None, help="Pivot language of transitive training (e.g. en).")
 @click.option("--eval-pairs", default=None, help="Pairs to hold out and evaluate (default: the pair, or the first language with each other one).")
-@click.option("--rank", type=POSITIVE, default=300, show_default=True, help="Embedding dimension r.")
-@click.option("--lam", default="1", show_default=True,
+@click.option("--rank", type=POSITIVE, cls=LibraryDefault, default=_cr5("rank"), show_default=True, help="Embedding dimension r.")
+@click.option("--lam", cls=LibraryDefault, default=lambda: f"{_cr5('lam')():g}", show_default=True,
               help="Ridge lambda; a comma list (e.g. 0.3,1,3) is chosen from by mean validation xlr@1.")
-@click.option("--max-vocab", type=POSITIVE, default=200_000, show_default=True, help="Vocabulary size per language (most frequent tokens).")
-@click.option("--min-df", type=POSITIVE, default=3, show_default=True, help="Drop tokens in fewer training documents.")
-@click.option("--min-words", type=NON_NEGATIVE, default=5, show_default=True, help="Training documents need at least this many distinct tokens.")
-@click.option("--max-words", type=POSITIVE, default=1000, show_default=True, help="... and at most this many.")
-@click.option("--test-size", type=POSITIVE, default=1000, show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
-@click.option("--val-size", type=POSITIVE, default=500, show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
-@click.option("--distractor-frac", type=UNIT_FROM_0, default=0.05, show_default=True, help="Share of the other concepts held out as extra candidates.")
+@click.option("--max-vocab", type=POSITIVE, cls=LibraryDefault, default=_cr5("max_vocab"), show_default=True, help="Vocabulary size per language (most frequent tokens).")
+@click.option("--min-df", type=POSITIVE, cls=LibraryDefault, default=_cr5("min_df"), show_default=True, help="Drop tokens in fewer training documents.")
+@click.option("--min-words", type=NON_NEGATIVE, cls=LibraryDefault, default=_cr5("min_words"), show_default=True, help="Training documents need at least this many distinct tokens.")
+@click.option("--max-words", type=POSITIVE, cls=LibraryDefault, default=_cr5("max_words"), show_default=True, help="... and at most this many.")
+@click.option("--test-size", type=POSITIVE, cls=LibraryDefault, default=_split("test_size"), show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
+@click.option("--val-size", type=POSITIVE, cls=LibraryDefault, default=_split("val_size"), show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
+@click.option("--distractor-frac", type=UNIT_FROM_0, cls=LibraryDefault, default=_split("distractor_frac"), show_default=True, help="Share of the other concepts held out as extra candidates.")
 @click.option("--split", "split_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Reuse the held-out concepts of another run (its split.json), e.g. to compare regimes on the same test.")
 @click.option("--holdout/--no-holdout", default=True, show_default=True,
               help="--no-holdout trains on every concept (no evaluation): a model for use on other data.")
-@click.option("--cg-tol", type=POSITIVE_NUMBER, default=0.01, show_default=True)
-@click.option("--cg-maxiter", type=POSITIVE, default=500, show_default=True)
-@click.option("--eig-tol", type=POSITIVE_NUMBER, default=0.1, show_default=True)
-@click.option("--eig-maxiter", type=POSITIVE, default=250, show_default=True)
-@click.option("--n-jobs", type=POSITIVE, default=1, show_default=True, help="Threads for the per-language solves.")
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split and of eigsh's start vector.")
+@click.option("--cg-tol", type=POSITIVE_NUMBER, cls=LibraryDefault, default=_cr5("cg_tol"), show_default=True)
+@click.option("--cg-maxiter", type=POSITIVE, cls=LibraryDefault, default=_cr5("cg_maxiter"), show_default=True)
+@click.option("--eig-tol", type=POSITIVE_NUMBER, cls=LibraryDefault, default=_cr5("eig_tol"), show_default=True)
+@click.option("--eig-maxiter", type=POSITIVE, cls=LibraryDefault, default=_cr5("eig_maxiter"), show_default=True)
+@click.option("--n-jobs", type=POSITIVE, cls=LibraryDefault, default=_cr5("n_jobs"), show_default=True, help="Threads for the per-language solves.")
+@click.option("--seed", type=SEED, cls=LibraryDefault, default=_cr5("seed"), show_default=True, help="Seed of the split and of eigsh's start vector.")
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR, split=train).")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write.")
 @click.option("--quiet", is_flag=True, help="No progress output.")

@@ -15,12 +15,12 @@ without a stable identity) pass through.
 
 Progress. Missing texts are sent to the model in steps of the model's ``batch_size`` (or its
 ``progress_step``; 64 texts / 32 images when it has neither), longest-last (texts sorted by length,
-stable, as :class:`~.text_batching.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
+stable, as :class:`~.text.batching.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
 tqdm with items/s and an ETA) moves once per batch instead of once per 2,048-text shard. A
 variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar.
 
 The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
-length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text_batching`) truncates first, so a text and
+length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text.batching`) truncates first, so a text and
 its truncation share one entry, and the truncation warning is given here, once per call. The
 namespace ``<version>`` changes whenever the model's files do (encoders hash their files into
 ``version``), and image vectors are keyed by the bytes of the image file.
@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 
 from ..core import DataError, atomic_save_npz, cache_dir, content_hash
 from ..core.env import StaleVersionsWarning, describe_changes
-from .text_batching import as_texts, warn_truncated
+from .text.batching import as_texts, warn_truncated
 from .base import check_embeddings, encoder_versions
 
 DEFAULT_CHUNK = 2048  # texts per shard

@@ -46,7 +46,7 @@ from typing import Any
 from ...core import EncoderError, content_hash
 from ..base import Example
 from ..registry import register_text
-from ..text_batching import require
+from .batching import require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")

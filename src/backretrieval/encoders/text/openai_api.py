@@ -58,7 +58,7 @@ import numpy as np
 from ...core import EncoderError, first_bad_row
 from ..base import Example
 from ..registry import register_text
-from ..text_batching import as_texts, positive_int, require
+from .batching import as_texts, positive_int, require
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "EMPTY"  # what a self-hosted server without keys is sent

@@ -29,7 +29,7 @@ from ...core.fingerprint import file_digest
 from ...core.io import json_lines
 from ..base import EXAMPLE_TEXTS, Example, check_embeddings
 from ..registry import register_text
-from ..text_batching import as_texts, positive_int
+from .batching import as_texts, positive_int
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")
 

@@ -46,7 +46,7 @@ import numpy as np
 from ...core import EncoderError
 from ...core.fingerprint import dir_digest
 from ..devices import default_threads, resolve_device, torch_version
-from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, positive_int, require
+from .batching import CHARS_PER_TOKEN, BatchedTextEncoder, positive_int, require
 from ..base import Example
 from ..registry import register_text
 
