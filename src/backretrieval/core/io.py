@@ -286,8 +286,31 @@ def content_hash(data: bytes | str, digest_size: int = 16) -> str:
     return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
 
 
+def json_text(text: str, where: str) -> Any:
+    """The one JSON decoder of user files: ``text`` decoded, a refusal naming ``where``.
+
+    Args:
+        text: a JSON document (or one line of JSON lines).
+        where: how errors name it, e.g. ``"FILE"`` or ``"FILE: line 3"``.
+
+    Returns:
+        The decoded value.
+
+    Raises:
+        DataError: ``text`` is not JSON (``WHERE: invalid JSON: ...``), or it is nested too deeply
+            for the decoder.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: invalid JSON: {e}") from None
+    except RecursionError:
+        raise DataError(f"{where}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+
+
 def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
-    """The one JSON-lines decoder: each non-blank line decoded, with its 1-based line number.
+    """The one JSON-lines decoder: each non-blank line decoded (:func:`json_text`), with its
+    1-based line number.
 
     Args:
         lines: the lines (a file opened as text, or ``text.splitlines()``).
@@ -301,15 +324,8 @@ def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
             too deeply for the decoder.
     """
     for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: line {n}: invalid JSON: {e}") from None
-        except RecursionError:
-            raise DataError(f"{where}: line {n}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
-        yield n, value
+        if line.strip():
+            yield n, json_text(line, f"{where}: line {n}")
 
 
 def json_default(o: object) -> object:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError
-from ..core.io import json_lines
+from ..core.io import json_lines, json_text
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
 from .registry import DatasetExample, DatasetInfo, register
@@ -70,12 +70,7 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     raw = _read_text(path)
     stripped = raw.lstrip()
     if path.suffix.lower() == ".json" and stripped.startswith("["):
-        try:
-            rows = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: invalid JSON: {e}") from None
-        except RecursionError:
-            raise DataError(f"{path}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+        rows = json_text(raw, str(path))
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a JSON array of objects")
         where = [f"item {i + 1}" for i in range(len(rows))]
