@@ -17,7 +17,8 @@
   cut here: at the deadline the connection is shut and the attempt is a timeout, retried as
   one), and a largest answer (:func:`max_answer_bytes`: a declared ``Content-Length`` above it
   is refused before the body is read, a body growing past it is cut), an
-  :class:`AnswerTooLarge` that is not retried.
+  :class:`AnswerTooLarge` that is not retried. Answers are asked for uncompressed
+  (``Accept-Encoding: identity``), so the bytes counted are the bytes read.
 * :func:`refused_locally` -- a connection refused by this machine (``localhost``, ``127.x``,
   ``::1``): nothing listens there, which no retry mends.
 """
@@ -242,6 +243,7 @@ def bounded_client(timeout: float, texts_per_request: int) -> Any:
 
     def on_request(request: Any) -> None:
         request.extensions[DEADLINE] = time.monotonic() + timeout
+        request.headers["Accept-Encoding"] = "identity"  # the bytes bounded are the bytes decoded
 
     def on_response(response: Any) -> None:
         declared = response.headers.get("content-length", "")
