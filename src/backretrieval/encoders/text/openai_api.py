@@ -351,7 +351,8 @@ class OpenAIEncoder:
                 if self.dim is None:
                     self.dim, self._dim_from = int(dim), "cache"
             if self.dim != dim:
-                raise EncoderError(f"{self.name}: {lang} texts: this run's {self._dimension_change(self.dim, dim, 'cache')}")
+                change = self._dimension_change(self.dim, dim, "cache")
+                raise EncoderError(f"{self.name}: {lang} texts: this run's {change}")
         batches = self.batches(texts)
         total = len(batches)
 
