@@ -7,7 +7,9 @@ Cases that could allocate or wait without bound run in a subprocess under ``reso
 (address space and CPU time) and a wall-clock timeout, so a regression fails the test instead of
 taking the machine's memory or hanging the suite. Everything runs on tiny generic data files
 (precomputed 16-d image features, or 8 x 8 PNGs with ``color-hist``): no model is downloaded and
-nothing but the two small models random and tfidf-char is encoded.
+nothing but the two small models random and tfidf-char is encoded. The probe's cases on the
+embedding API and the embedding server are in ``test_probe_api.py``, those on the hub in
+``test_probe_hub.py``.
 """
 from __future__ import annotations
 

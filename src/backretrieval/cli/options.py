@@ -21,13 +21,13 @@ from typing import Any, NoReturn, Sequence
 
 import click
 
-from ..core import BackretrievalError
+from ..core import BackretrievalError, ServiceError
 from ..core.text import one_line
 from .output_paths import check_not_inputs, check_output_paths, model_paths
 from .warning_format import short_warnings, warn
 
 EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
-EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)
+EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run, a service that fails)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -50,6 +50,8 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except ServiceError as e:  # the input is fine; the service may answer later
+            _fail(str(e), EXIT_SYSTEM)
         except BackretrievalError as e:
             _fail(str(e))
         except click.exceptions.NoArgsIsHelpError:

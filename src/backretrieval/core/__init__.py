@@ -2,7 +2,7 @@
 
 Every other layer may import from here; this package imports nothing from the project.
 """
-from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
+from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, ServiceError, UnsupportedLanguageError
 from .rows import first_bad_row, normalize_rows, numeric_rows
 from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default, json_finite, json_ready
 
@@ -11,6 +11,7 @@ __all__ = [
     "DataError",
     "EncoderError",
     "MetricInputError",
+    "ServiceError",
     "UnsupportedLanguageError",
     "atomic_write",
     "atomic_write_text",
