@@ -348,3 +348,34 @@ def test_study_create_never_overwrites_its_inputs(tmp_path, data, queries_run):
     assert_refused(cli([*study, "--dataset", data, "--from-queries", q, "--out", q]),
                    f"--out {q} would overwrite the input {q} (--from-queries): write to another file")
     assert q.read_bytes() == before
+
+
+# ------------------------------------------------------------------ memory of tied approximate BkR
+def test_approximate_bkr_on_tied_text_vectors_needs_no_more_memory_than_exact(tmp_path):
+    """Constant text vectors tie every query with every target (N^2 pairs on any route): the
+    approximate route lists them as the exact route does, never K + 1 times over (its peak of
+    traced allocations is at most the exact route's), with the exact route's outcome."""
+    import tracemalloc
+
+    from backretrieval.metrics import bkr_ranks
+    from backretrieval.metrics.approx import bkr_approx
+
+    n, k = 400, 10
+    rng = np.random.default_rng(0)
+    text = np.ones((n, 8), dtype=np.float32)
+    src_img, tgt_img = (rng.standard_normal((n, 16)).astype(np.float32) for _ in range(2))
+
+    def peak(run):
+        tracemalloc.start()
+        try:
+            out = run()
+            return out, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    (exact, _), exact_peak = peak(lambda: bkr_ranks(text, text, src_img, tgt_img))
+    approx, approx_peak = peak(lambda: bkr_approx(text, text, src_img, tgt_img, (1, k), method="hnsw",
+                                                  target_agreement=None, found_at=True))
+    assert approx["approximate"]
+    assert approx_peak <= exact_peak, (approx_peak, exact_peak)
+    np.testing.assert_array_equal(approx["found_at"], np.where(exact <= k, exact, 0))
