@@ -293,8 +293,8 @@ def test_feature_files_that_are_not_one_npy_array_are_named(tmp_path, data, empt
                    "(n_images, d) array (numpy.save)")
     empty = tmp_path / "empty.npy"
     empty.write_bytes(b"")
-    assert_refused(cli(grid("evaluate", data, tmp_path / "b", "--dataset-option", f"image_features={empty}")),
-                   f"image_features: cannot read {empty}: the file is empty (0 bytes)")
+    line = assert_refused(cli(grid("evaluate", data, tmp_path / "b", "--dataset-option", f"image_features={empty}")))
+    assert line == f"error: image_features: cannot read {empty}: the file is empty (0 bytes)"  # the prefix once
     from backretrieval.core import DataError
     from backretrieval.encoders.image.precomputed_image import load_feature_rows
 
