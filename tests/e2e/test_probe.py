@@ -379,3 +379,21 @@ def test_approximate_bkr_on_tied_text_vectors_needs_no_more_memory_than_exact(tm
     assert approx["approximate"]
     assert approx_peak <= exact_peak, (approx_peak, exact_peak)
     np.testing.assert_array_equal(approx["found_at"], np.where(exact <= k, exact, 0))
+
+
+# ---------------------------------------------------------------------------- trained models' size
+def test_train_m3l_widths_are_bounded_as_triplet_layers_are(tmp_path, data):
+    """``--widths 1000000000,1000`` asked for 2 TB and ``100000,100000`` for 40 GB: refused before
+    any data is read, with the bound and message of ``--layers`` (the first under a memory limit,
+    as a regression would allocate); ``M3L(widths=...)`` likewise."""
+    from backretrieval.train.base import HyperParameterError
+    from backretrieval.train.m3l import M3L
+
+    args = ["train", "m3l", "--dataset", data, "--dataset-option", f"image_features={data.parent / 'feats.npy'}",
+            "--base", "random", "--image-model", "precomputed", "--epochs", "1", "--out", tmp_path / "model", "--quiet"]
+    proc = _limited_cli([*args, "--widths", "1000000000,1000"], memory_gb=3)
+    assert_refused_run(proc, "Invalid value for '--widths': a layer of 1,000,000,000 units; at most 16,384 per layer")
+    assert_refused(cli([*args, "--widths", "100000,100000"]), "Invalid value for '--widths': a layer of 100,000 units; at most 16,384 per layer")
+    assert not (tmp_path / "model").exists()
+    with pytest.raises(HyperParameterError, match="The 'widths' parameter of M3L: a layer of 100,000 units; at most 16,384"):
+        M3L(widths=[100_000, 100]).check_params()
