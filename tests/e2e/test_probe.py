@@ -397,3 +397,23 @@ def test_train_m3l_widths_are_bounded_as_triplet_layers_are(tmp_path, data):
     assert not (tmp_path / "model").exists()
     with pytest.raises(HyperParameterError, match="The 'widths' parameter of M3L: a layer of 100,000 units; at most 16,384"):
         M3L(widths=[100_000, 100]).check_params()
+
+
+# ------------------------------------------------------------------------------ one dataset or many
+def test_a_second_dataset_is_refused_by_the_commands_that_take_one(tmp_path, data, empty_cache):
+    """``evaluate`` and ``compare`` evaluate one dataset: a second ``--dataset`` (which kept only the
+    last, exit 0) or a list ``@LIST`` (read by ``meta`` only) is one error line before any work."""
+    other = tmp_path / "other.jsonl"
+    shutil.copy(data, other)
+    for cmd in ("evaluate", "compare"):
+        out = tmp_path / cmd
+        assert_refused(cli([*grid(cmd, data, out), "--dataset", other]),
+                       f"Invalid value for '--dataset': {cmd} takes one dataset, got 2 ({data}, {other}): run it once "
+                       "per dataset, or stack the files into one (their rows, with a lang column: docs/datasets.md); "
+                       "only meta merges several datasets")
+        listing = tmp_path / "list.txt"
+        listing.write_text(f"{data}\n{other}\n", encoding="utf-8")
+        assert_refused(cli(grid(cmd, data, out, "--dataset", f"@{listing}")),
+                       f"Invalid value for '--dataset': '@{listing}': {cmd} takes one dataset, not a list of them (@LIST: meta only)")
+        assert not out.exists()
+    assert nothing_encoded(empty_cache)
