@@ -152,7 +152,8 @@ def test_a_killed_writers_temporary_file_is_swept_by_the_next_run(tmp_path):
 
 def test_a_rerun_leaves_no_earlier_runs_queries_or_report(tmp_path, data):
     """A rerun into OUT that does not write queries.parquet or report.html removes those of the
-    earlier run (once its own results are written) and says so: what is shared is this run's."""
+    earlier run, and its figures/ (once its own results are written) and says so: what is shared
+    is this run's."""
     out = tmp_path / "out"
     res = cli(grid("compare", data, out) + flags("--save-queries", "--report"))
     assert res.exit_code == 0, res.output
@@ -160,8 +161,10 @@ def test_a_rerun_leaves_no_earlier_runs_queries_or_report(tmp_path, data):
     res = cli(grid("evaluate", data, out, "--models", "random"))
     assert res.exit_code == 0, res.output
     assert not (out / "queries.parquet").exists() and not (out / "report.html").exists() and not (out / "report.json").exists()
+    assert not (out / "figures").exists()
     assert f"removed {out / 'queries.parquet'}, an earlier run's (this run wrote no queries.parquet: --save-queries)" in res.output
     assert f"removed {out / 'report.html'}, an earlier run's (this run wrote no report.html: --report)" in res.output
+    assert f"removed {out / 'figures'}, an earlier run's (this run wrote no figures: --report)" in res.output
 
 
 def test_a_newline_in_the_dataset_path_keeps_summary_headings_one_line(tmp_path, data):
@@ -417,3 +420,55 @@ def test_a_second_dataset_is_refused_by_the_commands_that_take_one(tmp_path, dat
                        f"Invalid value for '--dataset': '@{listing}': {cmd} takes one dataset, not a list of them (@LIST: meta only)")
         assert not out.exists()
     assert nothing_encoded(empty_cache)
+
+
+# ------------------------------------------------------------------------------- files a run writes
+def _python_grid(data: Path, models) -> "object":
+    import backretrieval as br
+
+    return br.EvalConfig(dataset=str(data), dataset_options={"image_features": str(data.parent / "feats.npy")},
+                         pairs=[("en", "de")], models=models, image_model="precomputed", n=20, k=5, seeds=[0])
+
+
+def test_model_names_are_escaped_in_summary_and_compare_markdown(tmp_path, data):
+    """A model named with a newline, ``|`` and ``<script>``: every table row of summary.md and
+    compare.md keeps its columns, the name stays on one line, and no tag is written raw."""
+    import re
+
+    import backretrieval as br
+
+    evil = "ev|il\n<script>alert(1)</script>"
+    cfg = _python_grid(data, {evil: "random", "tfidf-char": "tfidf-char"})
+    result = br.evaluate(cfg, tmp_path / "run", progress=False)
+    br.compare(result, out_dir=tmp_path / "cmp")
+    shown = "ev\\|il\\n&lt;script>alert(1)&lt;/script>"
+    for path in (tmp_path / "run" / "summary.md", tmp_path / "cmp" / "compare.md"):
+        text = path.read_text(encoding="utf-8")
+        assert "<script" not in text and "il\n<" not in text, path
+        assert shown in text, (path, text)
+        for table in re.findall(r"(?:^\|.*\|$\n?)+", text, flags=re.M):
+            rows = table.splitlines()
+            widths = {len(re.split(r"(?<!\\)\|", row)) for row in rows}
+            assert len(widths) == 1, (path, rows)  # every row as many columns as the header
+
+
+def test_python_evaluate_says_when_it_removes_an_earlier_report(tmp_path, data):
+    """``br.evaluate`` into a folder that holds an earlier run's report.html and figures/ removes
+    them (this run wrote none), with a warning each, as the command says it in its log."""
+    import warnings
+
+    import backretrieval as br
+
+    out = tmp_path / "run"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "compare_bkr_5_heatmap.png").write_bytes(b"png")
+    (out / "report.html").write_text("<html>", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        br.evaluate(_python_grid(data, ["random"]), out, progress=False)
+    said = [w for w in caught if type(w.message).__name__ == "RemovedOutputWarning"]
+    assert sorted(str(w.message) for w in said) == [
+        f"removed {out / 'figures'}, an earlier run's (this run wrote no figures: report=True)",
+        f"removed {out / 'report.html'}, an earlier run's (this run wrote no report.html: report=True)",
+    ]
+    assert not (out / "report.html").exists() and not (out / "figures").exists()
