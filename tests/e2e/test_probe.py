@@ -528,3 +528,52 @@ def test_two_evaluators_of_one_name_never_mix_rows_in_one_csv(tmp_path, data):
     assert path.read_bytes() == before
     rows = list(csv.reader(path.open(encoding="utf-8")))
     assert len(rows) == 3 and {len(r) for r in rows} == {len(first.csv_headers)}
+
+
+# ------------------------------------------------------------------------------------ make-catalogue
+def test_make_catalogue_never_writes_over_a_users_files(tmp_path, monkeypatch, shared_data, _session_cache):
+    """A user's own ``OUT/en.csv`` (silently replaced) and a file ``OUT/images`` ("File exists")
+    are refused, naming the path, before anything is written; a rerun of the same catalogue finds
+    its own files and succeeds."""
+    monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(_session_cache))  # the emoji data extracted once per session
+    make = ["make-catalogue", "--langs", "en", "--categories", "Food & Drink"]
+    shop = tmp_path / "shop"
+    shop.mkdir()
+    (shop / "images").write_text("not a folder", encoding="utf-8")
+    assert_refused(cli([*make, shop]), f"error: {shop}: {shop / 'images'} is a file where make-catalogue writes a folder: "
+                                       "move it away or choose another folder")
+    (shop / "images").unlink()
+    mine = "id,text,image\nsku-1,my own product,photos/1.png\n"
+    (shop / "en.csv").write_text(mine, encoding="utf-8")
+    assert_refused(cli([*make, shop]), f"error: {shop / 'en.csv'} exists and is not the en table make-catalogue writes "
+                                       "for these categories: it is never written over; move it away or choose another folder")
+    assert (shop / "en.csv").read_text(encoding="utf-8") == mine and not (shop / "images").exists()
+    (shop / "en.csv").unlink()
+    for _ in range(2):  # the first run writes, the rerun finds the same files
+        res = cli([*make, shop])
+        assert res.exit_code == 0, res.output
+
+
+def test_make_catalogue_names_a_truncated_emoji_tarball(tmp_path, monkeypatch):
+    """A truncated emoji-datasource tarball gave only "Aborted!" (click's answer to an EOFError):
+    it is named, with what to do."""
+    import io
+    import tarfile
+
+    folder = tmp_path / "npm"
+    folder.mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        body = json.dumps([{"image": f"{i:05x}.png", "category": "Objects"} for i in range(2000)]).encode()
+        info = tarfile.TarInfo("package/emoji.json")
+        info.size = len(body)
+        tf.addfile(info, io.BytesIO(body))
+    tgz = folder / "emoji-datasource-google-16.0.0-img64.tgz"
+    tgz.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    for name in ("cldr-annotations-full-48.2.0.tgz", "cldr-annotations-derived-full-48.2.0.tgz"):
+        (folder / name).write_bytes(b"")
+    monkeypatch.setenv("BACKRETRIEVAL_EMOJI_DIR", str(folder))
+    assert_refused(cli(["make-catalogue", tmp_path / "shop"]),
+                   f"error: emoji-cldr: {tgz} is damaged or truncated (Compressed file ended before the end-of-stream "
+                   "marker was reached): delete it and run again to fetch it anew")
+    assert not (tmp_path / "shop").exists()
