@@ -577,3 +577,21 @@ def test_make_catalogue_names_a_truncated_emoji_tarball(tmp_path, monkeypatch):
                    f"error: emoji-cldr: {tgz} is damaged or truncated (Compressed file ended before the end-of-stream "
                    "marker was reached): delete it and run again to fetch it anew")
     assert not (tmp_path / "shop").exists()
+
+
+def test_study_from_queries_checks_the_target_texts_too(tmp_path, data, queries_run):
+    """Per-query results computed on a dataset whose every target text changed (the query texts
+    kept) were accepted silently: the retrieved targets' texts are compared with the dataset's."""
+    edited = tmp_path / "items.jsonl"
+    rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        if r["lang"] == "de":
+            r["text"] = r["text"].replace("rote Katze", "blauer Hund")
+    edited.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    study = ["study", "create", "--src", "en", "--tgt", "de", "--models", "random,tfidf-char", "--images", "none",
+             "--dataset-option", f"image_features={data.parent / 'feats.npy'}", "--quiet", "--dataset", edited,
+             "--from-queries", queries_run / "queries.parquet", "--out", tmp_path / "s.db"]
+    line = assert_refused(cli(study), "items/de: target id 'de", "its text 'blauer Hund Nummer",
+                          "differs from the per-query results' ('rote Katze Nummer")
+    assert line.endswith("; were they computed on this version of the dataset?")
+    assert not (tmp_path / "s.db").exists()
