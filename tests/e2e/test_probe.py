@@ -595,3 +595,34 @@ def test_study_from_queries_checks_the_target_texts_too(tmp_path, data, queries_
                           "differs from the per-query results' ('rote Katze Nummer")
     assert line.endswith("; were they computed on this version of the dataset?")
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_ray_address_where_another_program_listens_is_refused(tmp_path, data):
+    """``--executor ray:HOST:PORT`` where a program that is not a Ray head listens (here one that
+    answers as an HTTP/1.1 server) passed the connect check, and Ray's client then retried for
+    ever: the head must answer as a gRPC (HTTP/2) server, so this is one error line at once."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(64)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        proc = _limited_cli(grid("evaluate", data, tmp_path / "out", "--executor", f"ray:127.0.0.1:{port}"),
+                            memory_gb=8, cpu_s=60, timeout=90)
+    finally:
+        server.close()
+    assert_refused_run(proc, f"Invalid value for '--executor': 127.0.0.1:{port} is not a Ray cluster's head: the program "
+                             "listening there answers b'HTTP/1.1 ', not gRPC (HTTP/2); give the head's address")
+    assert not (tmp_path / "out").exists()
