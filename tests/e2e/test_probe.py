@@ -549,6 +549,12 @@ def test_make_catalogue_never_writes_over_a_users_files(tmp_path, monkeypatch, s
                                        "for these categories: it is never written over; move it away or choose another folder")
     assert (shop / "en.csv").read_text(encoding="utf-8") == mine and not (shop / "images").exists()
     (shop / "en.csv").unlink()
+    (shop / "images").mkdir()
+    (shop / "images" / "1f34e.png").write_bytes(b"my own photo of an apple")
+    assert_refused(cli([*make, shop]), f"error: {shop / 'images' / '1f34e.png'} exists and is not the image make-catalogue "
+                                       "writes for product 1f34e: it is never written over; move it away or choose another folder")
+    assert not (shop / "en.csv").exists()
+    (shop / "images" / "1f34e.png").unlink()
     for _ in range(2):  # the first run writes, the rerun finds the same files
         res = cli([*make, shop])
         assert res.exit_code == 0, res.output

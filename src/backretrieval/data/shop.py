@@ -60,7 +60,7 @@ def _table(rows: Sequence[tuple[str, str, str]]) -> bytes:
 def _check_not_taken(out: Path, tables: dict[str, bytes], images: dict[str, str]) -> None:
     """Nothing of a user's is written over: each CSV and image the catalogue writes is absent or
     already what it would write (a rerun), and no file stands where it writes a folder."""
-    check_writable_dir(out, "make-catalogue: OUT")
+    check_writable_dir(out, "make-catalogue:")
     if (out / "images").is_file():
         raise OutputError(f"{out}: {out / 'images'} is a file where make-catalogue writes a folder: move it away or "
                           "choose another folder")
