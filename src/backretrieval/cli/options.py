@@ -302,7 +302,9 @@ def grid_options(fn=None, *, several_datasets: bool = False):
                           "line, optionally followed by its KEY=VALUE loader options) to merge pairs that live in "
                           "separate files.")
         if several_datasets
-        else click.option("--dataset", required=True, help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file.")
+        else click.option("--dataset", required=True, multiple=True, callback=_one_dataset,
+                          help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file; one "
+                               "(pairs in separate files: stack them into one file, docs/datasets.md).")
     )
     opts = [
         dataset,
@@ -322,6 +324,20 @@ def grid_options(fn=None, *, several_datasets: bool = False):
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _one_dataset(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> str:
+    """The one ``--dataset`` of a command that evaluates one dataset (``evaluate``, ``compare``):
+    a second one, or a dataset list, is refused instead of keeping the last."""
+    command = ctx.info_name or "this command"
+    if len(specs) > 1:
+        bad_option("--dataset", f"{command} takes one dataset, got {len(specs)} ({', '.join(specs)}): run it once per "
+                                "dataset, or stack the files into one (their rows, with a lang column: docs/datasets.md); "
+                                "only meta merges several datasets")
+    spec = specs[0]
+    if spec.startswith("@") and not Path(spec).exists():
+        bad_option("--dataset", f"{spec!r}: {command} takes one dataset, not a list of them (@LIST: meta only)")
+    return spec
 
 
 def dataset_specs(specs: Sequence[str], dataset_option: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:

@@ -10,7 +10,25 @@ import pandas as pd
 from ..analysis.comparison import Comparison
 from ..analysis.meta import KINDS, column
 from ..core import BackretrievalError
+from ..core.text import one_line
 from ..metrics.table import parse_metric, shown_columns
+
+
+def md_text(text: Any, cell: bool = False) -> str:
+    """``text`` safe to put into Markdown as it is: on one line (a newline or other character
+    that does not print is written as Python's ``repr`` writes it, :func:`~backretrieval.core.text.one_line`),
+    ``&`` and ``<`` as HTML entities (a model named ``<script>`` shows as text, never as a tag),
+    and with ``cell`` ``|`` escaped (``\\|``), so a name keeps a table's columns.
+
+    Args:
+        text: a model name, a pair label, a sentence naming them.
+        cell: the text goes into a table cell.
+
+    Returns:
+        The escaped text.
+    """
+    out = one_line(str(text)).replace("&", "&amp;").replace("<", "&lt;")
+    return out.replace("|", "\\|") if cell else out
 
 
 def _cell(row: pd.Series, m: str) -> str:
@@ -36,9 +54,9 @@ def format_summary(summary: pd.DataFrame, columns: Sequence[str] | None = None) 
     for pair, grp in summary.groupby("pair", sort=False):
         if key is not None:
             grp = grp.sort_values(key, ascending=False)
-        lines = [f"### {pair}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        lines = [f"### {md_text(pair)}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
         for _, row in grp.iterrows():
-            lines.append(f"| {row['model']} | " + " | ".join(_cell(row, c) for c in cols) + " |")
+            lines.append(f"| {md_text(row['model'], cell=True)} | " + " | ".join(_cell(row, c) for c in cols) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -118,15 +136,15 @@ def format_comparison(c: Comparison) -> str:
     pct = int(round(c.level * 100))
     out = [f"## Ranking by {c.metric} ({pct}% bootstrap CI; gap to next: paired permutation test, Holm-adjusted, alpha={c.alpha})"]
     for pair, g in c.per_pair.groupby("pair", sort=False):
-        out += ["", f"### {pair}", "", f"| rank | model | {c.metric} | {pct}% CI | gap to next | p (adj.) |", "|---|---|---|---|---|---|"]
+        out += ["", f"### {md_text(pair)}", "", f"| rank | model | {c.metric} | {pct}% CI | gap to next | p (adj.) |", "|---|---|---|---|---|---|"]
         for _, r in g.iterrows():
             gap = "" if np.isnan(r["p_adj"]) else (">" if r["significant"] else "~")
             p = "" if np.isnan(r["p_adj"]) else f"{r['p_adj']:.3g}"
-            out.append(f"| {r['rank']} | {r['model']} | {r['estimate']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | {gap} | {p} |")
+            out.append(f"| {r['rank']} | {md_text(r['model'], cell=True)} | {r['estimate']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | {gap} | {p} |")
     out += ["", f"### Across {c.per_pair['pair'].nunique()} pairs", "",
             "| model | mean | sd | min | max | mean rank | first on | significant wins | ties | losses |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in c.across_pairs.iterrows():
-        out.append(f"| {r['model']} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} "
+        out.append(f"| {md_text(r['model'], cell=True)} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} "
                    f"| {r['firsts']} | {r['wins']} | {r['ties']} | {r['losses']} |")
     return "\n".join(out)
