@@ -2,7 +2,7 @@
 estimator (:mod:`.estimator`), the ridge system and its sparse solver (:mod:`.problem`, :mod:`.settings` (the defaults),
 :mod:`.spectral`, :mod:`.solver`), concept-level splits and training regimes (:mod:`.splits`), the rules between the training
 options (:mod:`.plan`) and retrieval evaluation with lambda selection (:mod:`.evaluation`). The method, its solver and its
-results: docs/cr5.md; the equations as implemented: the docstring of :mod:`.estimator`.
+results: docs/cr5.md and docs/cr5-results.md; the equations as implemented: the docstring of :mod:`.estimator`.
 """
 from .estimator import Cr5
 from .evaluation import (
