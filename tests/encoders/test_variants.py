@@ -50,7 +50,7 @@ def test_bytes_per_item_and_scoring_follow_the_form_through_the_cache():
 
 def test_int8_is_calibrated_before_it_encodes():
     enc = get_text_encoder("random?dim=32@int8")
-    with pytest.raises(EncoderError, match="int8 of this variant is fitted on the evaluated texts"):
+    with pytest.raises(EncoderError, match="the int8 ranges of this variant are fitted on the evaluated texts"):
         enc.encode(["dog"], "en")
     enc.fit({"en": ["dog", "cat", "red heart"], "de": ["Hund", "Katze"]})
     x = enc.encode(["dog", "a text outside the calibration"], "en")

@@ -47,7 +47,7 @@ from .quantize import FORMS, form_bytes, int8_codes, int8_ranges, sign_codes, un
 
 OPS = ("trunc", "pca", "noise", "mix", "seed")
 FITTED = ("pca", "int8")  # operations learnt from the evaluated texts (the fit hook)
-# What each form's version names: the rule that makes its codes (a change of rule changes the keys).
+# The rule that makes each form's codes, named in its versions (so a change of rule changes the keys).
 FORM_RULES = {
     "int8": "per-dimension min/max of the evaluated unit vectors, clip(floor((x-lo)/((hi-lo)/255)),0,255)-128",
     "binary": "sign bits (x > 0) as +-1",
@@ -56,6 +56,18 @@ FORM_RULES = {
 # "@"; any other "@" (in a path, or in an option's value such as a URL) belongs to the base spec.
 _VARIANT_AT = re.compile(r"@(?=(?:%s)=|(?:%s)(?:@|$))" % ("|".join(OPS), "|".join(FORMS)))
 Op = tuple[str, float | None]  # (operation, value); a form has no value
+# The variants as the model catalogue lists them: (syntax, what, bytes per item, scored by).
+CATALOGUE = (
+    ("@trunc=D", "the first D dimensions (Matryoshka truncation)", "4 D", "cosine (renormalised)"),
+    ("@pca=D", "the first D principal components, fitted on all evaluated texts of the run", "4 D", "cosine"),
+    ("@noise=S", "Gaussian noise of expected norm S x the unit vector's, seeded by the text", "4 d", "cosine"),
+    ("@mix=A", "(1 - A) x the unit vector + A x the random model's vector of the text", "4 d", "cosine"),
+    ("@seed=K", "the seed of noise= and mix= (default 0)", "-", "-"),
+    ("@int8", "serving form: int8 codes of the unit vector, per-dimension ranges calibrated on all evaluated "
+              "texts of the run (sentence-transformers' quantize_embeddings)", "d", "integer dot product of the codes"),
+    ("@binary", "serving form: the sign bits (x > 0), packed 8 per byte", "d / 8",
+     "Hamming distance (dot product of the +-1 codes, d - 2 x Hamming)"),
+)
 
 
 def op_text(key: str, val: float | None) -> str:
@@ -152,6 +164,13 @@ class VariantEncoder:
         return None if not isinstance(dim, int) else form_bytes(dim, self.form)
 
     @property
+    def run_details(self) -> dict[str, Any] | None:
+        """What the base model reports of its run (a hub model's commit and prompts, an API's
+        tokens), for ``run.json``; None when it reports nothing."""
+        details = getattr(self.base, "run_details", None)
+        return details if isinstance(details, dict) else None
+
+    @property
     def fitted_on_texts(self) -> bool:
         """Whether ``fit`` learns from the texts (a PCA or int8 operation, or a base model that is fitted)."""
         return any(k in FITTED for k, _ in self.ops) or callable(getattr(self.base, "fit", None))
@@ -239,8 +258,8 @@ class VariantEncoder:
         """The base model's vectors of ``texts`` with the variant's operations applied in order (a
         form's codes as float32 integer values)."""
         if not self._fitted:
-            what = " and ".join(sorted({k for k, _ in self.ops if k in FITTED}))
-            raise EncoderError(f"{self.name}: the {what} of this variant is fitted on the evaluated texts: call "
+            what = " and ".join(sorted({"the PCA" if k == "pca" else "the int8 ranges" for k, _ in self.ops if k in FITTED}))
+            raise EncoderError(f"{self.name}: {what} of this variant are fitted on the evaluated texts: call "
                                "fit({language: texts}) first (an evaluation does)")
         texts = self._truncated(texts, lang)
         x = np.asarray(self.base.encode(texts, lang, ids=ids, **kw), dtype=np.float32)

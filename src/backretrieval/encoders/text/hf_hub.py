@@ -33,7 +33,8 @@ Remote code. A model whose files need ``trust_remote_code`` runs Python from the
 machine; it is refused unless option ``trust_remote_code=true`` says the user has read that code.
 
 Options: ``revision``, ``prompt_name``, ``trust_remote_code``, ``cache_dir``, ``normalize``,
-``batch_size`` (64), ``progress``, ``device``, ``threads``.
+``batch_size`` (64), ``progress``, ``device``, ``threads``, ``runtime`` (``torch``, ``onnx``,
+``onnx-int8``: see :mod:`.st_onnx`).
 """
 from __future__ import annotations
 
@@ -319,8 +320,9 @@ def hub_model(
     progress: bool = False,
     device: str | None = None,
     threads: int | None = None,
+    runtime: str = "torch",
 ) -> HubEncoder:
     """The hub model ``repo`` (``hf:ORG/NAME``; options: see the module doc)."""
     return HubEncoder(repo, revision=revision, prompt_name=prompt_name, trust_remote_code=trust_remote_code,
                       cache_dir=cache_dir, normalize=normalize, batch_size=batch_size, progress=progress,
-                      device=device, threads=threads)
+                      device=device, threads=threads, runtime=runtime)
