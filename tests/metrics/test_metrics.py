@@ -415,7 +415,7 @@ def test_bad_inputs_are_named():
     with pytest.raises(MetricInputError, match="aligned"):
         xlr(a, b[:9])
     with pytest.raises(MetricInputError, match="unknown similarity"):
-        xlr(a, b, sim="dot")
+        xlr(a, b, sim="euclidean")
     with pytest.raises(MetricInputError, match="rows must be aligned"):
         bkr(a, b, a[:9], b)
 
