@@ -6,6 +6,7 @@ the models the same way.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 
 from backretrieval.analysis import EvalConfig, evaluate
 from backretrieval.cli import main
+from backretrieval.core import BackretrievalError
 from backretrieval.data import load_dataset
 
 tasks_module = importlib.import_module("backretrieval.analysis.evaluate.tasks")  # where the grid finds the task
@@ -167,6 +169,40 @@ def test_variants_and_csls_run_through_the_grid(tmp_path, shared_data):
     # heavier damage, lower scores; mix=1 is the random baseline
     assert rec["use-m"]["xlr@10"] > rec["use-m@noise=2"]["xlr@10"] > rec["use-m@mix=1"]["xlr@10"]
     assert rec["use-m@mix=1"]["bkr@10"] < 0.05
+
+
+def test_serving_forms_run_through_the_grid(tmp_path):
+    """``@int8`` and ``@binary`` of any model (here ``precomputed:``, looked up by id): records say
+    ``sim: dot``, the binary form's ranks are those of the Hamming distances of the rows' sign
+    bits, ``run.json`` records the bytes per item of each form, and CSLS or approximate search are
+    refused naming the form, before any work."""
+    import reference as ref
+    from commands import write_feature_items
+    from backretrieval.analysis.evaluate.features import draw_samples
+
+    data = write_feature_items(tmp_path, 60, {"en": "red cat number", "de": "rote Katze Nummer"})
+    rng = np.random.default_rng(3)
+    vecs = {lang: rng.standard_normal((60, 40)).astype(np.float32) for lang in ("en", "de")}
+    vecs["de"] = vecs["en"] + 0.8 * vecs["de"]  # translations near each other
+    emb = tmp_path / "emb.npz"
+    np.savez(emb, langs=np.repeat(["en", "de"], 60), ids=[f"{lang}{i}" for lang in ("en", "de") for i in range(60)],
+             vectors=np.concatenate([vecs["en"], vecs["de"]]))
+    models = [f"precomputed:{emb}", f"precomputed:{emb}@int8", f"precomputed:{emb}@trunc=16@binary"]
+    cfg = EvalConfig(dataset=str(data), dataset_options={"image_features": str(tmp_path / "feats.npy")}, pairs=[("en", "de")],
+                     models=models, image_model="precomputed", n=30, k=5, seeds=[0])
+    res = evaluate(cfg, tmp_path / "out", progress=False)
+    assert {r["model"]: r["sim"] for r in res.records} == dict(zip(models, ["cosine", "dot", "dot"]))
+    encoding = json.loads((tmp_path / "out" / "run.json").read_text())["encoding"]
+    assert [encoding[m]["bytes_per_item"] for m in models] == [160, 40, 2]
+    ds = load_dataset(str(data), image_features=str(tmp_path / "feats.npy"))
+    rows = draw_samples(ds, "en", "de", 30, 0).xlr
+    bits = [vecs[lang][idx, :16] for lang, idx in zip(("en", "de"), rows)]
+    fwd, bwd = ref.ranks_from_scores(ref.hamming_scores(*bits))
+    got = res.ranks[(models[2], "en", "de", 0)]
+    assert got["xlr"].tolist() == fwd.tolist() and got["xlr_t2s"].tolist() == bwd.tolist()
+    for option, message in (({"sim": "csls"}, "--sim csls"), ({"approx": "hnsw"}, "--approx")):
+        with pytest.raises(BackretrievalError, match=f"serving form \\(int8 codes\\).*{message}"):
+            evaluate(dataclasses.replace(cfg, **option), None, progress=False)
 
 
 # ------------------------------------------------------------------------------- bad input

@@ -97,6 +97,16 @@ def check_image_model(spec: Any, corpora: Iterable[Any], dataset: str | None = N
             )
 
 
+def _takes_ids(fit: Callable[..., Any]) -> bool:
+    """Whether a model's ``fit`` takes ``ids_by_lang`` (language -> the ids of its texts)."""
+    import inspect
+
+    try:
+        return "ids_by_lang" in inspect.signature(fit).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class Features:
     """Embeddings of the needed rows of each language, computed once through the cache.
 
@@ -185,7 +195,9 @@ class Features:
         """
         corpora = self.corpora
         if hasattr(model, "fit") and callable(model.fit):
-            model.fit({lang: c.texts for lang, c in corpora.items()})
+            # a fit that reads the vectors of a model looked up by id (a variant of precomputed:) gets the ids too
+            by_id = {"ids_by_lang": {lang: c.ids for lang, c in corpora.items()}} if _takes_ids(model.fit) else {}
+            model.fit({lang: c.texts for lang, c in corpora.items()}, **by_id)
         wanted = tuple(getattr(model, "wants_extra", ()) or ())
         out = {}
         for lang, c in corpora.items():

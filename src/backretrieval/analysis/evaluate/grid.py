@@ -129,6 +129,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     # build and check every model before loading anything
     models = grid_models(cfg.models)
     names = list(models)
+    sims = _tasks.model_similarities(cfg, {name: m.encoder for name, m in models.items()})
     g_models = grid_image_models(cfg.image_model, cfg.extra_image_models)
     run_only = [name for name, m in models.items() if m.run_only]
     if run_only:
@@ -230,14 +231,14 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
 
     n_runs = sum(len(todo_names) for todo_names in todo.values()) * len(image_models)
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
-    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models, ex)):
+    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models, ex, sims)):
         for name, g, values, ranks in runs:
             slot = (name, g, s, t, seed)
             if slot in found:
                 continue
             rec: dict[str, Any] = {
                 "model": name, "model_identity": inputs.models[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
-                "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[name],
+                "n": cfg.n, "k": cfg.k, "sim": sims.get(name, cfg.sim), **values, "encode_seconds": encode_s[name],
             }
             if g is None:  # no images: no image fields
                 del rec["image_model"]
@@ -325,8 +326,10 @@ def estimate_line(name: str, est: dict[str, Any]) -> str:
 def encoding_facts(cached: CachedTextEncoder, corpora: dict[str, Any], seconds: float, enc: Any) -> dict[str, Any]:
     """What ``run.json`` records of one model's encoding in this run: the distinct texts it
     needed, how many the model encoded (the rest came from the cache), the seconds it took,
-    the items per second of the encoding that ran (None when everything was cached), and what
-    the model itself reports (``run_details``: a hub model's commit and prompts, an API's tokens).
+    the items per second of the encoding that ran (None when everything was cached), the bytes
+    a vector store holds per item (the model's ``bytes_per_item``, e.g. a serving form's; else
+    4 x dim, float32), and what the model itself reports (``run_details``: a hub model's commit
+    and prompts, an API's tokens).
 
     Args:
         cached: the model behind its cache, after encoding.
@@ -335,7 +338,7 @@ def encoding_facts(cached: CachedTextEncoder, corpora: dict[str, Any], seconds: 
         enc: the model.
 
     Returns:
-        ``{"texts", "encoded", "seconds", "dim", "items_per_second", ...}``.
+        ``{"texts", "encoded", "seconds", "dim", "items_per_second", "bytes_per_item", ...}``.
     """
     texts = sum(len(set(c.texts)) for c in corpora.values())
     encoded = int(cached.n_encoded)
@@ -343,6 +346,7 @@ def encoding_facts(cached: CachedTextEncoder, corpora: dict[str, Any], seconds: 
     out: dict[str, Any] = {"texts": texts, "encoded": encoded, "seconds": seconds,
                            "dim": int(dim) if isinstance(dim, int) else None,
                            "items_per_second": round(encoded / seconds, 2) if encoded and seconds > 0 else None}
+    out["bytes_per_item"] = getattr(enc, "bytes_per_item", None) or (4 * out["dim"] if out["dim"] else None)
     details = getattr(enc, "run_details", None)
     if isinstance(details, dict):
         out.update(details)
@@ -405,9 +409,10 @@ def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[s
 
 def _sample_tasks(
     cfg: EvalConfig, samples: dict[Sample, Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
-    feats: Features, image_models: Sequence[str | None], executor: Any = None,
+    feats: Features, image_models: Sequence[str | None], executor: Any = None, sims: dict[str, str] | None = None,
 ) -> Iterator[SampleTask]:
-    """One task per sample with work left: the rows of its models' embeddings and of its images.
+    """One task per sample with work left: the rows of its models' embeddings and of its images
+    (``sims``: the models scored otherwise than ``cfg.sim``, :func:`~.tasks.model_similarities`).
     An executor with ``rows_of(matrix, rows)`` (Ray) gets each matrix once and tasks that refer
     to it; the others get the rows as arrays."""
     rows_of = getattr(executor, "rows_of", None)
@@ -434,4 +439,5 @@ def _sample_tasks(
             cfg.approx,
             cfg.approx_target,
             cfg.approx_cost_check,
+            {m: sims[m] for m in todo_names if m in (sims or {})},
         )

@@ -43,7 +43,8 @@ cache holds (an organisation's typo: ``sentence-transformer/all-MiniLM-L6-v2``).
 the model nested too deeply to read is an error naming the file.
 
 Options: ``revision``, ``prompt_name``, ``trust_remote_code``, ``cache_dir``, ``normalize``,
-``batch_size`` (64), ``progress``, ``device``, ``threads``.
+``batch_size`` (64), ``progress``, ``device``, ``threads``, ``runtime`` (``torch``, ``onnx``,
+``onnx-int8``: see :mod:`.st_onnx`).
 """
 from __future__ import annotations
 
@@ -388,8 +389,9 @@ def hub_model(
     progress: bool = False,
     device: str | None = None,
     threads: int | None = None,
+    runtime: str = "torch",
 ) -> HubEncoder:
     """The hub model ``repo`` (``hf:ORG/NAME``; options: see the module doc)."""
     return HubEncoder(repo, revision=revision, prompt_name=prompt_name, trust_remote_code=trust_remote_code,
                       cache_dir=cache_dir, normalize=normalize, batch_size=batch_size, progress=progress,
-                      device=device, threads=threads)
+                      device=device, threads=threads, runtime=runtime)
