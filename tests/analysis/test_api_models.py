@@ -48,7 +48,7 @@ def cfg_for(models, **kw) -> EvalConfig:
 
 
 def strip(rec):
-    return {k: v for k, v in rec.items() if k not in TIMING | {"model", "model_identity"}}
+    return {k: v for k, v in rec.items() if k not in TIMING | {"model", "model_identity", "model_spec"}}
 
 
 def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):

@@ -36,12 +36,14 @@ def model_paths(specs: Sequence[Any], option: str = "--models") -> list[tuple[st
     """``(path, option)`` of every existing file or folder a model spec reads: the ``ARG`` of
     ``NAME:ARG`` (``precomputed:FILE``, ``cr5:DIR``, ``st:DIR``, ...), variants included
     (``precomputed:FILE@noise=0.5``). Model objects and specs without a path give nothing."""
+    from ..analysis.models import split_label
     from ..encoders.variants import split_variants
 
     out = []
     for spec in specs:
         if not isinstance(spec, str):
             continue
+        spec = split_label(spec)[1]
         _, sep, arg = split_variants(spec)[0].partition("?")[0].partition(":")
         if sep and arg and Path(arg).expanduser().exists():
             out.append((arg, f"{option} {spec}"))

@@ -60,7 +60,7 @@ from ...core import BackretrievalError, DataError
 from ...core.io import check_writable_dir, folder_lock
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
-from ..models import grid_image_models, grid_models, image_run_only, run_only_note
+from ..models import grid_image_models, grid_models, image_run_only, model_spec, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig
 from .power import check_n, power_note, sample_limits
@@ -129,6 +129,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     # build and check every model before loading anything
     models = grid_models(cfg.models)
     names = list(models)
+    specs = {name: model_spec(m.spec if m.spec is not None else m.encoder) for name, m in models.items()}
     g_models = grid_image_models(cfg.image_model, cfg.extra_image_models)
     run_only = [name for name, m in models.items() if m.run_only]
     if run_only:
@@ -236,7 +237,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             if slot in found:
                 continue
             rec: dict[str, Any] = {
-                "model": name, "model_identity": inputs.models[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "model": name, "model_identity": inputs.models[name], "model_spec": specs[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
                 "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[name],
             }
             if g is None:  # no images: no image fields
@@ -260,7 +261,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], pair_order[k[2], k[3]], k[4]))
         results[g] = EvalResult(
             cfg,
-            [with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
+            [with_identity(found[k][0], inputs.models[k[0]], specs[k[0]]) for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
             run=info,
             text_only=not has_bkr,
