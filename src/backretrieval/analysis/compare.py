@@ -29,7 +29,7 @@ from scipy import stats
 from ..core import BackretrievalError
 from ..metrics.table import MetricSpec, approx_ks, chance_level, counterpart, known_metrics, parse_metric
 from .comparison import PAIRWISE_COLUMNS, Comparison
-from .costs import model_costs
+from .costs import cheapest_equivalent, model_costs
 from .evaluate import EvalConfig, EvalResult
 from .stats import bootstrap_ci, holm, paired_bootstrap_diff, paired_permutation_test
 from .verdict import verdict
@@ -160,6 +160,7 @@ def compare(
         main.beside = _rank(result, other, **stats_)
     main.verdict = verdict(main, largest_n=getattr(result, "largest_n", None))
     main.costs = model_costs(getattr(result, "run", None) or {}, list(main.across_pairs["model"]))
+    main.cheapest = cheapest_equivalent(main.verdict, main.costs, getattr(cfg, "cost", "bytes"))
     return main
 
 

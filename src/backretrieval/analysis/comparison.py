@@ -45,6 +45,9 @@ class Comparison:
         costs: the price of each model's answers (:func:`backretrieval.analysis.costs.model_costs`:
             bytes per vector, measured throughput, tokens and cost per million items of API
             models); empty until :func:`compare` sets it.
+        cheapest: the cheapest model as good as the best, per pair and overall, by the cost
+            the configuration names (:func:`backretrieval.analysis.costs.cheapest_equivalent`);
+            None where the verdict holds no equivalence test.
         run: the evaluation's ``run.json`` (configuration, input fingerprints, environment).
     """
 
@@ -61,6 +64,7 @@ class Comparison:
     beside: "Comparison | None" = None
     verdict: dict[str, Any] = dataclasses.field(default_factory=dict)
     costs: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=COST_COLUMNS))
+    cheapest: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The comparison as JSON-serialisable data (``compare.json``), with ``run``: what
@@ -69,11 +73,12 @@ class Comparison:
 
         Returns:
             ``metric``, ``level``, ``alpha``, ``n``, ``seeds``, ``chance``, ``verdict``,
-            ``per_pair``, ``across_pairs``, ``pairwise`` and ``costs`` as lists of row dicts, ``beside``
+            ``per_pair``, ``across_pairs``, ``pairwise`` and ``costs`` as lists of row dicts, ``cheapest``, ``beside``
             (the counterpart's comparison in the same form, without ``run``; None when there is
             none) and ``run``.
         """
         return {**self._tables(), "costs": self.costs.astype(object).where(self.costs.notna(), None).to_dict(orient="records"),
+                "cheapest": self.cheapest,
                 "beside": None if self.beside is None else self.beside._tables(), "run": self.run}
 
     def _tables(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.compare import compare
+from ..analysis.costs import COST_KINDS
 from ..analysis.comparison import Comparison
 from ..analysis.evaluate import EvalResult
 from ..analysis.evaluate.result import slug
@@ -57,6 +58,11 @@ p.verdict.ship { border-color: #0a6e0a; background: #f0f8f0; }
 td.l { text-align: left; }
 figcaption { font-size: .85em; color: #555; }
 pre { background: #f4f4f4; padding: .6em; white-space: pre-wrap; word-break: break-all; }
+div.scroll { max-width: 100%; overflow-x: auto; }
+td, th { overflow-wrap: anywhere; }
+.row figure { min-width: 0; }
+ul.notes { font-size: .85em; color: #444; }
+p.verdict.cheap { border-color: #1f5f9f; background: #eef4fb; }
 """
 
 
@@ -256,7 +262,7 @@ def _cell(v: Any) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _figures(items: Sequence[tuple[Path, str]], wide: bool = False) -> str:
@@ -270,28 +276,51 @@ def _num(v: Any, fmt: str) -> str:
     return "" if v is None or (isinstance(v, float) and np.isnan(v)) else format(v, fmt)
 
 
-def _price_section(c: Comparison, figure: tuple[Path, Path] | None) -> str:
+def _money(v: Any) -> str:
+    return "" if v is None or pd.isna(v) else (f"${v:,.2f}" if v >= 0.01 else f"${v:.2g}")
+
+
+def _cost_cell(r: Any) -> str:
+    """The cost per million items, or why it is unknown."""
+    if r["cost_per_1m_items"] is not None and not pd.isna(r["cost_per_1m_items"]):
+        return _money(r["cost_per_1m_items"])
+    if r["price_per_1m_tokens"] is not None and not pd.isna(r["price_per_1m_tokens"]):
+        return "unknown (no token count)" if r["tokens_counted_by"] else "unknown"
+    return ""
+
+
+def _price_section(c: Comparison, figure: tuple[Path, Path] | None, run: dict[str, Any] | None = None) -> str:
     """The price of each answer: a table of quality beside vector size, throughput, tokens and
-    cost per model, and the quality-versus-cost chart."""
+    cost per model, where each throughput comes from, and the quality-versus-cost chart."""
     quality = c.across_pairs.set_index("model")["mean"]
-    rows = []
+    encoding = (run or {}).get("encoding") or {}
+    rows, notes = [], []
     for _, r in c.costs.iterrows():
-        speed = {"measured": _num(r["items_per_second"], ",.1f"), "cached": "cached (not measured)"}.get(
-            r["throughput"], "not recorded")
-        rows.append([r["model"], _num(quality.get(r["model"]), ".4f"), _num(r["bytes_per_item"], ",.0f"), speed,
-                     _num(r["tokens_used"], ",.0f"), _num(r["tokens_per_item"], ".1f"),
-                     "" if r["cost_per_1m_items"] is None or pd.isna(r["cost_per_1m_items"])
-                     else f"${r['cost_per_1m_items']:,.2f}"])
+        rows.append([r["model"], _num(quality.get(r["model"]), ".4f"), _num(r["bytes_per_item"], ",.0f"),
+                     _num(r["items_per_second"], ",.4g"), _num(r["items_per_cpu_second"], ",.4g"),
+                     _num(r["tokens_per_item"], ".1f") or ("unknown" if r["tokens_counted_by"] else ""), _cost_cell(r)])
+        how = r["tokens_counted_by"]
+        notes.append(f"<li><b>{_e(r['model'])}</b>: speed {_e(r['speed_note'])}"
+                     + (f"; tokens {_e(how)}" if how else "") + "</li>")
+    machines = {json.dumps(e.get("machine"), sort_keys=True): e.get("machine") for e in encoding.values()
+                if isinstance(e, dict) and isinstance(e.get("machine"), dict)}
+    where = "; ".join(f"{m.get('cpu')}, {m.get('cores')} core{'s' * (m.get('cores') != 1)}, {m.get('device')}"
+                      for m in machines.values())
     out = ["<h2>The price of each answer</h2>",
-           "<p>Beside each model's quality: its vector size (bytes per item at float32), the encoding throughput "
-           "measured in this run on this machine (items per second; cached vectors were not measured), and for "
-           "embedding APIs the tokens the server reported and the cost per million items at the model's "
-           "price_per_1m_tokens.</p>",
-           _table(["model", f"{c.metric} (mean)", "bytes / item", "items / s", "tokens used", "tokens / item",
-                   "cost / 1M items"], rows)]
+           "<p>Beside each model's quality: its vector size (bytes per item as it is served: float32 is 4 bytes per "
+           "dimension), its encoding throughput recorded on this machine" + (f" ({_e(where)})" if where else "")
+           + " in items per second and per CPU-second (measured when its vectors were made, or on a fixed sample of "
+           "its texts when none was recorded; the first batch, which loads the model, is not counted), and for "
+           "embedding APIs the tokens per item the server reported and the cost per million items at the model's "
+           "price_per_1m_tokens (unknown where the server reports no usage). A rerun shows the same figures: they "
+           "are the model's record on this machine, not this run's timing.</p>",
+           _table(["model", f"{c.metric} (mean)", "bytes / item", "items / s", "items / CPU-s", "tokens / item",
+                   "cost / 1M items"], rows),
+           f'<ul class="notes">{"".join(notes)}</ul>']
     if figure is not None:
-        out.append(_figures([(figure[0], "quality against cost; filled points: the Pareto front (no model better on "
-                                         "both); bars: the quality intervals")], wide=True))
+        out.append(_figures([(figure[0], "quality against cost, one colour and marker per model; filled and joined: "
+                                         "the Pareto front (no model better on both); bars: the quality intervals")],
+                            wide=True))
     return "".join(out)
 
 
@@ -309,7 +338,12 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
     if verdict:
         rest = " ".join(_e(v["text"]) for v in verdict["pairs"])
         check = f" {_e(verdict['check_text'])}" if verdict.get("check_text") else ""
-        h.append(f'<p class="verdict {_VERDICT_CLASS[verdict["status"]]}"><b>{_e(verdict["summary"])}</b> {rest}{check}</p>')
+        h.append(f'<p class="verdict {_VERDICT_CLASS.get(verdict["status"], "open")}"><b>{_e(verdict["summary"])}</b> '
+                 f'{rest}{check}</p>')
+        cheapest = getattr(price[0], "cheapest", None) if price is not None else None
+        if cheapest:
+            h.append(f'<p class="verdict cheap"><b>The cheapest model as good as the best</b> (by '
+                     f'{_e(COST_KINDS[cheapest["cost"]][1].removeprefix("the "))}): {_e(cheapest["text"])}</p>')
     h.append(f"<p>{len(models)} models, {len(pairs)} language pairs, N = {cfg.n} queries per pair and seed, "
              f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, {_e(what)}, similarity {_e(cfg.sim)}. Intervals: {pct}% "
              f"seed-stratified percentile bootstrap over queries. Gaps: paired sign-flip permutation test, Holm-adjusted, "
@@ -360,7 +394,7 @@ def _html(blocks, result: EvalResult, command: str, n_seeds: int, agree: list[di
         h.append(_table(["model", "mean", "sd over pairs", "min", "max", "mean rank", "rank-1 pairs",
                          "significant wins", "ties", "losses"], rows))
     if price is not None and len(price[0].costs):
-        h.append(_price_section(*price))
+        h.append(_price_section(*price, result.run))
     if gallery is not None:
         h.append("<h2>Examples: what each model retrieved</h2>")
         h.append(f"<p>{_e(G.HOW_TO_READ)} Models in the order of {_e(c0.metric)} on each pair.</p>")

@@ -69,7 +69,8 @@ def summary_markdown(result: EvalResult) -> str:
 
 
 def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
-    """``compare.md``: the verdict paragraph, then the rankings, the ground truth's first where
+    """``compare.md``: the verdict paragraph (with the cheapest model as good as the best, where
+    the verdict tests equivalence: :attr:`Comparison.cheapest`), then the rankings, the ground truth's first where
     the records hold it (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the
     check says per pair.
 
@@ -86,7 +87,8 @@ def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
     if note:
         parts.append(note)
     if c.verdict:
-        parts.append(f"## Verdict\n\n{c.verdict['text']}")
+        cheap = f" {c.cheapest['text']}" if getattr(c, "cheapest", None) else ""
+        parts.append(f"## Verdict\n\n{c.verdict['text']}{cheap}")
     parts.append(format_comparison(lead))
     if check is not None:
         parts.append(format_comparison(check))

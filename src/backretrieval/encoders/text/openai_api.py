@@ -28,7 +28,9 @@ Cost. :meth:`OpenAIEncoder.estimate` counts the texts and their tokens before an
 with ``tiktoken`` (``cl100k_base``) for OpenAI's ``text-embedding-*`` models where it is installed,
 else by the stated approximation of one token per 4 bytes of UTF-8 -- and, with the option
 ``price_per_1m_tokens``, the cost. The tokens the server reports (each answer's ``usage``) are
-counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records.
+counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records; an answer
+without usage (or with 0 tokens) counts as unreported (:func:`reported_tokens`), so the cost of a
+server that reports none is unknown, not $0.
 
 The ``version`` (the cache and record keys) is ``openai-<model>@<endpoint>`` with ``dimensions``:
 the endpoint is the base URL's scheme, host, port and path (no user, password or query).
@@ -93,6 +95,17 @@ def retry_after(headers: Any) -> float | None:
     except ValueError:
         when = email.utils.parsedate_to_datetime(value) if value else None
         return None if when is None else max(0.0, when.timestamp() - time.time())
+
+
+def reported_tokens(usage: Any) -> int | None:
+    """The tokens an answer's ``usage`` reports (``total_tokens``, else ``prompt_tokens``); None
+    when it reports none: no ``usage``, no count, or 0 (every text has at least one token), so a
+    server that does not count is "unknown", never $0."""
+    for field in ("total_tokens", "prompt_tokens"):
+        value = getattr(usage, field, None) if not isinstance(usage, dict) else usage.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 class Tokenizer:
@@ -188,7 +201,7 @@ class OpenAIEncoder:
         self.encoding_format = encoding_format
         self.progress = bool(progress)
         self.tokenizer = Tokenizer(model)
-        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0}
+        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0, "texts_with_usage": 0}
         self._usage_lock = threading.Lock()
         self._client: Any = None
         self.version = f"openai-{model}@{self.endpoint}" + (f"/d{self.dimensions}" if self.dimensions else "")
@@ -315,11 +328,12 @@ class OpenAIEncoder:
         problem = first_bad_row(x)
         if problem is not None and problem[0] == "nonfinite":
             raise EncoderError(f"{bad} NaN or inf in the vector of text {problem[1]} of the batch")
-        usage = getattr(resp, "usage", None)
-        tokens = getattr(usage, "total_tokens", None) or getattr(usage, "prompt_tokens", None) or 0
+        tokens = reported_tokens(getattr(resp, "usage", None))
         with self._usage_lock:
-            self.usage["tokens"] += int(tokens)
             self.usage["texts"] += n
+            if tokens is not None:
+                self.usage["tokens"] += tokens
+                self.usage["texts_with_usage"] += n
         return x
 
     # -- encoding
@@ -387,9 +401,13 @@ class OpenAIEncoder:
     @property
     def run_details(self) -> dict[str, Any]:
         """What ``run.json`` records of this model: endpoint, dimensions, the tokens the server
-        reported, requests and retries, and the price per 1M tokens (never the key)."""
+        reported (``tokens_used``, over the ``texts_with_usage`` of the batches whose answer
+        reported usage; None when no answer did), requests and retries, and the price per 1M
+        tokens (never the key)."""
+        reported = self.usage["texts_with_usage"]
         return {"model": self.model, "endpoint": self.endpoint, "dimensions": self.dimensions,
-                "tokens_used": self.usage["tokens"], "texts_sent": self.usage["texts"],
+                "tokens_used": self.usage["tokens"] if reported or not self.usage["texts"] else None,
+                "texts_with_usage": reported, "texts_sent": self.usage["texts"],
                 "requests": self.usage["requests"], "retries": self.usage["retries"],
                 "price_per_1m_tokens": self.price, "tokenizer": self.tokenizer.how}
 
