@@ -11,13 +11,13 @@ import pytest
 from backretrieval.analysis.costs import (COST_COLUMNS, cheapest_equivalent, fraction_words, model_costs,
                                           pareto_front)
 
-SPEED = {"items_per_second": 50.0, "items_per_cpu_second": 25.0, "measured": "2026-12-07", "how": "run"}
+SPEED = {"items_per_second": 50.0, "items_per_cpu_second": 25.0, "measured": "YYYY-MM-DD", "how": "run"}
 
 
 def test_model_costs_reads_the_encoding_facts():
     run = {"encoding": {
         "local": {"texts": 100, "encoded": 100, "dim": 512, "bytes_per_item": 2048, "speed": SPEED,
-                  "speed_note": "measured 2026-12-07 on this machine (100 texts of 16-31 chars)"},
+                  "speed_note": "measured YYYY-MM-DD on this machine (100 texts of 16-31 chars)"},
         "int8": {"texts": 100, "encoded": 0, "dim": 512, "bytes_per_item": 512, "speed": SPEED, "speed_note": "x"},
         "skipped": {"texts": 100, "encoded": 0, "dim": 384, "speed": None, "speed_note": "not measured (--no-measure-speed)"},
         "api": {"texts": 100, "encoded": 40, "dim": 256, "speed": {"items_per_second": 40.0}, "speed_note": "y",

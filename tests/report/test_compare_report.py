@@ -322,7 +322,7 @@ def test_a_report_of_8_models_x_8_pairs_fits_a_1200_px_window(tmp_path):
         r = rng.integers(1, 10 + 10 * i, 100).astype(float)
         ranks[(m, src, tgt, 0)] = {"bkr": r, "xlr": r}
     encoding = {m: {"dim": 512, "bytes_per_item": 2048 >> i, "speed": {"items_per_second": 100.0 * (i + 1)},
-                    "speed_note": "measured 2026-12-07 on this machine (1,000 texts of 16-31 chars)"}
+                    "speed_note": "measured YYYY-MM-DD on this machine (1,000 texts of 16-31 chars)"}
                 for i, m in enumerate(WIDE_MODELS)}
     res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
     write_compare_report(compare(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path, examples=0)

@@ -43,7 +43,7 @@ def model_costs(run: dict[str, Any], models: Sequence[str]) -> pd.DataFrame:
 
     Returns:
         A frame with :data:`COST_COLUMNS`: ``speed_note`` says where the throughput comes from
-        ("measured 2026-12-07 on this machine (1,200 texts of 16-31 chars)", "not measured
+        ("measured YYYY-MM-DD on this machine (1,200 texts of 16-31 chars)", "not measured
         (--no-measure-speed)", "not recorded" for a run that recorded none); ``tokens_per_item``,
         ``price_per_1m_tokens`` and ``cost_per_1m_items`` are None where unknown (a local model
         has no price; a server that reports no usage has no token count).

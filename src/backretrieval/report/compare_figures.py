@@ -123,10 +123,10 @@ def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, P
     ax.set_xticks(range(len(models)), [short_label(m) for m in models], rotation=turn,
                   ha="center" if turn == 90 else "right", fontsize=8)
     ax.set_yticks(range(len(pairs)), pairs, fontsize=8)
-    cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric)
-    if chance is not None and lo <= chance <= hi:
+    on_bar = chance is not None and lo <= chance <= hi
+    cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric + (f" (red: chance {chance:.3g})" if on_bar else ""))
+    if on_bar:  # named in the bar's label, not beside the line, where it would cover a tick label
         cb.ax.axhline(chance, color="red", linewidth=2)
-        cb.ax.text(1.05, chance, " chance", transform=cb.ax.get_yaxis_transform(), color="red", fontsize=7, va="center")
     ax.set_title(heatmap_title(c, chance), fontsize=10)
     return _save(fig, stem)
 
@@ -253,6 +253,8 @@ def cost_quality(c: Comparison, stem: Path) -> tuple[Path, Path] | None:
     quality and that cost (the Pareto front) are filled and joined by a step line, the others
     hollow. A cost spanning more than 20x is on a log scale. None when no cost is known.
     """
+    from matplotlib.ticker import MaxNLocator
+
     from ..analysis.costs import pareto_front
 
     costs = c.costs.set_index("model") if len(c.costs) else None
@@ -291,6 +293,8 @@ def cost_quality(c: Comparison, stem: Path) -> tuple[Path, Path] | None:
                     fontsize=7, color="0.4")
         if ok.sum() and np.nanmax(x[ok]) > 20 * max(np.nanmin(x[ok]), 1e-12):
             ax.set_xscale("log")
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(5))
         ax.set_xlabel(label, fontsize=8)
         ax.set_ylabel(f"{c.metric} (mean over pairs)", fontsize=8)
         ax.tick_params(labelsize=7)

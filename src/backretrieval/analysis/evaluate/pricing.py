@@ -9,7 +9,7 @@ the model's record in the price book beside the embedding cache
 (:mod:`backretrieval.encoders.prices`): a run that encodes texts measures them and records the
 measurement (a record covering more texts is kept), and then reports the record of its texts'
 length class; a run whose vectors all come from the cache, or whose records all come from an
-earlier run, reports that record too ("measured 2026-12-07 on this machine"), or, when there is
+earlier run, reports that record too ("measured YYYY-MM-DD on this machine"), or, when there is
 none, measures the model on a small fixed sample of its texts first (``EvalConfig.measure_speed``
 False: not measured, and the page says so). So a rerun into the same ``--out``, a new ``--out``
 and ``br.compare`` of the finished result show the same price. A variant (``use-m@trunc=128``)
@@ -91,7 +91,14 @@ def _mean_chars(texts: dict[str, list[str]]) -> float:
 
 
 def paid(enc: Any) -> bool:
-    """Whether encoding with ``enc`` is paid by the request (an embedding API: ``estimate``)."""
+    """Whether encoding with ``enc`` is paid by the request.
+
+    Args:
+        enc: a text model.
+
+    Returns:
+        True for an embedding API (a model with ``estimate``).
+    """
     return callable(getattr(enc, "estimate", None))
 
 
@@ -196,7 +203,7 @@ def price_facts(name: str, model: Any, cached: CachedTextEncoder | None, corpora
 
 
 def speed_note(rec: Measurement | None, run_only: bool = False, api: bool = False) -> str:
-    """How the page says where a throughput comes from: ``"measured 2026-12-07 on this machine
+    """How the page says where a throughput comes from: ``"measured YYYY-MM-DD on this machine
     (1,200 texts of 16-31 chars)"``; for a model without a record, why there is none.
 
     Args:
