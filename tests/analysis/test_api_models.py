@@ -72,7 +72,7 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
     sent = sum(len(r["texts"]) for r in api.requests)
     words = sum(len(t.split()) for r in api.requests for t in r["texts"])
     assert enc["tokens_used"] == words and enc["texts_sent"] == sent == enc["encoded"] and enc["requests"] == len(api.requests)
-    assert enc["tokens_per_item"] == pytest.approx(words / sent) and enc["tokens_counted_by"] == "reported by the server"
+    assert enc["tokens_per_item"] == pytest.approx(words / sent, abs=1e-3) and enc["tokens_counted_by"] == "reported by the server"
     assert run["encoding"]["use-m"]["items_per_second"] > 0
     assert all(r["authorization"] == f"Bearer {KEY}" for r in api.requests)
     # the key is nowhere: outputs, cache, log
