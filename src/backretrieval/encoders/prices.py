@@ -3,8 +3,8 @@
 What a team pays for a model besides its quality is the storage of its vectors, the time (or the
 API's bill) to make them, and that is a fact about the model and the machine, not about one run.
 So it is kept beside the embedding cache (``<cache>/embeddings/prices/``), one small JSON file per
-model identity (its ``version``, with the fingerprint of the texts a fitted model is fitted on),
-machine and length class:
+model identity (its ``version``; for a model fitted on the evaluated texts, without what it is
+fitted on, which changes its vectors but not its speed), machine and length class:
 
 * the *machine* (:func:`machine`): the CPU model, the cores this process may use, the device the
   model runs on, the versions of the libraries that compute its vectors (and settings such as

@@ -214,7 +214,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     text: dict[str, dict[str, np.ndarray]] = {}
     encode_s: dict[str, float] = {}
     used: dict[str, CachedTextEncoder] = {}
-    speed_ids = {name: speed_identity(m.encoder, inputs.models[name], feats.fit_fingerprint) for name, m in models.items()}
+    speed_ids = {name: speed_identity(m.encoder, inputs.models[name]) for name, m in models.items()}
     for name in dict.fromkeys(name for todo_names in todo.values() for name in todo_names):
         t0 = time.perf_counter()
         m = models[name]  # a Python object encodes here, with every executor (it is never pickled)

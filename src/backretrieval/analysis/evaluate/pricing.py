@@ -28,6 +28,7 @@ from ...encoders.cache import CachedTextEncoder
 from ...encoders.prices import (Measurement, PriceBook, bytes_per_item, length_class, machine, measure_sample)
 
 NOT_MEASURED = "not measured (--no-measure-speed)"
+FIT_MARK = "+fit:"  # where a fitted model's identity names the texts it is fitted on (records.fingerprint_inputs)
 NOT_REPORTED = "not reported by the server"
 
 
@@ -47,25 +48,22 @@ def speed_parts(cached: CachedTextEncoder) -> tuple[CachedTextEncoder, Any]:
     return cached, cached.encoder
 
 
-def speed_identity(enc: Any, identity: str, fit_fp: Callable[[], str]) -> str:
-    """The identity the throughput of model ``enc`` is recorded under: its own (``identity``), or
-    for a variant its base model's, computed as the records' keys compute identities (the
-    version, and for a model fitted on the evaluated texts the fingerprint of those texts).
+def speed_identity(enc: Any, identity: str) -> str:
+    """The identity the throughput of model ``enc`` is recorded under: its identity in the records,
+    or for a variant its base model's version, without the fingerprint of the texts a fitted
+    model is fitted on (they change its vectors, not its speed: a TF-IDF model fitted on other
+    texts encodes at the speed recorded for the first ones, so the dry run can tell).
 
     Args:
         enc: the model (before it is fitted).
         identity: its identity in the records.
-        fit_fp: the fingerprint of the texts a model is fitted on (called only when needed).
 
     Returns:
         The identity.
     """
     base = getattr(enc, "base", None)
-    if not isinstance(base, CachedTextEncoder):
-        return identity
-    model = base.encoder
-    fitted = callable(getattr(model, "fit", None)) and getattr(model, "fitted_on_texts", True)
-    return str(model.version) + (f"+fit:{fit_fp()}" if fitted else "")
+    own = str(base.encoder.version) if isinstance(base, CachedTextEncoder) else identity
+    return own.split(FIT_MARK, 1)[0]
 
 
 def corpus_fit_fingerprint(corpora: dict[str, Any]) -> str:
@@ -324,7 +322,7 @@ def model_estimate(name: str, model: Any, corpora: dict[str, Any], identity: str
         out.update(api)
     rec = None
     if not run_only:
-        sid = speed_identity(model, identity, lambda: corpus_fit_fingerprint(corpora))
+        sid = speed_identity(model, identity)
         rec = book.read(sid, machine(speed_model), length_class(_mean_chars(todo if n else texts)))
     out["speed"] = None if rec is None else rec.to_json()
     if rec is None:
@@ -349,4 +347,4 @@ def model_identity(model: Any, corpora: dict[str, Any]) -> str:
         The identity.
     """
     fitted = callable(getattr(model, "fit", None)) and getattr(model, "fitted_on_texts", True)
-    return str(model.version) + (f"+fit:{corpus_fit_fingerprint(corpora)}" if fitted else "")
+    return str(model.version) + (f"{FIT_MARK}{corpus_fit_fingerprint(corpora)}" if fitted else "")
