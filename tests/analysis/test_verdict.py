@@ -12,7 +12,8 @@ import pytest
 from backretrieval.analysis import EvalConfig
 from backretrieval.analysis.compare import compare
 from backretrieval.analysis.evaluate import EvalResult
-from backretrieval.analysis.verdict import agreement, lead_and_check, pair_verdict
+from backretrieval.analysis.check import agreement
+from backretrieval.analysis.verdict import lead_and_check, pair_verdict
 
 
 def grid(draws, n=200, seeds=(0, 1), pairs=(("en", "de"), ("de", "ja")), largest_n=None, kinds=("bkr", "xlr")) -> EvalResult:

@@ -30,7 +30,7 @@ from ..core import atomic_write_text
 from ..core.io import check_writable_dir, folder_lock
 from ..core.text import one_line
 from ..metrics.table import chance_level, shown_columns
-from .table import approx_note, format_comparison, format_summary
+from .table import approx_note, format_comparison, format_summary, format_verdict
 
 SUMMARY = "summary.md"
 COMPARE_MD = "compare.md"
@@ -69,13 +69,15 @@ def summary_markdown(result: EvalResult) -> str:
 
 
 def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
-    """``compare.md``: the verdict paragraph, then the rankings, the ground truth's first where
-    the records hold it (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the
-    check says per pair.
+    """``compare.md``: the verdict (:func:`~.table.format_verdict`: overall, per pair with its
+    power note, the check, the four answers and the margin), the notes of the run, then the
+    rankings, the ground truth's first where the records hold it
+    (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the check says per pair.
 
     Args:
         c: the finished comparison.
-        result: the evaluation behind it, for the note on approximate search (None: no note).
+        result: the evaluation behind it, for its notes and the note on approximate search
+            (None: no notes).
 
     Returns:
         The Markdown, ending in a newline.
@@ -86,7 +88,9 @@ def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
     if note:
         parts.append(note)
     if c.verdict:
-        parts.append(f"## Verdict\n\n{c.verdict['text']}")
+        parts.append(format_verdict(c.verdict))
+    if result is not None and result.notes:
+        parts.append("\n".join(f"Note: {n}." for n in result.notes))
     parts.append(format_comparison(lead))
     if check is not None:
         parts.append(format_comparison(check))
@@ -245,6 +249,7 @@ def compare(
     level: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    margin: float | None = None,
     command: str | Sequence[str] | None = None,
     executor: Any = None,
     progress: bool = False,
@@ -267,6 +272,7 @@ def compare(
         level: confidence level of the intervals.
         alpha: significance level of the gaps (Holm-adjusted).
         seed: the resampling seed.
+        margin: the verdict's equivalence margin (None: the configuration's, 0.05 unless set).
         command: the provenance the report shows (default: this Python call).
         executor: for a configuration, where its per-sample tasks run.
         progress: for a configuration, show progress bars.
@@ -286,14 +292,14 @@ def compare(
     if out_dir is None and (report or save_queries):
         raise BackretrievalError(f"{'report' if report else 'save_queries'} needs out_dir: the folder to write into")
     _check_save_queries(cfg, save_queries)
-    stats = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed)
+    stats = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed, margin=margin)
     if out_dir is None:
         return compare_models(result, metric, executor=executor, progress=progress, log=log, **stats)
     metric = f"bkr@{cfg.k}" if metric is None else metric
     check_metric(metric, approx_depth=_approx_depth(cfg))  # before the folder is touched
     if command is None:
         command = (f"Python: backretrieval.compare(..., metric={metric!r}, out_dir={str(out_dir)!r}, report={report}, "
-                   f"n_boot={n_boot}, level={level}, alpha={alpha})")
+                   f"n_boot={n_boot}, level={level}, alpha={alpha}, margin={margin})")
     check_writable_dir(out_dir, "output folder")
     with folder_lock(out_dir, "output folder"):
         if isinstance(result, EvalConfig):

@@ -207,7 +207,7 @@ def bkr_sample_size(meta: dict[str, Any], n: int | None, seeds: int) -> tuple[in
 
     pair = (meta["src"], meta["tgt"])
     ds = load_dataset(meta["dataset"], langs=list(pair), **dict(meta.get("dataset_options") or {}))
-    return fit_n(ds, [pair], n, DEFAULT_BKR_N, list(range(seeds)), option=("--bkr-n", "bkr_n"))
+    return fit_n(ds, [pair], n, DEFAULT_BKR_N, list(range(seeds)), option=("--bkr-n", "bkr_n"), needs=("bkr",))
 
 
 def bkr_comparison(
