@@ -175,7 +175,7 @@ def _saturated(c: "Comparison", rows: list[dict[str, Any]], leading: list[str]) 
     if len(top) < 2:
         return ""
     at1 = c.metric.split("@")[0] + "@1"
-    return (f" {c.metric} saturates: {names([r['model'] for r in top])} score {top[-1]['estimate']:.3f} or more at K = {k} "
+    return (f". {c.metric} saturates: {names([r['model'] for r in top])} score {top[-1]['estimate']:.3f} or more at K = {k} "
             f"(K/N = {k / c.n:.2g}), where it cannot tell them apart; at K = 1 they may separate ({at1} ranks the same "
             f"records: --metric {at1})")
 
@@ -236,8 +236,13 @@ def _pair_text(c: "Comparison", pair: str, status: str, best: dict[str, Any], ro
         who = (f"every model scores {best['estimate']:.3f} [{best['low']:.3f}, {best['high']:.3f}] (they tie: none is "
                f"best), {where}" if tie else f"the best model, {best['model']} ({score}), is {where}")
         spec, k = parse_metric(c.metric)
-        helps = "a larger N lowers chance" + (f", and so does a smaller K (--k 1: chance {1 / c.n:.3g})" if k and k > 1 else "")
-        return f"{pair}: at chance: {who} chance ({c.chance:.3g}); nothing can be concluded at N = {c.n} ({helps})"
+        most = power["largest_n"] if power else None
+        helps = (f"N = {c.n} is the most these data allow, so only more items lower chance (K/N)" if most is not None
+                 and most <= c.n else "a larger N lowers chance (K/N)")
+        helps += f", and so does a smaller K (--k 1: chance {1 / c.n:.3g})" if k and k > 1 else ""
+        same = [t["model_b"] for t in tests if t["equivalent"] and t["se"] == 0]
+        also = (f"; {names([best['model']] + same)} give identical per-query results (equivalent at any N)" if same else "")
+        return f"{pair}: at chance: {who} chance ({c.chance:.3g}); nothing can be concluded at N = {c.n}: {helps}{also}"
     runner = tests[0]
     lead = _span(runner["diff"], runner["diff_low"], runner["diff_high"])
     if status == "ship":
@@ -326,7 +331,7 @@ def _overall(c: "Comparison", per: list[dict[str, Any]], models: list[str], basi
     undecided = [v for v in per if v["status"] in ("not enough data", "at chance")]
     if undecided:
         if all(v["status"] == "at chance" for v in per):
-            return "at chance", None, (f"At chance: {basis}, the best model is not distinguishable from chance on "
+            return "at chance", None, (f"At chance: {basis}, no model is shown above chance on "
                                        f"{'any' if len(per) > 1 else 'the'} pair at N = {c.n}: nothing can be concluded.")
         said = [f"on {v['pair']} {'ship ' + v['ship'] if v['ship'] else 'they are equivalent'}" for v in per
                 if v not in undecided]
@@ -350,7 +355,8 @@ def _overall(c: "Comparison", per: list[dict[str, Any]], models: list[str], basi
         return "ship", x, (f"Ship {x}: {basis}, it is the only model within ±{c.margin:g} of the best on every pair"
                            + (f" (significantly best on {', '.join(won)}, equivalent to the best elsewhere)." if won else "."))
     if ok:
-        return "equivalent", None, (f"Equivalent: {basis}, {names(ok)} are within ±{c.margin:g} of the best on all {where}: "
+        on = f"on all {where}" if len(per) > 1 else "on the pair"
+        return "equivalent", None, (f"Equivalent: {basis}, {names(ok)} are within ±{c.margin:g} of the best {on}: "
                                     f"pick among them by cost or speed.")
     return "per pair", None, (f"No one model is the best, or within ±{c.margin:g} of it, on all {where} ({basis}): the "
                               f"choice depends on the pair.")
