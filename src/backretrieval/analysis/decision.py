@@ -147,25 +147,30 @@ def decide_outcomes(outcomes: Mapping[str, np.ndarray], *, margin: float, alpha:
         n_perm: random sign patterns of a sign-flip test whose differences are not all of one
             magnitude (0/1 outcomes are tested exactly).
         seed: the seed of the resampling and of the sign patterns.
-        all_pairs: test every two models (for the tables of wins); False: only what the
-            decision needs, the best against each other model.
+        all_pairs: test every two models, with every interval (for the tables and the page);
+            False: only what the decision needs: the best against each other model, and the
+            best model's interval (the other intervals are NaN; the draws are the same, so the
+            best's interval and every decision are those of ``all_pairs=True``).
 
     Returns:
         The :class:`PairDecision`.
     """
     models = list(outcomes)
-    xs = [np.asarray(outcomes[m], dtype=np.float64) for m in models]
-    boot = dict(zip(models, bootstrap_means(xs, n_boot=n_boot, seed=seed)))
+    data = {m: np.asarray(outcomes[m], dtype=np.float64) for m in models}
+    means = {m: float(x.mean()) for m, x in data.items()}
+    order = sorted(models, key=lambda m: -means[m])
+    drawn = models if all_pairs else order[:1]
+    boot = dict(zip(drawn, bootstrap_means([data[m] for m in drawn], n_boot=n_boot, seed=seed)))
     q = (1 - level) / 2
-    interval = {m: (float(x.mean()), *(float(v) for v in np.quantile(boot[m], [q, 1 - q]))) for m, x in zip(models, xs)}
-    order = sorted(models, key=lambda m: -interval[m][0])
-    data = dict(zip(models, xs))
+    nan = np.full(n_boot, np.nan)
+    interval = {m: (means[m], *((float(v) for v in np.quantile(boot[m], [q, 1 - q])) if m in boot else (np.nan, np.nan)))
+                for m in models}
     wanted = ([(a, b) for i, a in enumerate(order) for b in order[i + 1:]] if all_pairs
               else [(order[0], b) for b in order[1:]])
     gaps, tests = [], []
     for a, b in wanted:
         d = data[a] - data[b]
-        lo, hi = np.quantile(boot[a] - boot[b], [q, 1 - q])
+        lo, hi = np.quantile(boot.get(a, nan) - boot.get(b, nan), [q, 1 - q]) if b in boot else (np.nan, np.nan)
         p, _, nonzero = sign_flip_p(d, statistic="mean", n_random=n_perm, seed=seed, chunk=500, tol=1e-12,
                                     binary_exact=True)
         diff = float(d.mean()) if nonzero else 0.0

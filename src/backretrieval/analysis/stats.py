@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from ..metrics.table import hits, reciprocal  # the per-query outcomes of the metric table
 
@@ -227,7 +227,7 @@ def sign_flip_p(
     mag = np.abs(nz)
     if binary_exact and float(mag.max() - mag.min()) <= tol * float(mag.max()):
         wins = int(np.count_nonzero(nz > 0))
-        return min(1.0, 2.0 * float(stats.binom.cdf(min(wins, nz.size - wins), nz.size, 0.5))), "exact", int(nz.size)
+        return min(1.0, 2.0 * float(special.bdtr(min(wins, nz.size - wins), nz.size, 0.5))), "exact", int(nz.size)
     if statistic == "mean":
         obs = abs(d.mean())
         count = lambda signs: int(np.count_nonzero(np.abs(signs @ nz) / d.size >= obs - tol))  # noqa: E731
@@ -344,9 +344,12 @@ def tost(diff: float, se: float, margin: float, *, alpha: float = 0.05, df: int 
         return 1.0, float("-inf"), float("inf")
     if se == 0:
         return (0.0 if abs(diff) < margin else 1.0), float(diff), float(diff)
-    dist = stats.t(df) if df else stats.norm
-    p = max(float(dist.sf((diff + margin) / se)), float(dist.sf((margin - diff) / se)))
-    q = float(dist.ppf(1 - alpha))
+    if df:  # Student's t: sf(x) = stdtr(df, -x)
+        p = max(float(special.stdtr(df, -(diff + margin) / se)), float(special.stdtr(df, -(margin - diff) / se)))
+        q = float(special.stdtrit(df, 1 - alpha))
+    else:
+        p = max(float(special.ndtr(-(diff + margin) / se)), float(special.ndtr(-(margin - diff) / se)))
+        q = float(special.ndtri(1 - alpha))
     return p, float(diff - q * se), float(diff + q * se)
 
 
