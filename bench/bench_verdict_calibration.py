@@ -94,7 +94,7 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
     sds = []
     for r in range(reps):
         d = decide_outcomes(planted(rng, k, gap, n, p0, rho, identical), margin=MARGIN, alpha=ALPHA, chance=K / n,
-                            n_boot=n_boot, n_perm=1000, seed=r, all_pairs=False)
+                            n_boot=n_boot, n_perm=1000, seed=r, all_pairs=False, smaller_k=K > 1)
         shipped = d.order[0] if d.status == "ship" else None
         counts["ship"] += shipped is not None
         counts["ship_best"] += shipped == "m0"

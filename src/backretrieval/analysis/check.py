@@ -132,9 +132,14 @@ def check_sentence(check: "Comparison", truth: "Comparison", agree: list[dict[st
     other = [a["pair"] for a in agree if a["status"] == "differs" and not a["check_ship"]]
     if other:
         said.append(f"on {', '.join(other)} it gives another answer than {truth.metric}")
-    for kind, what in (("agrees", "it gives the same answer as {m} on {p}"),
-                       ("not enough data", "on {p} there is not enough data to check")):
-        on = [a["pair"] for a in agree if a["status"] == kind]
-        if on:
-            said.append(what.format(m=truth.metric, p=", ".join(on)))
+    on = [a["pair"] for a in agree if a["status"] == "agrees"]
+    if on:
+        said.append(f"it gives the same answer as {truth.metric} on {', '.join(on)}")
+    for a in agree:  # where the ground truth cannot decide, what the check alone would ship
+        if a["status"] == "not enough data" and a["check_ship"]:
+            said.append(f"on {a['pair']} there is not enough data to check ({truth.metric} cannot decide; "
+                        f"{check.metric} alone would ship {a['check_ship']})")
+    on = [a["pair"] for a in agree if a["status"] == "not enough data" and not a["check_ship"]]
+    if on:
+        said.append(f"on {', '.join(on)} there is not enough data to check")
     return f"{check.metric}, which needs no translations, is the check: {'; '.join(said)}."

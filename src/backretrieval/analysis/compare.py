@@ -32,7 +32,7 @@ from ..core import BackretrievalError
 from ..metrics.table import MetricSpec, approx_ks, chance_level, counterpart, known_metrics, parse_metric
 from .comparison import EQUIVALENCE_COLUMNS, PAIRWISE_COLUMNS, Comparison
 from .costs import model_costs
-from .decision import PairDecision, decide_outcomes, decide_replicates
+from .decision import PairDecision, decide_outcomes, decide_replicates, smaller_k
 from .evaluate import EvalConfig, EvalResult
 from .evaluate.config import check_margin
 from .stats import holm
@@ -245,7 +245,7 @@ def _rank(result: EvalResult, metric: str, *, n_boot: int, n_perm: int, level: f
             if not outcomes:
                 raise BackretrievalError(f"{src}->{tgt}: no {key} results to compare (does the dataset have what {metric} needs?)")
             dec = decide_outcomes(outcomes, margin=margin, alpha=alpha, level=level, chance=chance, n_boot=n_boot,
-                                  n_perm=n_perm, seed=seed)
+                                  n_perm=n_perm, seed=seed, smaller_k=smaller_k(metric))
         rows += _ranked_rows(label, dec, alpha)
         p_adj = holm([g["p"] for g in dec.gaps]) if dec.gaps else []
         gap_rows += [{"pair": label, **g, "p_adj": pa, "significant": bool(pa < alpha)} for g, pa in zip(dec.gaps, p_adj)]

@@ -31,7 +31,9 @@ of :data:`STATUSES`:
   concluded;
 * ``ship`` -- the best is significantly better than every other model;
 * ``equivalent`` -- every model the best does not beat significantly is equivalent to it: pick
-  among the equivalent ones by cost or speed;
+  among the equivalent ones by cost or speed; not where the equivalence rests on the metric's
+  ceiling at K > 1 (:func:`at_ceiling`: several models find every item among their top K, as
+  at a large K/N), which says nothing about the models;
 * ``not enough data`` -- neither.
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from ..metrics.table import parse_metric
 from .stats import bootstrap_means, holm, paired_se, sign_flip_p, tost
 
 STATUSES = ("ship", "equivalent", "not enough data", "at chance", "only model")
@@ -80,6 +83,19 @@ class PairDecision:
         return [self.order[0]] + [t["model_b"] for t in self.tests if t["equivalent"]]
 
 
+def smaller_k(metric: str) -> bool:
+    """Whether ``metric`` is taken at a K above 1 (``bkr@10``), where a smaller K exists.
+
+    Args:
+        metric: a metric name.
+
+    Returns:
+        True for ``...@K`` with K > 1.
+    """
+    _, k = parse_metric(metric)
+    return bool(k and k > 1)
+
+
 def vs_best(better: bool, equivalent: bool) -> str:
     """How a model stands against the best, from its two Holm-adjusted tests.
 
@@ -95,19 +111,38 @@ def vs_best(better: bool, equivalent: bool) -> str:
     return "equivalent" if equivalent else "undecided"
 
 
-def pair_status(marks: Sequence[str], best_low: float, chance: float | None) -> str:
+def at_ceiling(best: tuple[float, float, float], equivalent: Sequence[float]) -> bool:
+    """Whether an equivalence rests on the metric's ceiling: the best model's interval reaches 1
+    and a model shown equivalent to it has its estimate inside that interval. At K > 1 and a
+    large K/N, several models then find every item among their top K, and the metric cannot tell
+    them apart, whatever their quality (their paired differences may all be 0 without their
+    being the same model).
+
+    Args:
+        best: the best model's ``(estimate, low, high)``.
+        equivalent: the estimates of the models shown equivalent to it.
+
+    Returns:
+        True at the ceiling.
+    """
+    return best[2] >= 1 - 1e-9 and any(est >= best[1] for est in equivalent)
+
+
+def pair_status(marks: Sequence[str], best_low: float, chance: float | None, ceiling: bool = False) -> str:
     """The answer of one language pair.
 
     Args:
         marks: :func:`vs_best` of each model but the best.
         best_low: the lower end of the best model's interval.
         chance: the metric's chance level (None: none declared).
+        ceiling: the equivalence rests on the metric's ceiling where a smaller K exists
+            (:func:`at_ceiling`): not an answer.
 
     Returns:
         One of :data:`STATUSES`: ``only model`` without other models, ``at chance`` when the
         best model's interval reaches the chance level, ``ship`` when every other model is
         significantly worse, ``equivalent`` when every model not significantly worse is
-        equivalent, else ``not enough data``.
+        equivalent (and that does not rest on the ceiling), else ``not enough data``.
     """
     if not marks:
         return "only model"
@@ -115,25 +150,42 @@ def pair_status(marks: Sequence[str], best_low: float, chance: float | None) -> 
         return "at chance"
     if all(m.startswith("worse") for m in marks):
         return "ship"
-    if all(m != "undecided" for m in marks):
+    if all(m != "undecided" for m in marks) and not ceiling:
         return "equivalent"
     return "not enough data"
 
 
+def ceiling_of(interval: Mapping[str, tuple[float, float, float]], best: str, tests: Sequence[Mapping[str, Any]],
+               smaller_k: bool) -> bool:
+    """:func:`at_ceiling` of a pair's tests (False where no smaller K exists).
+
+    Args:
+        interval: model -> ``(estimate, low, high)``.
+        best: the best model.
+        tests: the best against each other model (``model_b``, ``equivalent``, ``se``).
+        smaller_k: the metric is taken at a K above 1.
+
+    Returns:
+        Whether the pair's equivalence rests on the metric's ceiling.
+    """
+    return smaller_k and at_ceiling(interval[best], [interval[t["model_b"]][0] for t in tests if t["equivalent"]])
+
+
 def _decide(order: list[str], interval: Mapping[str, tuple[float, float, float]], tests: list[dict[str, Any]],
-            *, margin: float, alpha: float, chance: float | None) -> tuple[list[dict[str, Any]], str]:
+            *, margin: float, alpha: float, chance: float | None, smaller_k: bool) -> tuple[list[dict[str, Any]], str]:
     """Holm over the k - 1 superiority and equivalence tests, each model's standing, the answer."""
     if tests:
         for t, pa, pe in zip(tests, holm([t["p"] for t in tests]), holm([t["p_tost"] for t in tests])):
             t.update(p_adj=pa, better=bool(pa < alpha and t["diff"] > 0), p_tost_adj=pe, equivalent=bool(pe < alpha),
                      margin=margin)
             t["vs_best"] = vs_best(t["better"], t["equivalent"])
-    return tests, pair_status([t["vs_best"] for t in tests], interval[order[0]][1], chance)
+    ceiling = ceiling_of(interval, order[0], tests, smaller_k)
+    return tests, pair_status([t["vs_best"] for t in tests], interval[order[0]][1], chance, ceiling)
 
 
 def decide_outcomes(outcomes: Mapping[str, np.ndarray], *, margin: float, alpha: float = 0.05, level: float = 0.95,
                     chance: float | None = None, n_boot: int = 1000, n_perm: int = 5000, seed: int = 0,
-                    all_pairs: bool = True) -> PairDecision:
+                    all_pairs: bool = True, smaller_k: bool = False) -> PairDecision:
     """Rank the models of one pair by their per-query outcomes and decide (the module's docstring).
 
     Args:
@@ -151,6 +203,8 @@ def decide_outcomes(outcomes: Mapping[str, np.ndarray], *, margin: float, alpha:
             False: only what the decision needs: the best against each other model, and the
             best model's interval (the other intervals are NaN; the draws are the same, so the
             best's interval and every decision are those of ``all_pairs=True``).
+        smaller_k: the metric is taken at a K above 1 (``...@10``): an equivalence at the
+            metric's ceiling is then no answer (:func:`at_ceiling`).
 
     Returns:
         The :class:`PairDecision`.
@@ -179,7 +233,7 @@ def decide_outcomes(outcomes: Mapping[str, np.ndarray], *, margin: float, alpha:
             se, df = paired_se(d)
             p_tost, eq_low, eq_high = tost(diff, se, margin, alpha=alpha, df=df)
             tests.append({**gaps[-1], "se": se, "eq_low": eq_low, "eq_high": eq_high, "p_tost": p_tost})
-    tests, status = _decide(order, interval, tests, margin=margin, alpha=alpha, chance=chance)
+    tests, status = _decide(order, interval, tests, margin=margin, alpha=alpha, chance=chance, smaller_k=smaller_k)
     return PairDecision(order, interval, gaps, tests, status, len(tests))
 
 
@@ -216,5 +270,5 @@ def decide_replicates(reps: Mapping[str, np.ndarray], est: Mapping[str, float], 
             if a == order[0]:
                 p_tost, eq_low, eq_high = tost(diff, se, margin, alpha=alpha)
                 tests.append({**gaps[-1], "se": se, "eq_low": eq_low, "eq_high": eq_high, "p_tost": p_tost})
-    tests, status = _decide(order, interval, tests, margin=margin, alpha=alpha, chance=chance)
+    tests, status = _decide(order, interval, tests, margin=margin, alpha=alpha, chance=chance, smaller_k=False)
     return PairDecision(order, interval, gaps, tests, status, len(tests))

@@ -30,7 +30,7 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..metrics.table import parse_metric
-from .decision import pair_status
+from .decision import ceiling_of, pair_status, smaller_k
 from .evaluate.sensitivity import detectable_gap, queries_for_equivalence, queries_for_gap
 
 if TYPE_CHECKING:
@@ -150,8 +150,9 @@ def _power_text(c: "Comparison", p: dict[str, Any]) -> str:
             f"of the time (spread of the per-query difference to {p['vs']}: sd {p['sd']:.2f}; Holm over {p['comparisons']})")
     needs = []
     if p["n_for_margin"] is not None:
-        needs.append(f"a lead of {p['margin']:g} needs about N = {p['n_for_margin']:,}")
-    if p["n_for_equivalence"] is not None:
+        needs.append(f"a lead of {p['margin']:g} needs about N = {p['n_for_margin']:,}" if p["n_for_margin"] > (p["n"] or 0)
+                     else f"a lead of {p['margin']:g} is detected at this N")
+    if p["n_for_equivalence"] is not None and p["n_for_equivalence"] > (p["n"] or 0):
         needs.append(f"showing {p['vs']} within ±{p['margin']:g} (if its gap is what it seems) about N = "
                      f"{p['n_for_equivalence']:,}")
     if needs:
@@ -204,7 +205,9 @@ def pair_verdict(c: "Comparison", pair: str, largest_n: Limits | None = None) ->
     top = rows[0]
     best = {"model": top["model"], "estimate": float(top["estimate"]), "low": float(top["ci_low"]),
             "high": float(top["ci_high"])}
-    status = pair_status([t["vs_best"] for t in tests], best["low"], c.chance)
+    interval = {r["model"]: (float(r["estimate"]), float(r["ci_low"]), float(r["ci_high"])) for r in rows}
+    ceiling = ceiling_of(interval, best["model"], tests, smaller_k(c.metric))
+    status = pair_status([t["vs_best"] for t in tests], best["low"], c.chance, ceiling)
     leading = [best["model"]] + [t["model_b"] for t in tests if not t["better"]]
     equivalent = [best["model"]] + [t["model_b"] for t in tests if t["equivalent"]]
     gap = None
@@ -214,8 +217,8 @@ def pair_verdict(c: "Comparison", pair: str, largest_n: Limits | None = None) ->
                "p_adj": float(t["p_adj"]), "significant": bool(t["better"]), "eq_low": float(t["eq_low"]),
                "eq_high": float(t["eq_high"]), "p_tost_adj": float(t["p_tost_adj"]), "equivalent": bool(t["equivalent"])}
     power = pair_power(c, pair, largest_n)
-    text = _pair_text(c, pair, status, best, rows, tests, power)
-    if status in ("equivalent", "not enough data"):
+    text = _pair_text(c, pair, status, best, rows, tests, power, ceiling)
+    if status == "not enough data":
         text += _saturated(c, rows, leading)
     return {"pair": pair, "status": status, "ship": best["model"] if status == "ship" else None, "margin": c.margin,
             "equivalent_to_best": equivalent, "leading": leading, "best": best, "gap": gap, "comparisons": len(tests),
@@ -223,7 +226,7 @@ def pair_verdict(c: "Comparison", pair: str, largest_n: Limits | None = None) ->
 
 
 def _pair_text(c: "Comparison", pair: str, status: str, best: dict[str, Any], rows: list[dict[str, Any]],
-               tests: list[dict[str, Any]], power: dict[str, Any] | None) -> str:
+               tests: list[dict[str, Any]], power: dict[str, Any] | None, ceiling: bool = False) -> str:
     """The sentence of one pair's answer."""
     score = f"{c.metric} {best['estimate']:.3f} [{best['low']:.3f}, {best['high']:.3f}]"
     k1, m = len(tests), c.margin
@@ -263,6 +266,10 @@ def _pair_text(c: "Comparison", pair: str, status: str, best: dict[str, Any], ro
                 f"[{far['eq_low']:.3f}, {far['eq_high']:.3f}]; two one-sided tests, {holm_k}): pick among them by cost or speed")
         return text + (f"; {names(worse)} {'is' if len(worse) == 1 else 'are'} significantly worse" if worse else "")
     open_ = [t for t in tests if t["vs_best"] == "undecided"]
+    if ceiling and not open_:  # equivalent only at the metric's ceiling: no answer
+        return (f"{pair}: not enough data at N = {c.n}: {names([best['model']] + [t['model_b'] for t in eq])} are within "
+                f"±{m:g} of the best, {best['model']} ({score}), but only at the metric's ceiling, which says nothing of "
+                f"the models" + (f"; {names(worse)} {'is' if len(worse) == 1 else 'are'} significantly worse" if worse else ""))
     u = open_[0]
     text = (f"{pair}: not enough data at N = {c.n}: {best['model']} leads ({score}), but {names([t['model_b'] for t in open_])} "
             f"can be neither separated from it nor shown within ±{m:g} of it (gap to {u['model_b']}: "
@@ -355,7 +362,7 @@ def _overall(c: "Comparison", per: list[dict[str, Any]], models: list[str], basi
         return "ship", x, (f"Ship {x}: {basis}, it is the only model within ±{c.margin:g} of the best on every pair"
                            + (f" (significantly best on {', '.join(won)}, equivalent to the best elsewhere)." if won else "."))
     if ok:
-        on = f"on all {where}" if len(per) > 1 else "on the pair"
+        on = "on every pair" if len(per) > 1 else "on the pair"
         return "equivalent", None, (f"Equivalent: {basis}, {names(ok)} are within ±{c.margin:g} of the best {on}: "
                                     f"pick among them by cost or speed.")
     return "per pair", None, (f"No one model is the best, or within ±{c.margin:g} of it, on all {where} ({basis}): the "

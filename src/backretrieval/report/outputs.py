@@ -55,10 +55,14 @@ def summary_markdown(result: EvalResult) -> str:
         The Markdown, ending in a newline.
     """
     cfg = result.config
-    what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model_name}"
+    images = any(v.get("bkr") is not None for v in result.largest_n.values())  # BkR left out at this N, not for want of images
+    what = ("XLR only (BkR's samples do not fit at this N)" if images else "text only (no images): XLR only") \
+        if result.text_only else f"image model={cfg.image_model_name}"
     lines = [f"# {one_line(str(cfg.dataset))}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
     if result.text_only:
-        lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
+        lines.append("Mean ± sd over seeds. " + ("BkR and CORR were not computed: N is more than their samples allow "
+                                                 "(see the note)." if images else
+                                                 "The dataset has no images, so BkR and CORR were not computed."))
     else:
         lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {chance_level(f'bkr@{cfg.k}', cfg.n):.4f}.")
     note = approx_note(result.records)
