@@ -161,6 +161,8 @@ def compare(
 
         if spec.outcome is None and cfg.corr_boot == 0:
             cfg = dataclasses.replace(cfg, corr_boot=200)
+        if margin is not None:  # the note before the run measures against the same margin
+            cfg = dataclasses.replace(cfg, margin=check_margin(margin))
         needs = ("xlr",) if spec.needs_truth else ("bkr",)
         result = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
                           purpose=f"compare by {metric}")

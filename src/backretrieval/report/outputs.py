@@ -308,10 +308,12 @@ def compare(
     with folder_lock(out_dir, "output folder"):
         if isinstance(result, EvalConfig):
             spec, _ = check_metric(metric)
-            if spec.outcome is None and cfg.corr_boot == 0:
-                import dataclasses
+            import dataclasses
 
+            if spec.outcome is None and cfg.corr_boot == 0:
                 cfg = dataclasses.replace(cfg, corr_boot=200)
+            if margin is not None:  # the note before the run measures against the same margin
+                cfg = dataclasses.replace(cfg, margin=margin)
             result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor,
                               needs=("xlr",) if spec.needs_truth else ("bkr",), purpose=f"compare --metric {metric}")
         else:
