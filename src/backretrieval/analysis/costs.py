@@ -34,6 +34,18 @@ COST_KINDS = {
 NO_CLAIM = ("not enough data", "at chance")  # verdict statuses under which no model is shown as good as another
 
 
+def cost_basis(kind: str) -> str:
+    """How a page names what the cheapest model is cheapest in.
+
+    Args:
+        kind: a key of :data:`COST_KINDS`.
+
+    Returns:
+        ``"by bytes per item"``, ``"by encoding time"`` or ``"by price per million items"``.
+    """
+    return {"bytes": "by bytes per item", "speed": "by encoding time", "price": "by price per million items"}[kind]
+
+
 def model_costs(run: dict[str, Any], models: Sequence[str]) -> pd.DataFrame:
     """One row per model: vector size, throughput, tokens and cost (see the module docstring).
 

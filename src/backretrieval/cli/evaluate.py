@@ -57,6 +57,23 @@ def save_queries_option(fn):
                              "(docs/usage.md, 'What each query retrieved'). Exact search only.")(fn)
 
 
+_MARGIN = click.FloatRange(0, 1, min_open=True)
+
+
+def margin_option(fn):
+    """--margin (evaluate and compare): EvalConfig.margin."""
+    return click.option("--margin", type=_MARGIN, default=0.05, show_default=True,
+                        help="The gap between two models that matters, in (0, 1]: the verdict calls models whose gap is "
+                             "shown within +-margin equivalent (pick by cost or speed), and the note on power before "
+                             "a run measures the detectable gap against it.")(fn)
+
+
+def _with_margin(cfg, margin: float):
+    import dataclasses
+
+    return dataclasses.replace(cfg, margin=margin)
+
+
 def dry_run_option(fn):
     """--dry-run and --no-measure-speed (evaluate, compare and meta)."""
     fn = click.option("--no-measure-speed", "no_measure_speed", is_flag=True,
@@ -138,15 +155,16 @@ def _approx_k(cfg) -> int | None:
 @reuse_stale_option
 @save_queries_option
 @dry_run_option
-def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run,
+@margin_option
+def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, margin,
              no_measure_speed, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
     OUT/summary.md, and prints the summary table; with --save-queries also OUT/queries.parquet.
     """
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale,
-                      no_measure_speed)
+    cfg = _with_margin(_with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale,
+                                   no_measure_speed), margin)
     _check_save_queries(save_queries, cfg)
     if dry_run:
         return _dry_run(cfg)
@@ -172,6 +190,7 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
 @reuse_stale_option
 @save_queries_option
 @dry_run_option
+@margin_option
 @click.option("--metric", default=None, help="Metric to rank by (default bkr@K); `backretrieval metrics` lists those that can rank models.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
@@ -182,20 +201,20 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, example galleries of what each "
               "model retrieved, provenance), OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground "
               "truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run,
+def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, margin,
             no_measure_speed, metric, level, alpha, n_boot, cost, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
-    OUT/compare.md (the verdict: which model to ship, or which are indistinguishable at this N;
-    then the rankings; XLR leads where the data link languages), OUT/compare.json and the
-    evaluation records. With --metric corr the CORR
+    OUT/compare.md (the verdict per pair and overall: ship a model, equivalent within --margin
+    (pick by cost or speed), not enough data, or at chance; then the rankings; XLR leads where
+    the data link languages, BkR is the check), OUT/compare.json and the evaluation records. With --metric corr the CORR
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
     --report also OUT/report.html, a page to share (see docs/your-data.md); with --save-queries
     also OUT/queries.parquet.
     """
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale,
-                      no_measure_speed, cost)
+    cfg = _with_margin(_with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale,
+                                   no_measure_speed, cost), margin)
     _check_save_queries(save_queries, cfg)
     metric = (metric or f"bkr@{cfg.k}").strip()
     spec = _check_metric(metric, cfg.n, _approx_k(cfg))

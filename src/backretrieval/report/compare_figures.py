@@ -6,7 +6,7 @@
   of their own (:func:`colour_range`), and a chance level outside the range is said in the title
   (:func:`chance_note`) instead of being drawn far off the bar.
 * :func:`forest` -- one panel per language pair: each model's estimate with its interval, best
-  first; a bracket with ``*`` joins two neighbours whose gap is significant after Holm; chance
+  first, each marked against the pair's best by the verdict's tests; chance
   level as a dashed line.
 * :func:`spread` -- the paper's Fig. 3: one box per model over language pairs (each point a
   pair's estimate, the mean over seeds), chance level as a dashed line.
@@ -131,9 +131,13 @@ def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, P
     return _save(fig, stem)
 
 
+VS_BEST_MARKS = {"worse": "<", "worse, within margin": "< ≈", "equivalent": "≈", "undecided": "?"}
+
+
 def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
-    """One panel per pair: models (best at the top) with their intervals; ``*`` brackets mark
-    gaps to the next model that are significant after Holm."""
+    """One panel per pair: models (best at the top) with their intervals, each marked against
+    the pair's best by the verdict's tests (``<`` significantly worse, ``≈`` within the margin,
+    ``?`` undecided; :attr:`~backretrieval.analysis.comparison.Comparison.equivalence`)."""
     from matplotlib.transforms import blended_transform_factory
 
     plt = pyplot()
@@ -156,20 +160,19 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
         if chance is not None:
             ax.axvline(chance, color="red", linestyle="--", linewidth=1, label=_chance_label(chance))
         trans = blended_transform_factory(ax.transAxes, ax.transData)
-        for k, (_, r) in enumerate(g.iterrows()):
-            if r["significant"]:  # gap between this model (y[k]) and the next (y[k] - 1)
-                top, bottom = y[k] - 0.1, y[k] - 0.9
-                ax.plot([1.01, 1.03, 1.03, 1.01], [top, top, bottom, bottom], transform=trans, color="black",
-                        linewidth=1, clip_on=False)
-                ax.text(1.04, y[k] - 0.5, "*", transform=trans, va="center", fontsize=12)
+        for k, (_, r) in enumerate(g.iterrows()):  # each model against the pair's best, by the verdict's tests
+            mark = VS_BEST_MARKS.get(r.get("vs_best", ""), "")
+            if mark:
+                ax.text(1.02, y[k], mark, transform=trans, va="center", fontsize=9)
         ax.set_title(pair, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
         ax.set_xlabel(c.metric, fontsize=8)
     for ax in axes.ravel()[len(pairs):]:
         ax.axis("off")
     pct = int(round(c.level * 100))
-    fig.suptitle(f"{c.metric} per pair with {pct}% intervals; * = gap to the next model significant after Holm "
-                 f"(alpha {c.alpha:g}); red dashes: {_chance_label(chance) or 'no chance level'}", fontsize=9)
+    fig.suptitle(f"{c.metric} per pair with {pct}% intervals; right: against the best, < significantly worse, "
+                 f"≈ within ±{c.margin:g}, ? undecided (Holm, alpha {c.alpha:g}); red dashes: "
+                 f"{_chance_label(chance) or 'no chance level'}", fontsize=9)
     fig.tight_layout()
     return _save(fig, stem)
 

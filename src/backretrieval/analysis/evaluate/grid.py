@@ -57,15 +57,15 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...core import BackretrievalError, DataError
+from ...core import BackretrievalError
 from ...core.io import check_writable_dir, folder_lock
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
 from ..models import grid_image_models, grid_models, image_run_only, model_spec, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig
-from .power import check_n, power_note, sample_limits
-from .features import check_needs, draw_samples, Features, same_sample_note, Samples
+from .power import plan_samples, power_facts, power_note, sample_limits
+from .features import check_needs, Features, same_sample_note, same_text_notes, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .result import EvalResult, slug
 from .queries import MATCHING, NON_MATCHING, sample_items
@@ -140,18 +140,20 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:
         ds[lang]  # unknown language -> clear error before any work
-    try:
-        samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
-    except DataError:
-        check_n(ds, cfg.pairs, cfg.n, cfg.seeds)  # an N too large: the error names the largest N that works
-        raise
-    check_needs(cfg.dataset, samples, needs, purpose)
+    check_needs(cfg.dataset, {(s, t, 0): _families(ds, s, t) for s, t in cfg.pairs}, needs, purpose)
+    # each metric family at N where its sample fits (an N too large for what is needed: the error names its limit)
+    samples, left_out = plan_samples(ds, cfg.pairs, cfg.n, cfg.seeds, needs, purpose=purpose)
     has_bkr = any(sm.bkr is not None for sm in samples.values())
     notes: list[str] = []
-    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, len(cfg.seeds))  # said once every input has passed its checks
-    if weak:
+    for note in left_out:
+        log(note)
+        notes.append(note)
+    notes += same_text_notes(ds, samples, log)
+    power = power_facts(ds, cfg.pairs, cfg.n, cfg.k, cfg.seeds, cfg.margin, len(cfg.models)) if has_bkr else {}
+    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, cfg.seeds, cfg.margin, models=len(cfg.models), facts=power)
+    if weak:  # said once every input has passed its checks
         notes.append(weak)
-    if not has_bkr:
+    if not has_bkr and not left_out:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
     same = same_sample_note(samples, cfg)
     if same:
@@ -260,7 +262,8 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
     info["encoding"] = encoding
     order = {m: i for i, m in enumerate(names)}
-    largest = {f"{s}->{t}": sample_limits(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
+    largest = {f"{s}->{t}": power[f"{s}->{t}"]["largest_n"] if f"{s}->{t}" in power else sample_limits(ds, s, t, cfg.seeds)
+               for s, t in dict.fromkeys(cfg.pairs)}
     pair_order = {pair: i for i, pair in reversed(list(enumerate(cfg.pairs)))}  # records keep the pairs' order as given
     results = {}
     for g in image_models:
@@ -274,6 +277,7 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
             notes=list(notes),
             items=items,
             largest_n=largest,
+            power=power,
         )
     main, *rest = image_models
     result = results[main]
@@ -300,11 +304,7 @@ def estimate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     models = grid_models(cfg.models)
     langs = list(dict.fromkeys(lang for pair in cfg.pairs for lang in pair))
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
-    try:
-        samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
-    except DataError:
-        check_n(ds, cfg.pairs, cfg.n, cfg.seeds)
-        raise
+    samples, _ = plan_samples(ds, cfg.pairs, cfg.n, cfg.seeds)  # each metric family where its sample fits
     corpora = {lang: ds[lang].subset(rows) for lang, rows in _needed_rows(samples, langs).items()}
     return {name: model_estimate(name, m.encoder, corpora, model_identity(m.encoder, corpora), run_only=m.run_only)
             for name, m in models.items()}
@@ -327,6 +327,14 @@ def _say_stale(stale: dict[str, int], n_reused: int, out_dir: str | Path | None,
                 f"recomputing {'it' if count == 1 else 'them'}")
         else:
             log(f"{change} since the records in {out_dir} were computed: recomputing {records}")
+
+
+def _families(ds: Any, src: str, tgt: str) -> Samples:
+    """What a pair has for each metric family, as :func:`~.features.check_needs` reads it: a
+    marker where it has links (XLR) or images (BkR), else None."""
+    s, t = ds[src], ds[tgt]
+    has = ((s.has_concepts and t.has_concepts), (s.has_images and t.has_images))
+    return Samples(*(() if x else None for x in has))  # type: ignore[arg-type]
 
 
 def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:
