@@ -417,3 +417,35 @@ def test_pairwise_corr_from_bootstrap_replicates():
             assert r["p"] == pytest.approx(row["p_vs_next"])
     good = pw[(pw["model_a"] == "good") & (pw["model_b"] == "mid")]
     assert good["significant"].all()
+
+
+def test_the_verdict_names_the_cheapest_equivalent_model_end_to_end(tmp_path):
+    """A model and a cheaper form of it that gives the same answers but for a few queries: the
+    verdict's equivalence test finds them within the margin, and compare.json, compare.md and the
+    page say to ship the cheaper one, at a quarter of the storage."""
+    from backretrieval.report.outputs import comparison_markdown
+
+    rng = np.random.default_rng(2)
+    pairs, models = [("en", "de"), ("de", "ja")], ["full", "int8", "random"]
+    cfg = EvalConfig(dataset="synthetic", pairs=pairs, models=models, n=400, seeds=[0])
+    records, ranks = [], {}
+    for src, tgt in pairs:
+        full = rng.integers(1, 4, 400).astype(float)
+        int8 = full.copy()
+        int8[:4] = 30.0  # four queries lost
+        for m, r in (("full", full), ("int8", int8), ("random", rng.integers(1, 401, 400).astype(float))):
+            records.append({"model": m, "src_lang": src, "tgt_lang": tgt, "seed": 0})
+            ranks[(m, src, tgt, 0)] = {"bkr": r, "xlr": r}
+    encoding = {m: {"dim": 512, "bytes_per_item": b, "speed": None, "speed_note": "unknown"}
+                for m, b in (("full", 2048), ("int8", 512), ("random", 2048))}
+    res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
+    c = compare(res, "bkr@10", n_boot=200, n_perm=500)
+    assert c.verdict["equivalent_to_best"][:2] == ["full", "int8"], c.verdict["text"]
+    assert c.cheapest["overall"]["cheapest"] == "int8"
+    sentence = "Ship int8: within 0.05 of full on every pair at a quarter of the storage."
+    assert c.cheapest["text"] == sentence
+    assert sentence in comparison_markdown(c, res)
+    write_compare_report(c, res, tmp_path, examples=0)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "The cheapest model as good as the best</b> (by bytes per item): " + sentence in html
+    assert json.loads(json.dumps(c.to_json(), default=float))["cheapest"]["overall"]["cheapest"] == "int8"
