@@ -78,7 +78,8 @@ def run(args) -> list[dict]:
         for name in models:
             e, a = est[name], enc[name]
             rows.append({"model": name, "texts_est": e["texts"], "texts": a["encoded"], "seconds_est": e["seconds"],
-                         "seconds": a["seconds"], "tokens_est": e.get("tokens"), "tokens": a.get("tokens_used"),
+                         "seconds": a["seconds"], "cpu_est": e.get("cpu_seconds"), "cpu": a.get("cpu_seconds"),
+                         "tokens_est": e.get("tokens"), "tokens": a.get("tokens_used"),
                          "tokenizer": e.get("tokenizer"), "speed": e["speed_note"]})
     return rows
 
@@ -89,14 +90,16 @@ def _pct(est, actual) -> str:
     return f"{100 * (est - actual) / actual:+.0f}%"
 
 
-def table(rows: list[dict], args) -> str:
+def table(rows: list[dict], args, load: str) -> str:
     from _md import machine
 
-    head = ("| model | texts est. / encoded | time est. s | actual s | time error | tokens est. | reported | "
-            "token error | counted by |\n|---|---|---|---|---|---|---|---|---|")
+    head = ("| model | texts est. / encoded | time est. s | actual s | time error | CPU s est. | actual CPU s | "
+            "CPU error | tokens est. | reported | token error | counted by |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     body = [f"| {r['model']} | {r['texts_est']:,} / {r['texts']:,} | "
             f"{'-' if r['seconds_est'] is None else format(r['seconds_est'], '.1f')} | {r['seconds']:.1f} | "
-            f"{_pct(r['seconds_est'], r['seconds'])} | {'-' if r['tokens_est'] is None else format(r['tokens_est'], ',')} | "
+            f"{_pct(r['seconds_est'], r['seconds'])} | {'-' if r['cpu_est'] is None else format(r['cpu_est'], '.1f')} | "
+            f"{'-' if r['cpu'] is None else format(r['cpu'], '.1f')} | {_pct(r['cpu_est'], r['cpu'])} | "
+            f"{'-' if r['tokens_est'] is None else format(r['tokens_est'], ',')} | "
             f"{'-' if r['tokens'] is None else format(r['tokens'], ',')} | {_pct(r['tokens_est'], r['tokens'])} | "
             f"{r['tokenizer'] or '-'} |" for r in rows]
     cmd = " ".join(["python bench/bench_price_estimates.py", *sys.argv[1:]])
@@ -107,11 +110,13 @@ def table(rows: list[dict], args) -> str:
         f"the dry run of a second run on {','.join('-'.join(p) for p in args.pairs)} estimates each model's texts to "
         "encode (after the cache), its time (start-up plus texts at the recorded rate of the nearest length class) "
         "and, for the APIs, its tokens; the second run then says what it took (run.json: encoding seconds, the "
-        "tokens the servers reported). The APIs are the project's EmbeddingServer on 127.0.0.1: "
+        "tokens the servers reported; the CPU seconds of its calls to the model, the steadier measure on a shared "
+        "machine, against the estimate at the recorded items per CPU-second). Actual seconds are the run's whole "
+        "encoding of the model: cache reads and, for tfidf-char, fitting included. The APIs are the project's EmbeddingServer on 127.0.0.1: "
         "text-embedding-3-small (use-m behind it, usage counted with tiktoken cl100k_base as OpenAI counts) and "
         "openai:minilm (minilm-en behind it, usage counted by its WordPiece tokenizer as TEI and vLLM count).", "",
         head, *body, "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine()}; load average during the run {load}.",
     ])
 
 
@@ -126,7 +131,10 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="write the section of BENCHMARKS.md")
     args = ap.parse_args()
     args.calibrate_pairs, args.pairs = parse_pairs(args.calibrate_pairs), parse_pairs(args.pairs)
-    md = table(run(args), args)
+    before = os.getloadavg()[0]
+    rows = run(args)
+    load = f"{before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (1-minute)"
+    md = table(rows, args, load)
     print(md)
     if args.write:
         from _md import write_section

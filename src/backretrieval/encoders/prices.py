@@ -120,6 +120,7 @@ class Measurement:
     bytes_per_item: int | None = None
     tokens_per_item: float | None = None
     tokens_counted_by: str | None = None
+    warmup_cpu_seconds: float = 0.0  # the first batch's CPU time beyond the CPU rate
 
     @property
     def length_class(self) -> str:
@@ -184,10 +185,12 @@ class EncodeTimer:
         rate = items / wall
         first = steps[0]
         warmup = max(0.0, first[1] - first[0] / rate) if rest is not steps else 0.0
+        warm_cpu = max(0.0, first[2] - first[0] * cpu / items) if rest is not steps else 0.0
         chars = sum(s[3] for s in steps) / sum(s[0] for s in steps)
         return Measurement(items=items, seconds=round(wall, 4), cpu_seconds=round(cpu, 4),
                            items_per_second=_sig(rate), items_per_cpu_second=_sig(items / cpu) if cpu > 0 else None,
-                           warmup_seconds=round(warmup, 3), batch_size=batch_size, mean_chars=round(chars, 2), how=how)
+                           warmup_seconds=round(warmup, 3), batch_size=batch_size, mean_chars=round(chars, 2), how=how,
+                           warmup_cpu_seconds=round(warm_cpu, 3))
 
 
 def _sig(x: float, digits: int = 4) -> float:

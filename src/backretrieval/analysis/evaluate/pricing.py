@@ -140,7 +140,8 @@ def price_facts(name: str, model: Any, cached: CachedTextEncoder | None, corpora
         log: told when the fixed sample is measured.
 
     Returns:
-        ``{"texts", "encoded", "seconds", "dim", "bytes_per_item", "speed", "speed_note",
+        ``{"texts", "encoded", "seconds", "cpu_seconds" (this run's, of the calls to the model),
+        "dim", "bytes_per_item", "speed", "speed_note",
         "tokens_per_item", "tokens_counted_by", "price_per_1m_tokens", ...}``: ``speed`` is the
         recorded :class:`~backretrieval.encoders.prices.Measurement` as JSON (None: unknown).
     """
@@ -160,6 +161,8 @@ def price_facts(name: str, model: Any, cached: CachedTextEncoder | None, corpora
     else:
         size = bytes_per_item(enc, dim)
     timer_owner, speed_model = speed_parts(cached if cached is not None else CachedTextEncoder(model))
+    # the CPU time of this run's calls to the model (the steadier measure on a shared machine)
+    out["cpu_seconds"] = round(sum(step[2] for step in timer_owner.timer.steps), 3) if cached is not None else 0.0
     mach = machine(speed_model)
     cls = length_class(_mean_chars(texts))
     here = getattr(speed_model, "on_this_machine", True)
@@ -300,8 +303,9 @@ def model_estimate(name: str, model: Any, corpora: dict[str, Any], identity: str
         book: the price book (default: the one beside the embedding cache).
 
     Returns:
-        ``{"texts", "cached", "cached_note", "seconds" (None: unknown), "speed_note", "speed"}``,
-        and for an embedding API its :func:`send_estimate` besides.
+        ``{"texts", "cached", "cached_note", "seconds" (None: unknown), "cpu_seconds" (at the
+        recorded items per CPU-second), "speed_note", "speed"}``, and for an embedding API its
+        :func:`send_estimate` besides.
     """
     book = book or PriceBook()
     cached = CachedTextEncoder(model)
@@ -330,6 +334,8 @@ def model_estimate(name: str, model: Any, corpora: dict[str, Any], identity: str
                                                    + ("" if paid(speed_model) else "; a run measures it"))
     else:
         out["seconds"] = round(rec.warmup_seconds + n / rec.items_per_second, 2) if n else 0.0
+        cpu_rate = rec.items_per_cpu_second
+        out["cpu_seconds"] = (round(rec.warmup_cpu_seconds + n / cpu_rate, 2) if n else 0.0) if cpu_rate else None
         out["speed_note"] = (f"at {rec.items_per_second:,.4g} texts/s and {rec.warmup_seconds:.1f} s to start, "
                              + speed_note(rec).replace(" on this machine", ""))
     return out
