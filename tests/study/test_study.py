@@ -720,3 +720,14 @@ def test_proxy_raters_on_a_copy(study, tmp_path, shared_data):
     assert res["agreement"]["raters"] == 2 and -1 <= res["agreement"]["alpha_ordinal"] <= 1
     r = CliRunner().invoke(main, ["study", "proxy-rate", str(study), "--out", str(study)])
     assert r.exit_code == 2 and "must differ" in r.output
+
+
+def test_the_studys_bkr_comparison_finds_models_whose_label_is_not_their_spec(shared_data):
+    """The records call ``random?dim=16&batch_size=4`` by its label ``random?dim=16``; the study's
+    comparison still reads its numbers under the spec the study names it by."""
+    from backretrieval.study.analyze import bkr_comparison
+
+    spec = "random?dim=16&batch_size=4"
+    b = bkr_comparison({"dataset": "emoji-cldr", "src": "en", "tgt": "de", "models": [spec, "tfidf-char"]},
+                       n=40, seeds=1, image_model="color-hist", progress=False)
+    assert set(b["models"]) == {spec, "tfidf-char"} and "bkr@10" in b["models"][spec]

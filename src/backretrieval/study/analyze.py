@@ -236,6 +236,7 @@ def bkr_comparison(
     ``image_model`` is a spec string or a Python object (:mod:`backretrieval.analysis.models`);
     the result names it as the records do."""
     from ..analysis import EvalConfig, evaluate
+    from ..analysis.models import model_names
 
     cfg = EvalConfig(
         dataset=meta["dataset"],
@@ -250,8 +251,8 @@ def bkr_comparison(
     res = evaluate(cfg, None, progress=progress)
     df = pd.DataFrame(res.records)
     out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": cfg.image_model_name, "models": {}}
-    for spec in meta["models"]:
-        rows = df[df.model == spec]
+    for spec, label in zip(meta["models"], model_names(list(meta["models"]))):  # the records call each by its label
+        rows = df[df.model == label]
         entry = {}
         for col in (f"bkr@{k}", "bkr_mrr", f"xlr@{k}"):
             if col in rows and rows[col].notna().any():
