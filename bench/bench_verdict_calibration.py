@@ -25,9 +25,11 @@ Both parts run the code of ``backretrieval compare``: the planted part calls
   the reference; at N = 50..800, each seed's own verdict (one seed each) is set against it.
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/bench_verdict_calibration.py --real /tmp/verdict-real --seeds 40
-    nice -n 10 python bench/bench_verdict_calibration.py --planted --reps 1000 --params /tmp/verdict-real/params.json \\
-        --out /tmp/verdict-planted.json
-    python bench/bench_verdict_calibration.py --write --params ... --planted-json ... --real-json ...
+    nice -n 10 python bench/bench_verdict_calibration.py --planted --reps 1000 --n-boot 100 --k-values 1 \\
+        --params /tmp/verdict-real/params.json --out /tmp/verdict-k1.jsonl      # and --k-values 10 beside it
+    python bench/bench_verdict_calibration.py --write --params /tmp/verdict-real/params.json \\
+        --planted-json /tmp/verdict-k1.jsonl,/tmp/verdict-k10.jsonl --real-json /tmp/verdict-real/real.json
+    python bench/bench_verdict_calibration.py --examples /tmp/verdict-examples   # the four answers in the docs
 """
 from __future__ import annotations
 
@@ -117,15 +119,28 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
 
 
 def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, gaps=GAPS, ns=NS, kk=KS,
-                 progress: bool = True) -> list[dict]:
-    """Every cell of the planted grid (and the identical-models cells: k in 2 and 6)."""
+                 progress: bool = True, out: Path | None = None) -> list[dict]:
+    """Every cell of the planted grid (and the identical-models cells: k in 2 and 6); with
+    ``out`` (a JSON-lines file) each cell is appended as it is finished, and the cells already
+    there (same repetitions) are not run again."""
     rows = []
     cells = [(k, g, n, K, False) for K in kk for n in ns for k in ks for g in gaps]
     cells += [(k, 0.0, n, K, True) for K in kk for n in ns for k in (2, 6) if k in ks]
+    done = {}
+    if out is not None and out.exists():
+        for line in out.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            done[(r["k"], r["gap"], r["n"], r["K"], r["identical"], r["reps"])] = r
     t0 = time.time()
     for i, (k, g, n, K, ident) in enumerate(cells):
+        if (k, g, n, K, ident, reps) in done:
+            rows.append(done[(k, g, n, K, ident, reps)])
+            continue
         p = params[f"{K}/{n}"]
         rows.append(run_cell(k, g, n, K, p["p0"], p["rho"], reps, seed, n_boot, ident))
+        if out is not None:
+            with open(out, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rows[-1]) + "\n")
         if progress:
             print(f"[{i + 1}/{len(cells)}] k={k} gap={g} N={n} K={K}{' identical' if ident else ''}: ship {rows[-1]['ship']:.3f} "
                   f"equivalent {rows[-1]['equivalent']:.3f} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -416,11 +431,12 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples per decision (the interval of the best)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--params", help="JSON of p0 and rho per K/N (written by --real; default: PARAMS)")
-    ap.add_argument("--out", help="where --planted writes its rows (JSON)")
+    ap.add_argument("--out", help="where --planted appends its rows (JSON lines; cells already there are kept)")
+    ap.add_argument("--k-values", default=",".join(map(str, KS)), help="the K of the planted grid (to split it over processes)")
     ap.add_argument("--real", metavar="OUT", help="run (or resume) the real grids into OUT, write OUT/params.json and OUT/real.json")
     ap.add_argument("--seeds", type=int, default=40, help="seeds per N of the real grids")
     ap.add_argument("--write", action="store_true", help="write the tables to BENCHMARKS.md and docs/how-much-data.md")
-    ap.add_argument("--planted-json", help="with --write: the rows of --planted")
+    ap.add_argument("--planted-json", help="with --write: the files of --planted (comma-separated)")
     ap.add_argument("--real-json", help="with --write: OUT/real.json of --real")
     ap.add_argument("--command", default="see the script's docstring", help="with --write: the command line shown")
     ap.add_argument("--examples", metavar="OUT", help="run one compare per answer into OUT and write them to docs/how-much-data.md")
@@ -436,13 +452,14 @@ def main() -> None:
         (out / "real.json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
     if args.planted:
         params = json.loads(Path(args.params).read_text()) if args.params else PARAMS
-        rows = planted_grid(params, args.reps, args.seed, args.n_boot)
-        Path(args.out).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        planted_grid(params, args.reps, args.seed, args.n_boot, kk=tuple(int(x) for x in args.k_values.split(",")),
+                     out=Path(args.out))
     if args.write:
         from _md import machine, write_section
 
         params = json.loads(Path(args.params).read_text()) if args.params else PARAMS
-        planted_rows = json.loads(Path(args.planted_json).read_text())
+        planted_rows = [json.loads(line) for f in args.planted_json.split(",")
+                        for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
         real_rows = json.loads(Path(args.real_json).read_text()) if args.real_json else []
         t = tables(planted_rows, real_rows, params)
         write_section(SECTION, section(t, machine(), args.command))

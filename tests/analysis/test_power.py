@@ -214,3 +214,25 @@ def test_fit_n(ds):
     assert fit_n(ds, [("en", "de")], 25, 1000) == (25, None)
     with pytest.raises(SampleSizeError, match="at most N=30"):
         fit_n(ds, [("en", "de")], 1_000_000_000, 1000)
+
+
+def test_texts_all_equal_are_said_before_the_run_and_the_verdict_names_no_best(shop, tmp_path):
+    """Every text the same: a warning before anything is computed, and a verdict of 'at chance'
+    whose models tie (all vectors equal: every query ranks last, 0.000 [0, 0], below chance)."""
+    import pandas as pd
+
+    df = pd.read_csv(shop)
+    df["text"] = "gift"
+    df["image"] = [str(Path(shop).parent / i) for i in df["image"]]
+    path = tmp_path / "same.csv"
+    df.to_csv(path, index=False)
+    said = []
+    cfg = br.EvalConfig(dataset=str(path), pairs=[("en", "de")], models=["tfidf-char", "minilm-en"],
+                        image_model="color-hist", n=30, k=5)
+    c = br.compare(cfg, "bkr@5", n_boot=100, n_perm=200, log=said.append)
+    notes = [m for m in said if m.startswith("every sampled en text is the same text ('gift', ")]
+    assert len(notes) == 1 and "no text model can tell these items apart" in notes[0]
+    assert any(m.startswith("every sampled de text is the same text ('gift', ") for m in said)
+    p = c.verdict["pairs"][0]
+    assert p["status"] == "at chance" and "not distinguishable" not in p["text"]
+    assert "(they tie: none is best), below chance (0.167)" in p["text"]

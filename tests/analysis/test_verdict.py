@@ -292,3 +292,25 @@ def test_a_sixty_product_catalogue_gets_an_xlr_led_verdict_and_a_check_that_cann
     bkr_only = pair_verdict(check, "en->de", {"en->de": {"xlr": 60, "bkr": 30}})
     if bkr_only["status"] in ("not enough data", "at chance"):
         assert "N = 30 is the most these data allow" in bkr_only["text"]
+
+
+def test_the_same_vectors_under_two_names_are_equivalent_on_real_data(tmp_path, shared_data):
+    """emoji-cldr, `compare --models minilm-en,minilm-en@trunc=384` (384 of MiniLM's 384
+    dimensions: the same vectors under two names): "equivalent" in compare.json, never "not
+    enough data", and the page says to pick by cost."""
+    from click.testing import CliRunner
+
+    from backretrieval.cli import main
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models",
+                                    "minilm-en,minilm-en@trunc=384", "--image-model", "color-hist", "--n", "100",
+                                    "--seeds", "1", "--n-boot", "200", "--quiet", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    v = json.loads((out / "compare.json").read_text())["verdict"]
+    assert v["metric"] == "xlr@10" and v["status"] == "equivalent"
+    assert v["equivalent_to_best"] == ["minilm-en", "minilm-en@trunc=384"]
+    p = v["pairs"][0]
+    assert p["status"] == "equivalent" and p["gap"]["eq_low"] == p["gap"]["eq_high"] == 0.0 and p["power"]["text"]
+    assert v["agreement"][0]["status"] == "agrees"  # BkR sees the same vectors too
+    assert "pick among them by cost or speed" in (out / "compare.md").read_text()

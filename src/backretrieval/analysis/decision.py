@@ -111,21 +111,22 @@ def vs_best(better: bool, equivalent: bool) -> str:
     return "equivalent" if equivalent else "undecided"
 
 
-def at_ceiling(best: tuple[float, float, float], equivalent: Sequence[float]) -> bool:
+def at_ceiling(best: tuple[float, float, float], equivalent: Sequence[float], margin: float) -> bool:
     """Whether an equivalence rests on the metric's ceiling: the best model's interval reaches 1
-    and a model shown equivalent to it has its estimate inside that interval. At K > 1 and a
-    large K/N, several models then find every item among their top K, and the metric cannot tell
+    and a model shown equivalent to it lies within the margin of 1. At K > 1 and a large K/N,
+    several models then find (almost) every item among their top K, and the metric cannot tell
     them apart, whatever their quality (their paired differences may all be 0 without their
     being the same model).
 
     Args:
         best: the best model's ``(estimate, low, high)``.
         equivalent: the estimates of the models shown equivalent to it.
+        margin: the equivalence margin.
 
     Returns:
         True at the ceiling.
     """
-    return best[2] >= 1 - 1e-9 and any(est >= best[1] for est in equivalent)
+    return best[2] >= 1 - 1e-9 and any(est >= 1 - margin for est in equivalent)
 
 
 def pair_status(marks: Sequence[str], best_low: float, chance: float | None, ceiling: bool = False) -> str:
@@ -168,7 +169,8 @@ def ceiling_of(interval: Mapping[str, tuple[float, float, float]], best: str, te
     Returns:
         Whether the pair's equivalence rests on the metric's ceiling.
     """
-    return smaller_k and at_ceiling(interval[best], [interval[t["model_b"]][0] for t in tests if t["equivalent"]])
+    return smaller_k and bool(tests) and at_ceiling(interval[best], [interval[t["model_b"]][0] for t in tests
+                                                                    if t["equivalent"]], tests[0]["margin"])
 
 
 def _decide(order: list[str], interval: Mapping[str, tuple[float, float, float]], tests: list[dict[str, Any]],
