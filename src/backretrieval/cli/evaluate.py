@@ -57,26 +57,52 @@ def save_queries_option(fn):
                              "(docs/usage.md, 'What each query retrieved'). Exact search only.")(fn)
 
 
+_MARGIN = click.FloatRange(0, 1, min_open=True)
+
+
+def margin_option(fn):
+    """--margin (evaluate and compare): EvalConfig.margin."""
+    return click.option("--margin", type=_MARGIN, default=0.05, show_default=True,
+                        help="The gap between two models that matters, in (0, 1]: the verdict calls models whose gap is "
+                             "shown within +-margin equivalent (pick by cost or speed), and the note on power before "
+                             "a run measures the detectable gap against it.")(fn)
+
+
+def _with_margin(cfg, margin: float):
+    import dataclasses
+
+    return dataclasses.replace(cfg, margin=margin)
+
+
 def dry_run_option(fn):
-    """--dry-run (evaluate and compare)."""
+    """--dry-run and --no-measure-speed (evaluate, compare and meta)."""
+    fn = click.option("--no-measure-speed", "no_measure_speed", is_flag=True,
+                      help="Do not time a model on a small fixed sample of its texts when this machine has no throughput "
+                           "recorded for it (its vectors all came from the cache); the report then says its speed was "
+                           "not measured.")(fn)
     return click.option("--dry-run", is_flag=True,
-                        help="Send nothing: draw the samples, read the cache and print, per embedding-API model "
-                             "(openai:), the texts, requests, tokens and cost a run would send; then stop.")(fn)
+                        help="Encode and send nothing: draw the samples, read the cache and print, per model, the texts it "
+                             "would encode, the time that takes at the throughput recorded on this machine and, for "
+                             "embedding APIs (openai:), the requests, tokens and cost; then stop.")(fn)
 
 
-def _dry_run(cfg) -> None:
-    """Print what each embedding-API model of ``cfg`` would send (``--dry-run``)."""
+def _dry_run(cfg, datasets=None) -> None:
+    """Print what each model of ``cfg`` would encode or send, and how long it would take (``--dry-run``);
+    with ``datasets`` (meta over several files) once per dataset."""
+    import dataclasses
+
     from ..analysis.evaluate import estimate
-    from ..analysis.evaluate.grid import estimate_line
+    from ..analysis.evaluate.pricing import estimate_line
 
-    try:
-        found = estimate(cfg)
-    except BackretrievalError as e:
-        raise click.ClickException(str(e)) from None
-    for name, est in found.items():
-        click.echo(estimate_line(name, est))
-    if not found:
-        click.echo("no model of this run sends texts to an embedding API; nothing to estimate")
+    for name, options in datasets or [(cfg.dataset, cfg.dataset_options)]:
+        if datasets is not None and len(datasets) > 1:
+            click.echo(f"{name}:")
+        try:
+            found = estimate(dataclasses.replace(cfg, dataset=name, dataset_options=options))
+        except BackretrievalError as e:
+            raise click.ClickException(str(e)) from None
+        for label, est in found.items():
+            click.echo(estimate_line(label, est))
 
 
 def _check_save_queries(save_queries: bool, cfg) -> None:
@@ -90,10 +116,10 @@ def _queries_line(cfg, out) -> str:
     return f"wrote {Path(out) / 'queries.parquet'}{extra}"
 
 
-def _with_reuse(cfg, reuse_stale: bool):
+def _with_reuse(cfg, reuse_stale: bool, no_measure_speed: bool = False, cost: str = "bytes"):
     import dataclasses
 
-    return dataclasses.replace(cfg, reuse_stale=True) if reuse_stale else cfg
+    return dataclasses.replace(cfg, reuse_stale=bool(reuse_stale), measure_speed=not no_measure_speed, cost=cost)
 
 
 def _approx_config(cfg, approx: str | None, target: float, always: bool = False):
@@ -129,14 +155,16 @@ def _approx_k(cfg) -> int | None:
 @reuse_stale_option
 @save_queries_option
 @dry_run_option
-def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run,
-             **grid) -> None:
+@margin_option
+def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, margin,
+             no_measure_speed, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
     OUT/summary.md, and prints the summary table; with --save-queries also OUT/queries.parquet.
     """
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    cfg = _with_margin(_with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale,
+                                   no_measure_speed), margin)
     _check_save_queries(save_queries, cfg)
     if dry_run:
         return _dry_run(cfg)
@@ -162,26 +190,31 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
 @reuse_stale_option
 @save_queries_option
 @dry_run_option
+@margin_option
 @click.option("--metric", default=None, help="Metric to rank by (default bkr@K); `backretrieval metrics` lists those that can rank models.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
+@click.option("--cost", type=click.Choice(["bytes", "speed", "price"]), default="bytes", show_default=True,
+              help="What the verdict's cheapest model as good as the best is cheapest in: bytes per item (vector size), "
+                   "encoding speed (time per item on this machine) or price per million items (API models).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, example galleries of what each "
               "model retrieved, provenance), OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground "
               "truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, metric, level,
-            alpha, n_boot, report, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, margin,
+            no_measure_speed, metric, level, alpha, n_boot, cost, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
-    OUT/compare.md (the verdict: which model to ship, or which are indistinguishable at this N;
-    then the rankings; XLR leads where the data link languages), OUT/compare.json and the
-    evaluation records. With --metric corr the CORR
+    OUT/compare.md (the verdict per pair and overall: ship a model, equivalent within --margin
+    (pick by cost or speed), not enough data, or at chance; then the rankings; XLR leads where
+    the data link languages, BkR is the check), OUT/compare.json and the evaluation records. With --metric corr the CORR
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
     --report also OUT/report.html, a page to share (see docs/your-data.md); with --save-queries
     also OUT/queries.parquet.
     """
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
+    cfg = _with_margin(_with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale,
+                                   no_measure_speed, cost), margin)
     _check_save_queries(save_queries, cfg)
     metric = (metric or f"bkr@{cfg.k}").strip()
     spec = _check_metric(metric, cfg.n, _approx_k(cfg))
@@ -213,12 +246,14 @@ def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, sa
 @main.command()
 @grid_options(several_datasets=True)
 @device_option
+@dry_run_option
 @click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
 @click.option("--candidates", default=None, metavar="M1,M2,...",
               help="The candidate proxies judged against XLR@10 (see `backretrieval metrics`), e.g. "
                    "bkr@10,bkr@1,bkr_mrr,corr. Default: bkr@K (K from --k) and corr.")
-def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, dataset_option, **grid) -> None:
+def meta(out, quiet, executor, dry_run, no_measure_speed, weak_image_models, report, candidates, dataset, dataset_option,
+         **grid) -> None:
     """Meta-evaluation: which candidate proxy tracks the ground truth XLR across models (Table 1, Fig. 2/3)?
 
     Each candidate (by default BkR@K, K from --k, and CORR) is correlated across at least 3 models
@@ -234,7 +269,7 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
 
     datasets = dataset_specs(dataset, dataset_option)
     cfg = grid_config(dataset=datasets[0][0], dataset_option=(), **grid)
-    cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1])
+    cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1], measure_speed=not no_measure_speed)
     if len(cfg.models) < 3:
         bad_option("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     names = default_candidates(cfg.k) if candidates is None else [m.strip() for m in candidates.split(",") if m.strip()]
@@ -243,6 +278,8 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
     except BackretrievalError as e:
         bad_option("--candidates", str(e))
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
+    if dry_run:
+        return _dry_run(cfg, datasets)
     check_grid(cfg, out, executor, extra, datasets)
     with folder_lock(out):
         res = run_meta_datasets(cfg, datasets, out, image_models=extra, candidates=names, progress=not quiet, log=warn,

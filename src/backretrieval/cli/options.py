@@ -309,7 +309,9 @@ def grid_options(fn=None, *, several_datasets: bool = False):
     opts = [
         dataset,
         click.option("--pairs", required=True, help="Directed language pairs, e.g. en-de,de-en,en-ja (use en:zh-Hant for codes with hyphens)."),
-        click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ..."),
+        click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ...; "
+                     "LABEL=SPEC names a model on every table and figure (e5=hf:intfloat/multilingual-e5-small), else a short label is derived "
+                     "(the hub name, the options that change the vectors)."),
         click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR/CORR; 'precomputed' reads the dataset's feature file."),
         click.option("--n", "n", type=POSITIVE, default=1500, show_default=True, help="Sample size N per side."),
         click.option("--seeds", default="5", show_default=True, help="Number of seeds (0..S-1) or a comma list of seeds >= 0."),

@@ -39,6 +39,7 @@ def model_paths(specs: Sequence[Any], option: str = "--models") -> list[tuple[st
     the model's folder in the Hugging Face cache (its ``cache_dir`` option or the standard one),
     variants included (``precomputed:FILE@noise=0.5``). Model objects and specs without a path
     give nothing."""
+    from ..analysis.models import split_label
     from ..encoders.options import split_spec
     from ..encoders.variants import split_variants
 
@@ -46,6 +47,7 @@ def model_paths(specs: Sequence[Any], option: str = "--models") -> list[tuple[st
     for spec in specs:
         if not isinstance(spec, str):
             continue
+        spec = split_label(spec)[1]
         head = split_variants(spec)[0]
         name, sep, arg = head.partition("?")[0].partition(":")
         if name == "hf" and arg:

@@ -17,7 +17,9 @@ Progress. Missing texts are sent to the model in steps of the model's ``batch_si
 ``progress_step``; 64 texts / 32 images when it has neither), longest-last (texts sorted by length,
 stable, as :class:`~.text_batching.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
 tqdm with items/s and an ETA) moves once per batch instead of once per 2,048-text shard. A
-variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar.
+variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar. Each
+call to the model is timed (``timer``: :class:`~.prices.EncodeTimer`), which is what a model's
+measured throughput is made of (:mod:`.prices`).
 
 The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
 length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text_batching`) truncates first, so a text and
@@ -51,6 +53,7 @@ from ..core import DataError, EncoderError, atomic_save_npz, cache_dir, content_
 from ..core.env import StaleVersionsWarning, describe_changes
 from .text_batching import as_texts, warn_truncated
 from .base import check_embeddings, encoder_versions
+from .prices import EncodeTimer
 
 DEFAULT_CHUNK = 2048  # texts per shard
 DEFAULT_IMAGE_CHUNK = 256  # images per shard: images are slow, so shards (and the bar) advance often
@@ -266,6 +269,7 @@ class _Cached:
         self.progress = progress
         self.reuse_stale = bool(reuse_stale)  # reuse vectors of other versions (with a warning)
         self.n_encoded = 0  # items actually sent to the model (for tests and logs)
+        self.timer = EncodeTimer()  # each call to the model, timed (its measured throughput: .prices)
 
     def __getattr__(self, name: str) -> Any:  # name, version, dim, languages, fit, ...
         return getattr(self.encoder, name)
@@ -314,6 +318,10 @@ class _Cached:
         if stale:
             self._say_stale(stale, store.versions, what)
         step = self.step()
+
+        def chars(part: Sequence[int]) -> int:
+            return sum(lengths[i] for i in part) if lengths is not None else 0
+
         streaming = stream_rows is not None and bool(rows)
         with sending(store, what) if streaming else contextlib.nullcontext():
             if streaming:  # another run may have stored some of them while this one waited
@@ -323,8 +331,8 @@ class _Cached:
             with tqdm(total=len(rows), desc=f"encode {what}", unit=self.unit, disable=not (self.progress and rows),
                       **self.bar_options) as bar:
                 if streaming:
-                    for part, vecs in (stream_rows(rows, dim) if rows else ()):
-                        store.put([keys[i] for i in part], vecs, what, dim)
+                    for part, vecs in (self.timer.stream(stream_rows(rows, dim), chars) if rows else ()):
+                        store.put([keys[i] for i in part], np.asarray(vecs, dtype=np.float32), what, dim)
                         self.n_encoded += len(part)
                         bar.update(len(part))
                     rows = []
@@ -332,8 +340,9 @@ class _Cached:
                     part = rows[start : start + self.chunk]
                     vecs = []
                     for s in range(0, len(part), step):
-                        vecs.append(np.asarray(encode_rows(part[s : s + step]), dtype=np.float32))
-                        bar.update(len(part[s : s + step]))
+                        some = part[s : s + step]
+                        vecs.append(np.asarray(self.timer.call(encode_rows, some, chars(some)), dtype=np.float32))
+                        bar.update(len(some))
                     store.put([keys[i] for i in part], np.concatenate(vecs), what, dim)
                     self.n_encoded += len(part)
         if self.reuse_stale and stale:
@@ -383,7 +392,10 @@ class CachedTextEncoder(_Cached):
                 base.progress = base.progress or self.progress
                 base.reuse_stale = base.reuse_stale or self.reuse_stale
             self.n_encoded += len(texts)
-            return enc.encode(texts, lang, ids=ids, **kw)
+            if isinstance(base, _Cached):  # the base model's cache times the encoding
+                return enc.encode(texts, lang, ids=ids, **kw)
+            return self.timer.call(lambda rows: enc.encode(rows, lang, ids=ids, **kw), texts,
+                                   sum(len(t) for t in texts if isinstance(t, str)))
         texts = as_texts(texts, ids, f"{enc.name}/{lang}")
         cut = getattr(enc, "truncate", None)
         if callable(cut):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from ..analysis.compare import check_metric, compare as compare_models
 from ..analysis.comparison import Comparison
+from ..analysis.costs import cost_basis
 from ..analysis.evaluate import EvalConfig, EvalResult, evaluate as run_grid
 from ..analysis.evaluate.result import slug
 from ..analysis.evaluate.queries import write_queries as write_query_table
@@ -29,7 +30,7 @@ from ..analysis.verdict import lead_and_check
 from ..core import atomic_write_text
 from ..core.io import check_writable_dir, folder_lock
 from ..metrics.table import chance_level, shown_columns
-from .table import approx_note, format_comparison, format_summary, md_text
+from .table import approx_note, format_comparison, format_summary, format_verdict, md_text
 
 SUMMARY = "summary.md"
 COMPARE_MD = "compare.md"
@@ -54,10 +55,14 @@ def summary_markdown(result: EvalResult) -> str:
         The Markdown, ending in a newline.
     """
     cfg = result.config
-    what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model_name}"
+    images = any(v.get("bkr") is not None for v in result.largest_n.values())  # BkR left out at this N, not for want of images
+    what = ("XLR only (BkR's samples do not fit at this N)" if images else "text only (no images): XLR only") \
+        if result.text_only else f"image model={cfg.image_model_name}"
     lines = [f"# {md_text(cfg.dataset)}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
     if result.text_only:
-        lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
+        lines.append("Mean ± sd over seeds. " + ("BkR and CORR were not computed: N is more than their samples allow "
+                                                 "(see the note)." if images else
+                                                 "The dataset has no images, so BkR and CORR were not computed."))
     else:
         lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {chance_level(f'bkr@{cfg.k}', cfg.n):.4f}.")
     note = approx_note(result.records)
@@ -68,13 +73,16 @@ def summary_markdown(result: EvalResult) -> str:
 
 
 def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
-    """``compare.md``: the verdict paragraph, then the rankings, the ground truth's first where
-    the records hold it (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the
-    check says per pair.
+    """``compare.md``: the verdict (:func:`~.table.format_verdict`: overall, per pair with its
+    power note, the check, the four answers and the margin) and, where the verdict tests
+    equivalence, the cheapest model as good as the best (:attr:`Comparison.cheapest`), the notes
+    of the run, then the rankings, the ground truth's first where the records hold it
+    (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the check says per pair.
 
     Args:
         c: the finished comparison.
-        result: the evaluation behind it, for the note on approximate search (None: no note).
+        result: the evaluation behind it, for its notes and the note on approximate search
+            (None: no notes).
 
     Returns:
         The Markdown, ending in a newline.
@@ -85,7 +93,12 @@ def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
     if note:
         parts.append(note)
     if c.verdict:
-        parts.append(f"## Verdict\n\n{md_text(c.verdict['text'])}")
+        parts.append(format_verdict(c.verdict))
+        if getattr(c, "cheapest", None):
+            parts.append(f"**The cheapest model as good as the best** ({cost_basis(c.cheapest['cost'])}): "
+                         f"{md_text(c.cheapest['text'])}")
+    if result is not None and result.notes:
+        parts.append("\n".join(f"Note: {md_text(n)}." for n in result.notes))
     parts.append(format_comparison(lead))
     if check is not None:
         parts.append(format_comparison(check))
@@ -269,6 +282,7 @@ def compare(
     level: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    margin: float | None = None,
     command: str | Sequence[str] | None = None,
     executor: Any = None,
     progress: bool = False,
@@ -291,6 +305,7 @@ def compare(
         level: confidence level of the intervals.
         alpha: significance level of the gaps (Holm-adjusted).
         seed: the resampling seed.
+        margin: the verdict's equivalence margin (None: the configuration's, 0.05 unless set).
         command: the provenance the report shows (default: this Python call).
         executor: for a configuration, where its per-sample tasks run.
         progress: for a configuration, show progress bars.
@@ -312,7 +327,7 @@ def compare(
     if out_dir is None and (report or save_queries):
         raise BackretrievalError(f"{'report' if report else 'save_queries'} needs out_dir: the folder to write into")
     _check_save_queries(cfg, save_queries)
-    stats = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed)
+    stats = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed, margin=margin)
     say = _quiet if log is None else log
     if out_dir is None:
         return compare_models(result, metric, executor=executor, progress=progress, log=say, **stats)
@@ -320,15 +335,17 @@ def compare(
     check_metric(metric, approx_depth=_approx_depth(cfg))  # before the folder is touched
     if command is None:
         command = (f"Python: backretrieval.compare(..., metric={metric!r}, out_dir={str(out_dir)!r}, report={report}, "
-                   f"n_boot={n_boot}, level={level}, alpha={alpha})")
+                   f"n_boot={n_boot}, level={level}, alpha={alpha}, margin={margin})")
     check_writable_dir(out_dir, "output folder")
     with folder_lock(out_dir, "output folder"):
         if isinstance(result, EvalConfig):
             spec, _ = check_metric(metric)
-            if spec.outcome is None and cfg.corr_boot == 0:
-                import dataclasses
+            import dataclasses
 
+            if spec.outcome is None and cfg.corr_boot == 0:
                 cfg = dataclasses.replace(cfg, corr_boot=200)
+            if margin is not None:  # the note before the run measures against the same margin
+                cfg = dataclasses.replace(cfg, margin=margin)
             result = run_grid(cfg, out_dir, progress=progress, log=say, executor=executor,
                               needs=("xlr",) if spec.needs_truth else ("bkr",), purpose=f"compare --metric {metric}")
         else:

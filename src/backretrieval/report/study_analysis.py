@@ -56,6 +56,8 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             f"| {m['label']}: {spec} | {m['ratings']} | {c['1']} | {c['2']} | {c['3']} | {c['4']} | "
             f"{_x(100 * m['very_relevant_share'], 1)}% | {_x(m['mean_score'])} |"
         )
+    if res.get("ratings_note"):
+        lines += ["", f"**{res['ratings_note'][0].upper()}{res['ratings_note'][1:]}.**"]
     if len(res.get("per_rater", {})) > 1:
         specs = list(res["models"])
         lines += ["", "Per rater, \"very relevant\" / rated:", "", "| rater | " + " | ".join(specs) + " |",
@@ -83,6 +85,7 @@ def format_study_analysis(res: dict[str, Any]) -> str:
                 f"{c['queries_tied']} | {_p(c['primary']['p'])} | {_p(c['primary'].get('p_holm'))} | "
                 f"{_p(c['wilcoxon']['p'])} | {_p(c['mean_score']['p'])} | {_p(c['chi2']['p'])} |"
             )
+        lines += [f"\n{c['too_few'][0].upper()}{c['too_few'][1:]}." for c in res["comparisons"] if c.get("too_few")]
     ag = res.get("agreement")
     lines += ["", "## Inter-rater agreement", ""]
     if ag is None:
@@ -116,7 +119,10 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             key = f"bkr@{k}"
             if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
                 by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
-                by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
-                lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
-                          + (" (same)." if by_bkr == by_h else " (different).")]
+                if res.get("ratings_note"):  # no order by the raters from no (or too few) ratings
+                    lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: none yet ({res['ratings_note']})."]
+                else:
+                    by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
+                    lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
+                              + (" (same)." if by_bkr == by_h else " (different).")]
     return "\n".join(lines) + "\n"

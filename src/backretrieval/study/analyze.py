@@ -67,6 +67,24 @@ def sign_flip_test(d: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
             "method": method}
 
 
+def queries_needed(comparisons: int, alpha: float = 0.05) -> int:
+    """The fewest queries (rated for both models, each with a difference) on which the primary
+    test can reach ``p < alpha`` after Holm over ``comparisons``: the exact two-sided sign-flip
+    test of n queries can go no lower than ``2 / 2^n``.
+
+    Args:
+        comparisons: the comparisons Holm corrects for (pairs of models).
+        alpha: the significance level.
+
+    Returns:
+        The smallest n with ``2 / 2^n * comparisons < alpha``.
+    """
+    n = 1
+    while 2.0 ** (1 - n) * max(comparisons, 1) >= alpha:
+        n += 1
+    return n
+
+
 def _ratio(a: float, b: float) -> float:
     if b == 0:
         return float("inf") if a > 0 else float("nan")
@@ -207,7 +225,7 @@ def bkr_sample_size(meta: dict[str, Any], n: int | None, seeds: int) -> tuple[in
 
     pair = (meta["src"], meta["tgt"])
     ds = load_dataset(meta["dataset"], langs=list(pair), **dict(meta.get("dataset_options") or {}))
-    return fit_n(ds, [pair], n, DEFAULT_BKR_N, list(range(seeds)), option=("--bkr-n", "bkr_n"))
+    return fit_n(ds, [pair], n, DEFAULT_BKR_N, list(range(seeds)), option=("--bkr-n", "bkr_n"), needs=("bkr",))
 
 
 def bkr_comparison(
@@ -218,6 +236,7 @@ def bkr_comparison(
     ``image_model`` is a spec string or a Python object (:mod:`backretrieval.analysis.models`);
     the result names it as the records do."""
     from ..analysis import EvalConfig, evaluate
+    from ..analysis.models import model_names
 
     cfg = EvalConfig(
         dataset=meta["dataset"],
@@ -232,8 +251,8 @@ def bkr_comparison(
     res = evaluate(cfg, None, progress=progress)
     df = pd.DataFrame(res.records)
     out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": cfg.image_model_name, "models": {}}
-    for spec in meta["models"]:
-        rows = df[df.model == spec]
+    for spec, label in zip(meta["models"], model_names(list(meta["models"]))):  # the records call each by its label
+        rows = df[df.model == label]
         entry = {}
         for col in (f"bkr@{k}", "bkr_mrr", f"xlr@{k}"):
             if col in rows and rows[col].notna().any():
@@ -323,14 +342,26 @@ def analyze(
     }
     ids = dict(zip(models.spec, models.model_id))
     pairs = list(itertools.combinations(models.spec, 2))
+    need = queries_needed(len(pairs))
+    if not len(tables["ratings"]):  # nothing to compare: no test, no order
+        result["ratings_note"] = (f"no ratings yet: nothing is compared ({n_sugg} suggestions wait for a rating; the "
+                                  f"paired test needs at least {need} queries rated for both models of a pair)")
+        pairs = []
     for a, b in pairs:
         c = compare_pair(rc, ids[a], ids[b], n_boot=n_boot, seed=seed)
         c.update(a=a, b=b)
+        if c["queries"] < need:
+            c["too_few"] = (f"{c['queries']} quer{'y is' if c['queries'] == 1 else 'ies are'} rated for both {a} and {b}; "
+                            f"the paired test needs at least {need} (each with a difference) before p can fall below "
+                            f"0.05 after Holm over {len(pairs)} comparison{'s' * (len(pairs) != 1)}")
         result["comparisons"].append(c)
     if result["comparisons"]:
         adj = holm([c["primary"]["p"] for c in result["comparisons"]])
         for c, p in zip(result["comparisons"], adj):
             c["primary"]["p_holm"] = p
+        if all("too_few" in c for c in result["comparisons"]):
+            result["ratings_note"] = (f"too few ratings to tell the models apart: the paired test needs at least {need} "
+                                      "queries rated for both models of a pair")
     result["agreement"] = agreement(tables)
     if bkr:
         try:

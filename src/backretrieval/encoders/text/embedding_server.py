@@ -5,8 +5,9 @@ default) in a background thread: the request's ``input`` (one string or a list o
 encoded by the encoder and answered as the protocol documents it -- ``data`` (one
 ``{"object": "embedding", "index": i, "embedding": ...}`` per input, the vector as a list of
 floats or, with ``encoding_format: "base64"``, as the base64 of its little-endian float32 bytes),
-``model`` and ``usage`` (``prompt_tokens`` / ``total_tokens``: here the whitespace-separated
-words of the inputs, at least one per input). ``dimensions`` keeps the first that many
+``model`` and ``usage`` (``prompt_tokens`` / ``total_tokens``: the served model's own token count
+where it has one, ``count_tokens``, as a TEI or vLLM server counts with its model's tokenizer;
+else the whitespace-separated words of the inputs, at least one per input). ``dimensions`` keeps the first that many
 components of each vector. It is what ``openai:MODEL`` talks to in the contract checks and the
 tests, and a way to put a packaged model behind the same protocol as an embedding API::
 
@@ -186,6 +187,7 @@ class EmbeddingServer:
             else:
                 emb = [float(x) for x in v]
             data.append({"object": "embedding", "index": i, "embedding": emb})
-        tokens = sum(max(1, len(t.split())) for t in texts)
+        count = getattr(self.encoder, "count_tokens", None)
+        tokens = int(count(texts)) if callable(count) else sum(max(1, len(t.split())) for t in texts)
         return json_answer(200, {"object": "list", "data": data, "model": request.get("model", ""),
                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})

