@@ -434,20 +434,26 @@ def _python_grid(data: Path, models) -> "object":
 
 
 def test_model_names_are_escaped_in_summary_and_compare_markdown(tmp_path, data):
-    """A model named with a newline, ``|`` and ``<script>``: every table row of summary.md and
-    compare.md keeps its columns, the name stays on one line, and no tag is written raw."""
+    """A model name that would split a table (a newline, ``|``) is refused before any work, naming
+    it; one with ``<script>`` and ``&`` is written as text: every table row of summary.md and
+    compare.md keeps its columns and no tag is written raw."""
     import re
 
     import backretrieval as br
+    from backretrieval.core import BackretrievalError
 
-    evil = "ev|il\n<script>alert(1)</script>"
+    for evil in ("ev|il", "ev\nil"):
+        with pytest.raises(BackretrievalError, match="control character or '\\|'"):
+            br.evaluate(_python_grid(data, {evil: "random", "tfidf-char": "tfidf-char"}), tmp_path / "refused", progress=False)
+    assert not (tmp_path / "refused" / "results.jsonl").exists()
+    evil = "a&b<script>alert(1)</script>"
     cfg = _python_grid(data, {evil: "random", "tfidf-char": "tfidf-char"})
     result = br.evaluate(cfg, tmp_path / "run", progress=False)
     br.compare(result, out_dir=tmp_path / "cmp")
-    shown = "ev\\|il\\n&lt;script>alert(1)&lt;/script>"
+    shown = "a&amp;b&lt;script>alert(1)&lt;/script>"
     for path in (tmp_path / "run" / "summary.md", tmp_path / "cmp" / "compare.md"):
         text = path.read_text(encoding="utf-8")
-        assert "<script" not in text and "il\n<" not in text, path
+        assert "<script" not in text, path
         assert shown in text, (path, text)
         for table in re.findall(r"(?:^\|.*\|$\n?)+", text, flags=re.M):
             rows = table.splitlines()
