@@ -28,6 +28,6 @@ fi
 WORKERS=${BACKRETRIEVAL_TEST_WORKERS:-$(($(nproc) + 1))}
 XDIST=()
 if [ "$WORKERS" != 0 ]; then
-  XDIST=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+  XDIST=(-n "$WORKERS" --dist loadfile)
 fi
 exec "$PY" -m pytest -q -p no:cacheprovider --durations=10 "${XDIST[@]}" "$@"

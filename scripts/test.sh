@@ -15,6 +15,6 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 WORKERS=${BACKRETRIEVAL_TEST_WORKERS:-$(($(nproc) + 1))}
 XDIST=()
 if [ "$WORKERS" != 0 ]; then
-  XDIST=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+  XDIST=(-n "$WORKERS" --dist loadfile)
 fi
 exec "${BACKRETRIEVAL_VENV:-.venv}/bin/python" -m pytest -q --durations=20 "${XDIST[@]}" "$@"

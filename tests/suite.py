@@ -1,12 +1,14 @@
 """The suite as a whole: how it is shared among workers, its stated size, and its files' times.
 
 Workers (pytest-xdist, ``scripts/test.sh`` starts them; ``-n 0`` runs in one process). Run with
-``--dist loadgroup``, every test of one file goes to the same worker (its module fixtures are built
-once), and the tests of a group of :data:`GROUPS` (or marked ``pytest.mark.xdist_group(NAME)``) share
-one worker: every test that starts Ray runs on one worker, one Ray at a time, as in a run without
-workers (a Ray cluster is a tree of processes and about a GiB of memory). Files are handed out longest first,
-by the times in ``tests/file_times.json`` (a file not listed there counts as the median), so a long
-file does not start last and leave one worker running alone at the end.
+``--dist loadfile``, this plugin's scheduler hands out units of work: a file (every test of a file
+goes to one worker, so its module fixtures are built once), or a group of :data:`GROUPS`, whose
+tests share one worker whatever their files: every test that starts Ray runs on one worker, one Ray
+at a time as in a run without workers (a Ray cluster is a tree of processes and about a GiB of
+memory). Units go out longest first, by the times in ``tests/file_times.json`` (a file not listed
+there counts as the median), so a long file does not start last and leave one worker running alone
+at the end. (pytest-xdist's own ``--dist loadgroup`` marks a group by renaming the test's node id,
+which pytest 9 no longer allows: the groups are node-id patterns here, read by the controller.)
 
 The stated size. ``tests/README.md`` states how many tests the whole suite has at least ("The whole
 suite: N tests"). A run of the whole suite (no file, ``-k``, ``-m`` or ``--deselect`` given) that
@@ -73,16 +75,38 @@ def longest_first(items: list, times: dict[str, float], group_of) -> list:
     return [i for g in sorted(groups, key=lambda g: -cost[g]) for i in groups[g]]
 
 
-def _group(item) -> str:
-    mark = item.get_closest_marker("xdist_group")
-    if mark is not None:
-        return mark.args[0] if mark.args else mark.kwargs.get("name", "default")
-    return _file_of(item.nodeid)
-
-
 def group_of(nodeid: str) -> str | None:
     """The group of :data:`GROUPS` a test belongs to, if any."""
     return next((g for g, pats in GROUPS.items() if any(fnmatch.fnmatchcase(nodeid, p) for p in pats)), None)
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test goes out in: its group, else its file."""
+    return group_of(nodeid) or _file_of(nodeid)
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist is not installed: the suite runs in one process
+    LoadScopeScheduling = None
+else:
+    class UnitScheduling(LoadScopeScheduling):
+        """pytest-xdist's scope scheduling with :func:`unit_of` as the scope, the units in the
+        order the workers collected them (longest first: :func:`pytest_collection_modifyitems`)."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") == "loadfile":
+        return UnitScheduling(config, log)
+    return None
 
 
 def _whole_suite(config) -> bool:
@@ -104,24 +128,19 @@ _STATE: dict = {}  # this process's config, test count and seconds per file
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "xdist_group(name): run with every other test of this group on one xdist worker")
     _STATE.update(config=config, count=None, short=None, times=defaultdict(float))
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """On an xdist worker: every test without an explicit group is grouped by its file, and groups
-    come longest first (the controller hands them out in this order with --no-loadscope-reorder)."""
+    """On an xdist worker: the tests in units (:func:`unit_of`), the longest unit first; the
+    controller hands the units out in this order."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if _whole_suite(config):
         unused = [p for ps in GROUPS.values() for p in ps if not any(fnmatch.fnmatchcase(i.nodeid, p) for i in items)]
         if unused:
             raise pytest.UsageError(f"tests/suite.py: the GROUPS patterns {unused} match no test")
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid) or _file_of(item.nodeid)))
-    items[:] = longest_first(items, file_times(), _group)
+    items[:] = longest_first(items, file_times(), lambda item: unit_of(item.nodeid))
 
 
 def pytest_collection_finish(session):

@@ -1,6 +1,7 @@
 """The suite's own plan (tests/suite.py): the stated size is read from tests/README.md, every group
-pattern names tests that exist, files go out longest first with each group together, and a whole
-run that collects fewer tests than stated fails (a small suite in a scratch folder, in a subprocess)."""
+pattern names tests that exist, files go out longest first with each group together, on xdist
+workers each file and each group runs on one worker, and a whole run that collects fewer tests than
+stated fails (small suites in scratch folders, run in a subprocess)."""
 from __future__ import annotations
 
 import ast
@@ -34,6 +35,36 @@ def test_every_group_pattern_names_tests_that_exist(group, pattern):
     assert suite.group_of(f"{path}::{name.replace('*', 'x')}{'[ray]' if '[' in rest else ''}") == group
 
 
+def _scratch_suite(pytester, readme: str = "The whole suite: at least 1 tests.", groups: str = "{}") -> None:
+    pytester.makefile(".md", README=f"# tests\n\n{readme}\n")
+    pytester.makeconftest(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(suite.__file__).parent)!r})
+        import suite
+        suite.README = suite.Path(__file__).parent / "README.md"
+        suite.GROUPS = {groups}
+        pytest_plugins = ["suite"]
+    """))
+
+
+def test_on_workers_a_file_and_a_group_each_run_on_one_worker(pytester):
+    """Two workers, four files: each test records its worker; the tests of one file share a worker,
+    and so do the tests of the two files of one group."""
+    _scratch_suite(pytester, groups='{"pair": ("test_g1.py::*", "test_g2.py::*")}')
+    body = ("import os, pathlib\n"
+            + "".join(f"def test_{i}():\n    pathlib.Path('{{name}}-{i}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+                      for i in range(4)))
+    for name in ("test_f1", "test_f2", "test_g1", "test_g2"):
+        pytester.makepyfile(**{name: body.replace("{name}", name)})
+    res = pytester.runpytest_subprocess("-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=16)
+    worker = {p.name: p.read_text() for p in pytester.path.glob("test_*-*")}
+    assert len(worker) == 16 and set(worker.values()) == {"gw0", "gw1"}
+    for name in ("test_f1", "test_f2"):
+        assert len({worker[f"{name}-{i}"] for i in range(4)}) == 1, worker
+    assert len({worker[f"{name}-{i}"] for name in ("test_g1", "test_g2") for i in range(4)}) == 1, worker
+
+
 def test_groups_go_out_longest_first_and_stay_together():
     items = [SimpleNamespace(nodeid=n) for n in ("a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "d.py::t1")]
     group = {"a.py": "a.py", "b.py": "b.py", "c.py": "cd", "d.py": "cd"}
@@ -49,14 +80,7 @@ def test_groups_go_out_longest_first_and_stay_together():
 def test_a_whole_run_with_fewer_tests_than_stated_fails(pytester):
     """A scratch suite whose README states 3 tests: with 3 it passes and says so; with one file
     renamed out of ``test_*.py`` it fails and names the shortfall; a run of one file is not checked."""
-    pytester.makefile(".md", README="# tests\n\nThe whole suite: at least 3 tests.\n")
-    pytester.makeconftest(textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(Path(suite.__file__).parent)!r})
-        import suite
-        suite.README = suite.Path(__file__).parent / "README.md"
-        pytest_plugins = ["suite"]
-    """))
+    _scratch_suite(pytester, readme="The whole suite: at least 3 tests.")
     pytester.makepyfile(test_one="def test_a(): pass\ndef test_b(): pass\n", test_two="def test_c(): pass\n")
     res = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=3)
