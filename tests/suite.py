@@ -8,7 +8,7 @@ at a time as in a run without workers (a Ray cluster is a tree of processes and 
 memory). Units go out longest first, by the times in ``tests/file_times.json`` (a file not listed
 there counts as the median), so a long file does not start last and leave one worker running alone
 at the end. (pytest-xdist's own ``--dist loadgroup`` marks a group by renaming the test's node id,
-which pytest 9 no longer allows: the groups are node-id patterns here, read by the controller.)
+which pytest 9 ignores: here the groups are node-id patterns, which the controller reads.)
 
 The stated size. ``tests/README.md`` states how many tests the whole suite has at least ("The whole
 suite: N tests"). A run of the whole suite (no file, ``-k``, ``-m`` or ``--deselect`` given) that
