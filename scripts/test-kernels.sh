@@ -7,7 +7,7 @@
 #   ATEN_CPU_CAPABILITY=default   torch's kernels without AVX2/AVX-512
 # Arguments replace the default test files (metrics, determinism, Cr5, Triplet, M3L). After
 # scripts/test.sh (which sets up the venv); .ci/run calls it. Workers as in scripts/test.sh
-# (BACKRETRIEVAL_TEST_WORKERS, default the CPU count + 1; 0: one process).
+# (BACKRETRIEVAL_TEST_WORKERS, default scripts/workers.sh; 0: one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${BACKRETRIEVAL_VENV:-.venv}/bin/python"
@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ $# -eq 0 ]; then
   set -- tests/metrics/test_metrics.py tests/e2e/test_determinism.py tests/core/test_canonical.py tests/train/test_cr5.py tests/train/test_triplet.py tests/train/test_m3l.py
 fi
-WORKERS=${BACKRETRIEVAL_TEST_WORKERS:-$(($(nproc) + 1))}
+WORKERS=${BACKRETRIEVAL_TEST_WORKERS:-$(bash scripts/workers.sh)}
 XDIST=()
 if [ "$WORKERS" != 0 ]; then
   XDIST=(-n "$WORKERS" --dist loadfile)
