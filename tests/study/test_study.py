@@ -643,8 +643,8 @@ def test_bkr_n_fits_the_tutorial_catalogue(tmp_path, shared_data):
     from backretrieval.study.analyze import bkr_sample_size
 
     shop = tmp_path / "shop"
-    subprocess.run([sys.executable, "-m", "backretrieval.cli", "make-catalogue", str(shop), "--langs", "en,ja"],
-                   check=True, capture_output=True)
+    made = CliRunner().invoke(main, ["make-catalogue", str(shop), "--langs", "en,ja"])
+    assert made.exit_code == 0, made.output
     parts = [pd.read_csv(f, dtype=str).assign(lang=f.stem) for f in sorted(shop.glob("??.csv"))]
     catalogue = pd.concat(parts, ignore_index=True).assign(concept=lambda d: d["id"])
     catalogue.to_csv(shop / "catalogue.csv", index=False)
