@@ -221,12 +221,12 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
     5 seeds) calls significantly worse, ships the reference's pick, says "equivalent" of a group
     holding the reference's best and a model the reference puts significantly beyond the margin,
     and reaches the reference's answer."""
-    import backretrieval as br
+    from backretrieval.analysis.compare import compare
     from backretrieval.analysis.evaluate import EvalResult
 
     rows = []
     for metric in metrics:
-        ref = br.compare(results[1500], metric, beside=False)
+        ref = compare(results[1500], metric, beside=False)
         for pv in ref.verdict["pairs"]:
             pair = pv["pair"]
             eq = ref.equivalence[ref.equivalence["pair"] == pair]
@@ -242,7 +242,7 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
                     keep = [r for r in res.records if r["seed"] == s and (r["src_lang"], r["tgt_lang"]) == (src, tgt)]
                     sub = EvalResult(res.config, keep, {k: v for k, v in res.ranks.items() if k[3] == s and k[1:3] == (src, tgt)},
                                      run=res.run, largest_n=res.largest_n)
-                    v = br.compare(sub, metric, n_boot=n_boot, beside=False).verdict["pairs"][0]
+                    v = compare(sub, metric, n_boot=n_boot, beside=False).verdict["pairs"][0]
                     c["ship"] += v["status"] == "ship"
                     c["false_ship"] += v["status"] == "ship" and v["ship"] in worse
                     c["ship_ref"] += v["status"] == "ship" and v["ship"] == pv["best"]["model"]
