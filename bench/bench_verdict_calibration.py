@@ -396,8 +396,8 @@ def write_marked(path: Path, name: str, body: str) -> None:
 EXAMPLES = (  # one real run per answer (emoji-cldr, packaged models, the embedding cache warm after --real)
     ("ship", "--pairs en-de --models minilm-en,tfidf-char,random --n 200 --seeds 1"),
     ("equivalent", "--pairs en-de --models minilm-en,minilm-en@trunc=384 --n 100 --seeds 1"),
-    ("not enough data", "--pairs en-de --models use-m,use-m@noise=0.5,minilm-en --n 200 --seeds 1"),
-    ("at chance", "--pairs en-ja --models tfidf-char,random --n 50 --seeds 1 --metric bkr@10"),
+    ("not enough data", "--pairs en-de --models use-m,use-m@noise=0.5,minilm-en --n 200 --seeds 1 --metric xlr@1"),
+    ("at chance", "--pairs en-ja --models random,random@noise=1 --n 50 --seeds 1"),
 )
 
 

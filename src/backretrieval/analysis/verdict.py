@@ -352,8 +352,8 @@ def _overall(c: "Comparison", per: list[dict[str, Any]], models: list[str], basi
         k1 = max(v["comparisons"] for v in per)
         low = min(per, key=lambda v: v["gap"]["diff"])
         return "ship", x, (f"Ship {x}: {basis}, it is significantly better than every other model on "
-                           f"{'every' if len(per) > 1 else 'the'} pair (Holm over the {k1} comparison{_s(k1)} with the best on "
-                           f"each); its smallest lead: "
+                           f"{'every' if len(per) > 1 else 'the'} pair (Holm over the {k1} comparison{_s(k1)} with the best"
+                           f"{' on each' if len(per) > 1 else ''}); its smallest lead: "
                            f"{_span(low['gap']['diff'], low['gap']['low'], low['gap']['high'])} over {low['gap']['vs']} "
                            f"on {low['pair']}.")
     if len(ok) == 1:
