@@ -89,7 +89,6 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
              identical: bool = False) -> dict:
     """The verdict's rates on one cell of the planted grid."""
     from backretrieval.analysis.decision import decide_outcomes
-    from backretrieval.analysis.evaluate.sensitivity import SD_INDEPENDENT, ship_power
 
     rng = np.random.default_rng([seed, k, int(round(gap * 1000)), n, K, int(identical)])
     counts = dict(ship=0, ship_best=0, ship_other=0, equivalent=0, eq_far=0, at_chance=0, not_enough=0)
@@ -113,9 +112,19 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
     note_sd = float(np.nanmedian(sds))
     return {"k": k, "gap": gap, "n": n, "K": K, "p0": p0, "rho": rho, "reps": reps, "identical": identical, **rates,
             "sd_true": sd, "sd_note": note_sd,
-            "predicted_note": ship_power(gap, n, note_sd, k - 1, ALPHA) if gap > 0 else None,
-            "predicted_true": ship_power(gap, n, sd, k - 1, ALPHA) if gap > 0 else None,
-            "predicted_before_run": ship_power(gap, n, SD_INDEPENDENT, k - 1, ALPHA) if gap > 0 else None}
+            **predictions(gap, n, k, note_sd, sd)}
+
+
+def predictions(gap: float, n: int, k: int, note_sd: float, sd: float) -> dict:
+    """What the notes predict of a cell's power: the verdict's note (the spread it sees), the
+    same with the true spread, and the note before a run (independent hits: a bound)."""
+    from backretrieval.analysis.evaluate.sensitivity import SD_INDEPENDENT, ship_power
+
+    if gap <= 0:
+        return {"predicted_note": None, "predicted_true": None, "predicted_before_run": None}
+    return {"predicted_note": ship_power(gap, n, note_sd, k - 1, ALPHA, discrete=True),
+            "predicted_true": ship_power(gap, n, sd, k - 1, ALPHA, discrete=True),
+            "predicted_before_run": ship_power(gap, n, SD_INDEPENDENT, k - 1, ALPHA, discrete=True)}
 
 
 def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, gaps=GAPS, ns=NS, kk=KS,
@@ -265,7 +274,7 @@ def tables(planted_rows: list[dict], real_rows: list[dict], params: dict) -> dic
     """The Markdown tables: false ship, power against the prediction, equivalence, real data, parameters."""
     import pandas as pd
 
-    df = pd.DataFrame(planted_rows)
+    df = pd.DataFrame([{**r, **predictions(r["gap"], r["n"], r["k"], r["sd_note"], r["sd_true"])} for r in planted_rows])
     reps = int(df["reps"].max())
     plain = df[~df["identical"]]
     out = {}
