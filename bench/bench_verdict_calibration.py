@@ -228,8 +228,9 @@ def answer(v: dict) -> tuple:
 def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int = 200) -> list[dict]:
     """Per metric, pair and N: how often one seed's verdict ships a model the reference (N = 1,500,
     5 seeds) calls significantly worse, ships the reference's pick, says "equivalent" of a group
-    holding the reference's best and a model the reference puts significantly beyond the margin,
-    and reaches the reference's answer."""
+    holding the reference's best and a model the reference puts beyond the margin (its whole 95 %
+    interval), reaches the reference's answer, and gives an answer the reference bears out (ships
+    a model of the reference's equivalent_to_best, or calls a group of them equivalent)."""
     from backretrieval.analysis.compare import compare
     from backretrieval.analysis.evaluate import EvalResult
 
@@ -239,13 +240,14 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
         for pv in ref.verdict["pairs"]:
             pair = pv["pair"]
             eq = ref.equivalence[ref.equivalence["pair"] == pair]
-            worse = set(eq[eq["better"]]["model_b"])
-            far = set(eq[eq["vs_best"] == "worse"]["model_b"])
+            worse = set(eq[eq["better"]]["model_b"])  # significantly worse than the reference's best
+            far = set(eq[eq["diff_low"] > MARGIN]["model_b"])  # its whole interval beyond the margin
+            fine = set(pv["equivalent_to_best"])  # the reference's best and the models within the margin of it
             for n, res in sorted(results.items()):
                 if n == 1500:
                     continue
                 src, tgt = pair.split("->")
-                c = dict(false_ship=0, ship=0, ship_ref=0, equivalent=0, false_equiv=0, same=0, at_chance=0)
+                c = dict(false_ship=0, ship=0, ship_ref=0, equivalent=0, false_equiv=0, same=0, compatible=0, at_chance=0)
                 seeds = sorted({r["seed"] for r in res.records})
                 for s in seeds:
                     keep = [r for r in res.records if r["seed"] == s and (r["src_lang"], r["tgt_lang"]) == (src, tgt)]
@@ -259,6 +261,7 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
                     group = set(v["equivalent_to_best"]) if v["status"] == "equivalent" else set()
                     c["false_equiv"] += pv["best"]["model"] in group and bool(group & far)
                     c["same"] += answer(v) == answer(pv)
+                    c["compatible"] += (v["status"] == "ship" and v["ship"] in fine) or (bool(group) and group <= fine)
                     c["at_chance"] += v["status"] == "at chance"
                 rows.append({"metric": metric, "pair": pair, "n": n, "seeds": len(seeds), "reference": answer(pv),
                              "reference_text": pv["text"], **{k: x / len(seeds) for k, x in c.items()}})
@@ -319,12 +322,15 @@ def tables(planted_rows: list[dict], real_rows: list[dict], params: dict) -> dic
     if real_rows:
         lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | N | ships a model the reference calls worse | ships "
                  "the reference's pick | 'equivalent' with a model the reference puts beyond the margin | the reference's "
-                 "answer | seeds |", "|---|---|---|---|---|---|---|---|---|"]
+                 "answer | an answer the reference bears out | not enough data | seeds |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in real_rows:
             ref = r["reference"]
             said = ref[0] + (f" {ref[1]}" if ref[0] == "ship" else f" ({', '.join(ref[1])})" if ref[0] == "equivalent" else "")
+            undecided = 1 - r["ship"] - r["equivalent"] - r["at_chance"]
             lines.append(f"| {r['metric']} | {r['pair']} | {said} | {r['n']:,} | {_pct(r['false_ship'])} | {_pct(r['ship_ref'])} "
-                         f"| {_pct(r['false_equiv'])} | {_pct(r['same'])} | {r['seeds']} |")
+                         f"| {_pct(r['false_equiv'])} | {_pct(r['same'])} | {_pct(r['compatible'])} | {_pct(undecided)} "
+                         f"| {r['seeds']} |")
         out["real"] = "\n".join(lines)
     return out
 
