@@ -89,7 +89,6 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
              identical: bool = False) -> dict:
     """The verdict's rates on one cell of the planted grid."""
     from backretrieval.analysis.decision import decide_outcomes
-    from backretrieval.analysis.evaluate.sensitivity import SD_INDEPENDENT, ship_power
 
     rng = np.random.default_rng([seed, k, int(round(gap * 1000)), n, K, int(identical)])
     counts = dict(ship=0, ship_best=0, ship_other=0, equivalent=0, eq_far=0, at_chance=0, not_enough=0)
@@ -113,9 +112,19 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
     note_sd = float(np.nanmedian(sds))
     return {"k": k, "gap": gap, "n": n, "K": K, "p0": p0, "rho": rho, "reps": reps, "identical": identical, **rates,
             "sd_true": sd, "sd_note": note_sd,
-            "predicted_note": ship_power(gap, n, note_sd, k - 1, ALPHA) if gap > 0 else None,
-            "predicted_true": ship_power(gap, n, sd, k - 1, ALPHA) if gap > 0 else None,
-            "predicted_before_run": ship_power(gap, n, SD_INDEPENDENT, k - 1, ALPHA) if gap > 0 else None}
+            **predictions(gap, n, k, note_sd, sd)}
+
+
+def predictions(gap: float, n: int, k: int, note_sd: float, sd: float) -> dict:
+    """What the notes predict of a cell's power: the verdict's note (the spread it sees), the
+    same with the true spread, and the note before a run (independent hits: a bound)."""
+    from backretrieval.analysis.evaluate.sensitivity import SD_INDEPENDENT, ship_power
+
+    if gap <= 0:
+        return {"predicted_note": None, "predicted_true": None, "predicted_before_run": None}
+    return {"predicted_note": ship_power(gap, n, note_sd, k - 1, ALPHA, discrete=True),
+            "predicted_true": ship_power(gap, n, sd, k - 1, ALPHA, discrete=True),
+            "predicted_before_run": ship_power(gap, n, SD_INDEPENDENT, k - 1, ALPHA, discrete=True)}
 
 
 def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, gaps=GAPS, ns=NS, kk=KS,
@@ -219,30 +228,32 @@ def answer(v: dict) -> tuple:
 def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int = 200) -> list[dict]:
     """Per metric, pair and N: how often one seed's verdict ships a model the reference (N = 1,500,
     5 seeds) calls significantly worse, ships the reference's pick, says "equivalent" of a group
-    holding the reference's best and a model the reference puts significantly beyond the margin,
-    and reaches the reference's answer."""
-    import backretrieval as br
+    holding the reference's best and a model the reference puts beyond the margin (its whole 95 %
+    interval), reaches the reference's answer, and gives an answer the reference bears out (ships
+    a model of the reference's equivalent_to_best, or calls a group of them equivalent)."""
+    from backretrieval.analysis.compare import compare
     from backretrieval.analysis.evaluate import EvalResult
 
     rows = []
     for metric in metrics:
-        ref = br.compare(results[1500], metric, beside=False)
+        ref = compare(results[1500], metric, beside=False)
         for pv in ref.verdict["pairs"]:
             pair = pv["pair"]
             eq = ref.equivalence[ref.equivalence["pair"] == pair]
-            worse = set(eq[eq["better"]]["model_b"])
-            far = set(eq[eq["vs_best"] == "worse"]["model_b"])
+            worse = set(eq[eq["better"]]["model_b"])  # significantly worse than the reference's best
+            far = set(eq[eq["diff_low"] > MARGIN]["model_b"])  # its whole interval beyond the margin
+            fine = set(pv["equivalent_to_best"])  # the reference's best and the models within the margin of it
             for n, res in sorted(results.items()):
                 if n == 1500:
                     continue
                 src, tgt = pair.split("->")
-                c = dict(false_ship=0, ship=0, ship_ref=0, equivalent=0, false_equiv=0, same=0, at_chance=0)
+                c = dict(false_ship=0, ship=0, ship_ref=0, equivalent=0, false_equiv=0, same=0, compatible=0, at_chance=0)
                 seeds = sorted({r["seed"] for r in res.records})
                 for s in seeds:
                     keep = [r for r in res.records if r["seed"] == s and (r["src_lang"], r["tgt_lang"]) == (src, tgt)]
                     sub = EvalResult(res.config, keep, {k: v for k, v in res.ranks.items() if k[3] == s and k[1:3] == (src, tgt)},
                                      run=res.run, largest_n=res.largest_n)
-                    v = br.compare(sub, metric, n_boot=n_boot, beside=False).verdict["pairs"][0]
+                    v = compare(sub, metric, n_boot=n_boot, beside=False).verdict["pairs"][0]
                     c["ship"] += v["status"] == "ship"
                     c["false_ship"] += v["status"] == "ship" and v["ship"] in worse
                     c["ship_ref"] += v["status"] == "ship" and v["ship"] == pv["best"]["model"]
@@ -250,6 +261,7 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
                     group = set(v["equivalent_to_best"]) if v["status"] == "equivalent" else set()
                     c["false_equiv"] += pv["best"]["model"] in group and bool(group & far)
                     c["same"] += answer(v) == answer(pv)
+                    c["compatible"] += (v["status"] == "ship" and v["ship"] in fine) or (bool(group) and group <= fine)
                     c["at_chance"] += v["status"] == "at chance"
                 rows.append({"metric": metric, "pair": pair, "n": n, "seeds": len(seeds), "reference": answer(pv),
                              "reference_text": pv["text"], **{k: x / len(seeds) for k, x in c.items()}})
@@ -265,7 +277,7 @@ def tables(planted_rows: list[dict], real_rows: list[dict], params: dict) -> dic
     """The Markdown tables: false ship, power against the prediction, equivalence, real data, parameters."""
     import pandas as pd
 
-    df = pd.DataFrame(planted_rows)
+    df = pd.DataFrame([{**r, **predictions(r["gap"], r["n"], r["k"], r["sd_note"], r["sd_true"])} for r in planted_rows])
     reps = int(df["reps"].max())
     plain = df[~df["identical"]]
     out = {}
@@ -310,12 +322,15 @@ def tables(planted_rows: list[dict], real_rows: list[dict], params: dict) -> dic
     if real_rows:
         lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | N | ships a model the reference calls worse | ships "
                  "the reference's pick | 'equivalent' with a model the reference puts beyond the margin | the reference's "
-                 "answer | seeds |", "|---|---|---|---|---|---|---|---|---|"]
+                 "answer | an answer the reference bears out | not enough data | seeds |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in real_rows:
             ref = r["reference"]
             said = ref[0] + (f" {ref[1]}" if ref[0] == "ship" else f" ({', '.join(ref[1])})" if ref[0] == "equivalent" else "")
+            undecided = 1 - r["ship"] - r["equivalent"] - r["at_chance"]
             lines.append(f"| {r['metric']} | {r['pair']} | {said} | {r['n']:,} | {_pct(r['false_ship'])} | {_pct(r['ship_ref'])} "
-                         f"| {_pct(r['false_equiv'])} | {_pct(r['same'])} | {r['seeds']} |")
+                         f"| {_pct(r['false_equiv'])} | {_pct(r['same'])} | {_pct(r['compatible'])} | {_pct(undecided)} "
+                         f"| {r['seeds']} |")
         out["real"] = "\n".join(lines)
     return out
 
@@ -396,8 +411,8 @@ def write_marked(path: Path, name: str, body: str) -> None:
 EXAMPLES = (  # one real run per answer (emoji-cldr, packaged models, the embedding cache warm after --real)
     ("ship", "--pairs en-de --models minilm-en,tfidf-char,random --n 200 --seeds 1"),
     ("equivalent", "--pairs en-de --models minilm-en,minilm-en@trunc=384 --n 100 --seeds 1"),
-    ("not enough data", "--pairs en-de --models use-m,use-m@noise=0.5,minilm-en --n 200 --seeds 1"),
-    ("at chance", "--pairs en-ja --models tfidf-char,random --n 50 --seeds 1 --metric bkr@10"),
+    ("not enough data", "--pairs en-de --models use-m,use-m@noise=0.5,minilm-en --n 200 --seeds 1 --metric xlr@1"),
+    ("at chance", "--pairs en-ja --models random,random@noise=1 --n 50 --seeds 1"),
 )
 
 

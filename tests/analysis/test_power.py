@@ -115,18 +115,18 @@ def test_a_few_linked_concepts_do_not_cap_bkr(few_linked):
 def test_power_note_at_thirty_has_the_numbers(ds):
     note = power_note(ds, [("en", "de")], n=30, k=10, seeds=3, models=2)
     # 3 seeds x 30 draw from only 60 en items: 60 distinct queries
-    gap = detectable_gap(60)
+    gap = detectable_gap(60, discrete=True)  # hits: the exact test's half-query continuity
     assert note.startswith("BkR@10 has little power at N=30, K=10, 3 seeds (en-de): chance is 0.333")
     assert (f"only gaps above {gap:.2f} between the best and each other model are detected 80% of the time "
             "(60 distinct queries, two models; gaps that matter are about 0.05)") in note
     assert "--k 1: chance 0.033" in note
-    assert f"more products (a gap of 0.05 needs about {queries_for_gap(0.05):,} distinct queries" in note
+    assert f"more products (a gap of 0.05 needs about {queries_for_gap(0.05, discrete=True):,} distinct queries" in note
     assert "from at least as many en items; there are 60)" in note
     assert "XLR on the part that links languages (the ground truth; N up to 60)" in note
     assert "\n" not in note
     five = power_note(ds, [("en", "de")], n=30, k=10, seeds=3, models=5)  # Holm over 4 comparisons with the best
-    assert f"only gaps above {detectable_gap(60, comparisons=4):.2f}" in five and "4 comparisons with the best" in five
-    assert detectable_gap(60, comparisons=4) > gap
+    assert f"only gaps above {detectable_gap(60, comparisons=4, discrete=True):.2f}" in five
+    assert "4 comparisons with the best" in five and detectable_gap(60, comparisons=4, discrete=True) > gap
 
 
 def test_power_note_never_promises_a_gap_above_one(ds):
@@ -158,20 +158,24 @@ def test_no_note_with_enough_data(shared_data):
     emoji = load_dataset("emoji-cldr", langs=["en", "de"])
     assert power_note(emoji, [("en", "de")], n=1500, k=10, seeds=3) is None  # the demo's grid
     one_seed = power_note(emoji, [("en", "de")], n=100, k=10, seeds=1)  # chance 0.1 is fine; 100 queries are few
-    assert f"chance is 0.100, and only gaps above {detectable_gap(100):.2f}" in one_seed and "smaller K" not in one_seed
-    assert f"more seeds or a larger N (N x seeds of about {queries_for_gap(0.05):,} detects a gap of 0.05)" in one_seed
+    assert f"chance is 0.100, and only gaps above {detectable_gap(100, discrete=True):.2f}" in one_seed
+    assert "smaller K" not in one_seed
+    assert f"more seeds or a larger N (N x seeds of about {queries_for_gap(0.05, discrete=True):,} detects a gap of 0.05)" in one_seed
     assert "more products" not in one_seed
     small_n = power_note(emoji, [("en", "de")], n=50, k=10, seeds=40)  # enough queries, chance too high
-    assert f"chance is 0.200, and only gaps above {detectable_gap(2000):.2f}" in small_n and "--k 1: chance 0.020" in small_n
+    assert f"chance is 0.200, and only gaps above {detectable_gap(2000, discrete=True):.2f}" in small_n
+    assert "--k 1: chance 0.020" in small_n
 
 
 def test_detectable_gap_and_queries_for_gap_invert_each_other():
     # one comparison, the largest spread: about 2.8 * sqrt(0.5 / q), a little more for the sign-flip test's spread
     assert detectable_gap(60) == pytest.approx(2.8 * (0.5 / 60) ** 0.5, rel=0.06)
     assert detectable_gap(0) == float("inf") and detectable_gap(1) == float("inf")
-    for comparisons in (1, 3):
-        q = queries_for_gap(0.05, comparisons=comparisons)
-        assert detectable_gap(q, comparisons=comparisons) <= 0.05 + 1e-6 < detectable_gap(q - 1, comparisons=comparisons)
+    for comparisons, discrete in ((1, False), (3, False), (3, True)):
+        q = queries_for_gap(0.05, comparisons=comparisons, discrete=discrete)
+        assert (detectable_gap(q, comparisons=comparisons, discrete=discrete) <= 0.05 + 1e-6
+                < detectable_gap(q - 1, comparisons=comparisons, discrete=discrete))
+    assert detectable_gap(400, discrete=True) > detectable_gap(400)  # the exact test of hits is discrete
 
 
 def test_ship_power_matches_a_simulation_of_holm_over_correlated_tests():
@@ -203,7 +207,7 @@ def test_evaluate_says_the_note_before_the_run(shop):
     assert len(notes) == 1 and notes[0] in res.notes
     assert len(res.records) == 6
     assert res.power["en->de"]["queries"] == 60 and res.power["en->de"]["margin"] == 0.05
-    assert res.power["en->de"]["detectable_gap"] == pytest.approx(detectable_gap(60))
+    assert res.power["en->de"]["detectable_gap"] == pytest.approx(detectable_gap(60, discrete=True))
 
 
 def test_fit_n(ds):

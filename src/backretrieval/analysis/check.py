@@ -90,8 +90,8 @@ def agreement(check: "Comparison", truth: "Comparison", largest_n: Limits | None
         if mine is None:
             status = "not enough data"
             why = {"at chance": "is at chance", "only model": "has one model"}.get(pick["status"], "cannot decide")
-            text = (f"not enough data to check: {check.metric} itself {why} at N = {check.n}, so it could not have "
-                    f"disagreed")
+            text = (f"not enough data to check: {check.metric} itself {why} at N = {check.n}"
+                    + ("" if swapped else ", so its answer could not have disagreed"))
         elif theirs is None:
             status = "not enough data"
             text = (f"not enough data to check: {truth.metric}, the ground truth, cannot decide at N = {truth.n} "
@@ -104,8 +104,8 @@ def agreement(check: "Comparison", truth: "Comparison", largest_n: Limits | None
                     f"{_says(truth.metric, pick_t)}; the example gallery of {pair} in the report shows what each "
                     "model retrieved")
         if swapped:
-            text += "; " + "; ".join(f"{check.metric} puts {a} above {b}, {truth.metric} puts {b} above {a}"
-                                     for a, b in swapped)
+            text += "; it reverses a significant gap: " + "; ".join(
+                f"{check.metric} puts {a} above {b}, {truth.metric} puts {b} above {a}" for a, b in swapped)
         corr = "" if np.isnan(rho) else f"Spearman {rho:.2f} across models; "
         out.append({"pair": pair, "spearman": rho, "tested": [list(p) for p in tested],
                     "reversed": [list(p) for p in swapped], "same_pick": bool(mine is not None and mine == theirs),

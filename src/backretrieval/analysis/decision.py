@@ -129,7 +129,8 @@ def at_ceiling(best: tuple[float, float, float], equivalent: Sequence[float], ma
     return best[2] >= 1 - 1e-9 and any(est >= 1 - margin for est in equivalent)
 
 
-def pair_status(marks: Sequence[str], best_low: float, chance: float | None, ceiling: bool = False) -> str:
+def pair_status(marks: Sequence[str], best_low: float, chance: float | None, ceiling: bool = False,
+                identical: bool = False) -> str:
     """The answer of one language pair.
 
     Args:
@@ -138,16 +139,20 @@ def pair_status(marks: Sequence[str], best_low: float, chance: float | None, cei
         chance: the metric's chance level (None: none declared).
         ceiling: the equivalence rests on the metric's ceiling where a smaller K exists
             (:func:`at_ceiling`): not an answer.
+        identical: every other model's per-query outcomes are the best's (every paired
+            difference 0) and the best's estimate is above chance (:func:`identical`):
+            equivalent at any N, even where the interval reaches chance.
 
     Returns:
         One of :data:`STATUSES`: ``only model`` without other models, ``at chance`` when the
-        best model's interval reaches the chance level, ``ship`` when every other model is
-        significantly worse, ``equivalent`` when every model not significantly worse is
-        equivalent (and that does not rest on the ceiling), else ``not enough data``.
+        best model's interval reaches the chance level (unless every model is identical to
+        it and its estimate is above chance), ``ship`` when every other model is significantly worse, ``equivalent`` when every
+        model not significantly worse is equivalent (and that does not rest on the ceiling),
+        else ``not enough data``.
     """
     if not marks:
         return "only model"
-    if chance is not None and best_low <= chance:
+    if chance is not None and best_low <= chance and not identical:
         return "at chance"
     if all(m.startswith("worse") for m in marks):
         return "ship"
@@ -182,7 +187,26 @@ def _decide(order: list[str], interval: Mapping[str, tuple[float, float, float]]
                      margin=margin)
             t["vs_best"] = vs_best(t["better"], t["equivalent"])
     ceiling = ceiling_of(interval, order[0], tests, smaller_k)
-    return tests, pair_status([t["vs_best"] for t in tests], interval[order[0]][1], chance, ceiling)
+    same = identical(tests, interval[order[0]][0], chance)
+    return tests, pair_status([t["vs_best"] for t in tests], interval[order[0]][1], chance, ceiling, same)
+
+
+def identical(tests: Sequence[Mapping[str, Any]], best_estimate: float, chance: float | None) -> bool:
+    """Whether every other model's per-query outcomes are the best's (every test's gap and
+    standard error 0) and the best scores above chance: the same model under other names, worth
+    calling equivalent even where its interval reaches chance (models tied at or below chance,
+    as when all texts are equal, are at chance: none is the best).
+
+    Args:
+        tests: the best against each other model (``diff``, ``se``).
+        best_estimate: the best model's estimate.
+        chance: the metric's chance level (None: none).
+
+    Returns:
+        True when every paired difference is 0 and the estimate is above chance.
+    """
+    above = chance is None or best_estimate > chance
+    return above and bool(tests) and all(t["diff"] == 0 and t["se"] == 0 for t in tests)
 
 
 def decide_outcomes(outcomes: Mapping[str, np.ndarray], *, margin: float, alpha: float = 0.05, level: float = 0.95,

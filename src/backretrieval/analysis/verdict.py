@@ -30,7 +30,7 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..metrics.table import parse_metric
-from .decision import ceiling_of, pair_status, smaller_k
+from .decision import ceiling_of, identical, pair_status, smaller_k
 from .evaluate.sensitivity import detectable_gap, queries_for_equivalence, queries_for_gap
 
 if TYPE_CHECKING:
@@ -125,9 +125,10 @@ def pair_power(c: "Comparison", pair: str, largest_n: Limits | None = None) -> d
     spreads = [t["se"] for t in tests if isinstance(t["se"], float) and math.isfinite(t["se"]) and t["se"] > 0]
     se = runner["se"] if runner["se"] and math.isfinite(runner["se"]) else max(spreads, default=0.0)
     sd = se * math.sqrt(queries) if queries else 0.0
-    gap = detectable_gap(queries, sd, k1, c.alpha) if sd > 0 else 0.0
+    hits = parse_metric(c.metric)[1] is not None  # 0/1 outcomes, tested exactly
+    gap = detectable_gap(queries, sd, k1, c.alpha, discrete=hits) if sd > 0 else 0.0
     per_seed = lambda q: None if q is None or math.isinf(q) else max(math.ceil(q / seeds), 1)  # noqa: E731
-    n_margin = per_seed(queries_for_gap(c.margin, sd, k1, c.alpha)) if sd > 0 else None
+    n_margin = per_seed(queries_for_gap(c.margin, sd, k1, c.alpha, discrete=hits)) if sd > 0 else None
     n_eq = per_seed(queries_for_equivalence(runner["diff"], c.margin, sd, k1, c.alpha)) if sd > 0 else None
     family = "xlr" if truth_metric(c.metric) else "bkr"
     most = (largest_n or {}).get(pair, {}).get(family)
@@ -207,7 +208,8 @@ def pair_verdict(c: "Comparison", pair: str, largest_n: Limits | None = None) ->
             "high": float(top["ci_high"])}
     interval = {r["model"]: (float(r["estimate"]), float(r["ci_low"]), float(r["ci_high"])) for r in rows}
     ceiling = ceiling_of(interval, best["model"], tests, smaller_k(c.metric))
-    status = pair_status([t["vs_best"] for t in tests], best["low"], c.chance, ceiling)
+    status = pair_status([t["vs_best"] for t in tests], best["low"], c.chance, ceiling,
+                         identical(tests, best["estimate"], c.chance))
     leading = [best["model"]] + [t["model_b"] for t in tests if not t["better"]]
     equivalent = [best["model"]] + [t["model_b"] for t in tests if t["equivalent"]]
     gap = None
@@ -264,6 +266,9 @@ def _pair_text(c: "Comparison", pair: str, status: str, best: dict[str, Any], ro
         text = (f"{pair}: equivalent: {names([best['model']] + [t['model_b'] for t in eq])} are within ±{m:g} of the best, "
                 f"{best['model']} ({score}; the widest: {far['model_b']}, gap {far['diff']:.3f}, {1 - 2 * c.alpha:.0%} interval "
                 f"[{far['eq_low']:.3f}, {far['eq_high']:.3f}]; two one-sided tests, {holm_k}): pick among them by cost or speed")
+        if c.chance is not None and best["low"] <= c.chance:  # the same model under other names, but no better than chance
+            text += (f"; they give identical per-query results, and the interval reaches chance ({c.chance:.3g}): "
+                     "the same model, of uncertain use")
         return text + (f"; {names(worse)} {'is' if len(worse) == 1 else 'are'} significantly worse" if worse else "")
     open_ = [t for t in tests if t["vs_best"] == "undecided"]
     if ceiling and not open_:  # equivalent only at the metric's ceiling: no answer
@@ -352,8 +357,8 @@ def _overall(c: "Comparison", per: list[dict[str, Any]], models: list[str], basi
         k1 = max(v["comparisons"] for v in per)
         low = min(per, key=lambda v: v["gap"]["diff"])
         return "ship", x, (f"Ship {x}: {basis}, it is significantly better than every other model on "
-                           f"{'every' if len(per) > 1 else 'the'} pair (Holm over the {k1} comparison{_s(k1)} with the best on "
-                           f"each); its smallest lead: "
+                           f"{'every' if len(per) > 1 else 'the'} pair (Holm over the {k1} comparison{_s(k1)} with the best"
+                           f"{' on each' if len(per) > 1 else ''}); its smallest lead: "
                            f"{_span(low['gap']['diff'], low['gap']['low'], low['gap']['high'])} over {low['gap']['vs']} "
                            f"on {low['pair']}.")
     if len(ok) == 1:

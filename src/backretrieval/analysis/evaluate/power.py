@@ -233,11 +233,11 @@ def power_facts(ds: Dataset, pairs: Sequence[tuple[str, str]], n: int, k: int, s
             continue
         items = len(ds[s])
         queries = min(n * len(seed_list), items)
-        gap = detectable_gap(queries, comparisons=comparisons)
+        gap = detectable_gap(queries, comparisons=comparisons, discrete=True)
         out[f"{s}->{t}"] = {
             "n": n, "k": k, "seeds": len(seed_list), "chance": k / n, "queries": queries, "src_items": items,
             "tgt_items": len(ds[t]), "comparisons": comparisons, "detectable_gap": None if math.isinf(gap) else gap,
-            "margin": margin, "queries_for_margin": queries_for_gap(margin, comparisons=comparisons),
+            "margin": margin, "queries_for_margin": queries_for_gap(margin, comparisons=comparisons, discrete=True),
             "largest_n": sample_limits(ds, s, t, seed_list or [0]),
         }
     return out
