@@ -187,9 +187,10 @@ def test_serving_forms_run_through_the_grid(tmp_path):
     emb = tmp_path / "emb.npz"
     np.savez(emb, langs=np.repeat(["en", "de"], 60), ids=[f"{lang}{i}" for lang in ("en", "de") for i in range(60)],
              vectors=np.concatenate([vecs["en"], vecs["de"]]))
-    models = [f"precomputed:{emb}", f"precomputed:{emb}@int8", f"precomputed:{emb}@trunc=16@binary"]
+    specs = [f"precomputed:{emb}", f"precomputed:{emb}@int8", f"precomputed:{emb}@trunc=16@binary"]
+    models = ["emb", "emb@int8", "emb@trunc=16@binary"]  # the labels the records use (LABEL=SPEC)
     cfg = EvalConfig(dataset=str(data), dataset_options={"image_features": str(tmp_path / "feats.npy")}, pairs=[("en", "de")],
-                     models=models, image_model="precomputed", n=30, k=5, seeds=[0])
+                     models=dict(zip(models, specs)), image_model="precomputed", n=30, k=5, seeds=[0])
     res = evaluate(cfg, tmp_path / "out", progress=False)
     assert {r["model"]: r["sim"] for r in res.records} == dict(zip(models, ["cosine", "dot", "dot"]))
     encoding = json.loads((tmp_path / "out" / "run.json").read_text())["encoding"]
