@@ -186,8 +186,7 @@ def main() -> None:
         rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
         print(rows[-1], file=sys.stderr)
     lines = [
-        ("### N = 30,000: text and images" if args.section == "approx-check"
-         else f"### N = {args.n:,}: {'text only' if args.text_only else 'text and images'}, with the counted-distance cost model"),
+        f"### N = {args.n:,}: {'text only' if args.text_only else 'text and images'}, with the weighted cost model",
         "",
         f"Command: `python bench/bench_approx_check.py --n {args.n} --data {' '.join(args.data)} --method {args.method}"
         f"{' --text-only' if args.text_only else ''}{' --skip ' + ' '.join(args.skip) if args.skip else ''}"

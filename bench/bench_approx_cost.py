@@ -106,7 +106,7 @@ def main() -> None:
             print(rows[-1], file=sys.stderr)
     cols = [k for k in rows[0] if k.endswith("_weight")]
     lines = [
-        "## What a counted distance costs: the cost model's weights",
+        "### What a counted distance costs: the cost model's weights",
         "",
         f"Command: `python bench/bench_approx_cost.py --n {' '.join(map(str, args.n))} --data {' '.join(args.data)} "
         f"--runs {args.runs}`. One thread (BLAS and FAISS), CPU seconds. Seconds per distance computation *as the cost model "

@@ -98,7 +98,7 @@ def main() -> None:
     if args.langs != list(LANGS) or args.rank != 300:
         cmdline += f" --langs {','.join(args.langs)} --rank {args.rank}"
     lines = [
-        f"## Cr5: joint training on {len(args.langs)} DDTP languages, rank {args.rank}",
+        f"### Joint training on {len(args.langs)} DDTP languages, rank {args.rank}",
         "",
         f"Command: `{cmdline}`. Machine: {machine()}.",
         f"Load average (1/5/15 min) before: {r['loadavg_before']}, after: {r['loadavg_after']} "

@@ -241,7 +241,7 @@ def main() -> None:
 
     cmdline = "BACKRETRIEVAL_DDTP_DIR=../shared/data/ddtp python bench/bench_cr5_memory.py"
     lines = [
-        "## Cr5 solver memory above start (DDTP, lambda 1, Sec. 4.1 tolerances)",
+        "### Solver memory above start (DDTP, lambda 1, Sec. 4.1 tolerances)",
         "",
         f"Command: `{cmdline}`. Machine: {machine()}.",
         "Each number from a fresh child process; the input blocks are in memory and the package imported before the start. "

@@ -299,7 +299,7 @@ def main() -> None:
     loads = [x for rs in results.values() for r in rs for x in r["load"]]
     up_end = os.getloadavg()
     lines = [
-        "## Cr5 solver: `solve` against the block-CG solver of commit ac498f6 (DDTP, lambda 1, Sec. 4.1 tolerances)",
+        "### Solver speed: `solve` against the block-CG solver of commit ac498f6 (DDTP, lambda 1, Sec. 4.1 tolerances)",
         "",
         f"Command: `{cmdline}`. Machine: {machine()}.",
         f"Load average (1 min) at the fits' starts and ends: {min(loads)}-{max(loads)}; `uptime` load (1, 5, 15 min) "

@@ -284,7 +284,7 @@ def render(rows: list[dict], demo, args, load0, load1) -> str:
            f"--n-texts {args.n_texts} --lang {args.lang} --repeats {args.repeats} --baseline {args.baseline}"
            + (" --demo" if args.demo else "") + " --write")
     out = [
-        "## Encoding: every encoder, before vs now, and the demo end to end",
+        "## Encoding: every encoder against a baseline commit, and the demo end to end",
         "",
         f"Command: `{cmd}`. Machine: {machine()}. {versions}.",
         f"Load average (1/5/15 min) before: {[round(x, 2) for x in load0]}, after: {[round(x, 2) for x in load1]} "
@@ -295,9 +295,9 @@ def render(rows: list[dict], demo, args, load0, load1) -> str:
         f"first {args.n_texts:,} `{args.lang}` texts (name: keywords). Best wall time of {args.repeats} rounds (variants "
         "alternate within each round, each in a fresh process); CPU = user + system time of that run. "
         f"Ratios are to the baseline (commit {args.baseline}). max |diff| = largest absolute difference from the "
-        "'now' vectors (images: the onnxruntime backend).",
+        "vectors of the code measured (*ours*; images: the onnxruntime backend).",
         "",
-        "| encoder | variant | items | load s | encode s | items/s | items/CPU-s | x baseline (wall) | x baseline (CPU) | max abs diff vs now |",
+        "| encoder | variant | items | load s | encode s | items/s | items/CPU-s | x baseline (wall) | x baseline (CPU) | max abs diff vs ours |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

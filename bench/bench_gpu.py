@@ -293,7 +293,7 @@ def _gpu_name() -> str:
 def section(rows: list[dict], notes: list[str], demo_row: dict | None, cmdline: str) -> str:
     from _md import machine
 
-    lines = ["## GPU: every encoder that takes `--device`, on CUDA against the CPU", "",
+    lines = ["## GPU: every model that takes `--device`, on CUDA against the CPU", "",
              f"Command: `{cmdline}`. Machine: {machine()}; GPU: {_gpu_name()}.",
              "Inputs: seeded synthetic sentences and 256 x 256 PNGs (`bench/bench_gpu.py`). rel diff = max |cuda - cpu| / "
              "max |cpu| over all vectors; items/s from one timed pass after a warm-up batch (single runs).", "",

@@ -155,7 +155,7 @@ def main() -> None:
         return f"{'met' if ok else 'MISSED'} (<= {ratio}x, <= {rss} MiB)"
 
     lines = [
-        "## BkR and XLR vs the bare matrix multiplications",
+        "### BkR and XLR vs the bare matrix multiplications",
         "",
         f"Command: `python bench/bench_metrics.py --n {' '.join(str(r['n']) for r in rows)} --repeats {args.repeats}` "
         f"(each N in a fresh process). Machine: {machine()}.",

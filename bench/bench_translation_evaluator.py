@@ -158,7 +158,7 @@ def main() -> None:
         return f"ran at N = {ok:,}" + (f", failed at N = {failed:,}" if failed else " (largest tried)")
 
     body = "\n".join([
-        "## XLR vs sentence-transformers' TranslationEvaluator (same embeddings)",
+        "### XLR vs sentence-transformers' TranslationEvaluator (same embeddings)",
         "",
         f"Command: `python bench/bench_translation_evaluator.py --n {args.n} --repeats {args.repeats} --scan "
         f"{' '.join(map(str, args.scan))}`. Machine: {machine()}.",

@@ -6,7 +6,8 @@
 #   NUMBA_CPU_NAME=generic        numba's kernels compiled for a generic x86-64, no AVX
 #   ATEN_CPU_CAPABILITY=default   torch's kernels without AVX2/AVX-512
 # Arguments replace the default test files (metrics, determinism, Cr5, Triplet, M3L). After
-# scripts/test.sh (which sets up the venv); .ci/run calls it.
+# scripts/test.sh (which sets up the venv); .ci/run calls it. Workers as in scripts/test.sh
+# (BACKRETRIEVAL_TEST_WORKERS, default scripts/workers.sh; 0: one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${BACKRETRIEVAL_VENV:-.venv}/bin/python"
@@ -24,4 +25,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ $# -eq 0 ]; then
   set -- tests/metrics/test_metrics.py tests/e2e/test_determinism.py tests/core/test_canonical.py tests/train/test_cr5.py tests/train/test_triplet.py tests/train/test_m3l.py
 fi
-exec "$PY" -m pytest -q -p no:cacheprovider "$@"
+WORKERS=${BACKRETRIEVAL_TEST_WORKERS:-$(bash scripts/workers.sh)}
+XDIST=()
+if [ "$WORKERS" != 0 ]; then
+  XDIST=(-n "$WORKERS" --dist loadfile)
+fi
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=10 "${XDIST[@]}" "$@"

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+pytest_plugins = ["suite", "pytester"]  # suite: workers, the stated size, file times (tests/suite.py)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_ENV = "BACKRETRIEVAL_SHARED_DATA"
@@ -126,8 +127,14 @@ def _download_ddtp_into(root: Path) -> None:
 
 
 def _download(root: Path) -> Path:
-    _download_npm_into(root)
-    _download_ddtp_into(root)
+    """Fill (or check) the download cache; one process at a time (the suite's workers, or two runs)."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        _download_npm_into(root)
+        _download_ddtp_into(root)
     return root
 
 
@@ -178,12 +185,19 @@ def multi30k_root() -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(request, tmp_path_factory):
     """One cache for the whole test session, never the user's: real images and texts are encoded
-    once per run and shared by every test file. ``BACKRETRIEVAL_TEST_CACHE=DIR`` keeps it between
-    runs (handy locally; CI starts empty). The loaders find the real data through their env vars;
-    when no selected test asks for ``shared_data``, those point nowhere, so a test that reads the
-    data without asking fails loudly instead of downloading on its own."""
+    once per run and shared by every test file and every xdist worker (a cache's writes are atomic
+    renames). ``BACKRETRIEVAL_TEST_CACHE=DIR`` keeps it between runs (handy locally; CI starts
+    empty). The loaders find the real data through their env vars; when no selected test asks for
+    ``shared_data``, those point nowhere, so a test that reads the data without asking fails loudly
+    instead of downloading on its own."""
     keep = os.environ.get("BACKRETRIEVAL_TEST_CACHE")
-    root = Path(keep) if keep else tmp_path_factory.mktemp("session-cache")
+    if keep:
+        root = Path(keep)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):  # one cache for all workers: the run's own temporary folder
+        root = tmp_path_factory.getbasetemp().parent / "session-cache"
+        root.mkdir(exist_ok=True)
+    else:
+        root = tmp_path_factory.mktemp("session-cache")
     if _wants_real_data(request.session):
         data = real_data()
     else:

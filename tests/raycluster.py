@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -42,24 +43,27 @@ RAY_START = (
 # while it lives; a driver that connected holds its port a while after it ends)
 WORKER_PORTS = 64
 _HANDED_OUT: set[int] = set()  # ports given to a node already (free until the node binds them)
+_PICK = random.Random()  # seeded by the OS: two processes choosing at once rarely try the same ports
+LOWEST = 10_000  # below: ports of well-known services
 
 
-def free_port() -> int:
-    """A TCP port free on the loopback address right now, never one handed out before."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((LOOPBACK, 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out by itself (a bind to port 0, an outgoing connection)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_range(width: int) -> int:
-    """The first of ``width`` consecutive ports that are all free on the loopback address."""
-    for _ in range(200):
-        base = free_port()
-        if base + width >= 65535 or _HANDED_OUT & set(range(base + 1, base + width)):
+    """The first of ``width`` consecutive ports that are all free on the loopback address, never
+    handed out before, and below the kernel's ephemeral range: a port chosen here stays free until
+    the node binds it, even while other processes (the suite's other workers) bind port 0 or
+    connect somewhere, which take their ports from that range."""
+    top = _ephemeral_low() - width
+    for _ in range(500):
+        base = _PICK.randrange(LOWEST, top)
+        if _HANDED_OUT & set(range(base, base + width)):
             continue
         socks = []
         try:
@@ -74,7 +78,13 @@ def free_range(width: int) -> int:
         finally:
             for s in socks:
                 s.close()
-    raise RuntimeError(f"no {width} consecutive free ports on {LOOPBACK}")
+    raise RuntimeError(f"no {width} consecutive free ports on {LOOPBACK} between {LOWEST} and {top + width}")
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback address right now, never one handed out before (below the
+    ephemeral range, as :func:`free_range`)."""
+    return free_range(1)
 
 
 def env_without(root: Path, hidden: set[str]) -> Path:

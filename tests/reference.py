@@ -223,3 +223,42 @@ def k_occurrence(src, tgt, k, sim="cosine", csls_k=10):
         for j in order[:k]:
             occ[j] += 1
     return occ
+
+
+# --------------------------------------------------------------------------- serving forms
+# Quantised codes scored as a vector store scores them: int8 codes by their exact integer dot
+# product, sign bits by their Hamming distance (fewer differing bits = more similar). Scores are
+# exact integers (numpy int64 arithmetic), so no rounding and no summation order is involved.
+
+def code_scores(a, b):
+    """Exact integer dot products of integer-valued codes (int8 codes, or ±1 sign codes)."""
+    A, B = np.asarray(a), np.asarray(b)
+    assert np.array_equal(A, np.round(A)) and np.array_equal(B, np.round(B)), "codes must be integers"
+    return A.astype(np.int64) @ B.astype(np.int64).T
+
+
+def hamming_scores(a, b):
+    """Minus the Hamming distance between the sign bits (x > 0) of the rows, bit by bit."""
+    A, B = np.asarray(a) > 0, np.asarray(b) > 0
+    return -(A[:, None, :] != B[None, :, :]).sum(axis=2).astype(np.int64)
+
+
+def ranks_from_scores(s):
+    """Pessimistic ranks of the diagonal both ways of a square score matrix (XLR)."""
+    s = np.asarray(s)
+    fwd = [pessimistic_rank(s[i], i) for i in range(len(s))]
+    bwd = [pessimistic_rank(s[:, i], i) for i in range(len(s))]
+    return np.array(fwd), np.array(bwd)
+
+
+def bkr_from_scores(s, src_img, tgt_img):
+    """BkR's ranks and retrieved targets from a text score matrix ``s`` (queries x targets): every
+    target tied for a query's best score followed, the worst rank of the query's image kept."""
+    s = np.asarray(s)
+    g = scores(unit(tgt_img), unit(src_img))
+    ranks, tied_lists = [], []
+    for q in range(len(s)):
+        tied = [t for t in range(s.shape[1]) if s[q, t] == s[q].max()]
+        tied_lists.append(tied)
+        ranks.append(max(pessimistic_rank(g[t], q) for t in tied))
+    return np.array(ranks), tied_lists

@@ -48,29 +48,31 @@ def cfg_for(models, **kw) -> EvalConfig:
 
 
 def strip(rec):
-    return {k: v for k, v in rec.items() if k not in TIMING | {"model", "model_identity"}}
+    return {k: v for k, v in rec.items() if k not in TIMING | {"model", "model_identity", "model_spec"}}
 
 
 def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
     lines: list[str] = []
-    spec = "openai:use-m?batch_size=16&price_per_1m_tokens=0.02"
+    spec, label = "openai:use-m?batch_size=16&price_per_1m_tokens=0.02", "openai:use-m"
     out = tmp_path / "out"
     result = run_grid(cfg_for(["use-m", spec]), out, progress=False, log=lines.append)
     local = [r for r in result.records if r["model"] == "use-m"]
-    remote = [r for r in result.records if r["model"] == spec]
+    remote = [r for r in result.records if r["model"] == label]
+    assert {r["model_spec"] for r in remote} == {spec}  # the label is short; the records keep the full spec
     assert len(local) == len(remote) == 2 and [strip(r) for r in local] == [strip(r) for r in remote]
     for key, ranks in result.ranks.items():
         if key[0] == "use-m":
             for name, arr in ranks.items():
-                assert (arr == result.ranks[(spec, *key[1:])][name]).all()
+                assert (arr == result.ranks[(label, *key[1:])][name]).all()
     # the estimate came first; run.json has the tokens the server reported
-    (line,) = [x for x in lines if x.startswith(f"{spec}:")]
+    (line,) = [x for x in lines if x.startswith(f"{label}:")]
     assert "texts to send in" in line and "(0 already cached)" in line and "at $0.02 per 1M tokens" in line
     run = json.loads((out / "run.json").read_text())
-    enc = run["encoding"][spec]
+    enc = run["encoding"][label]
     sent = sum(len(r["texts"]) for r in api.requests)
     words = sum(len(t.split()) for r in api.requests for t in r["texts"])
     assert enc["tokens_used"] == words and enc["texts_sent"] == sent == enc["encoded"] and enc["requests"] == len(api.requests)
+    assert enc["tokens_per_item"] == pytest.approx(words / sent, abs=1e-3) and enc["tokens_counted_by"] == "reported by the server"
     assert run["encoding"]["use-m"]["items_per_second"] > 0
     assert all(r["authorization"] == f"Bearer {KEY}" for r in api.requests)
     # the key is nowhere: outputs, cache, log
@@ -91,7 +93,7 @@ def test_dry_run_sends_nothing(api, tmp_path):
         "--image-model", "color-hist", "--n", str(N), "--seeds", "2", "--out", str(tmp_path / "dry"), "--dry-run",
     ], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert "openai:use-m?price_per_1m_tokens=0.1:" in res.output and "already cached), about" in res.output
+    assert "openai:use-m: " in res.output and "already cached), about" in res.output
     assert "approximation: 1 token per 4 bytes of UTF-8" in res.output and "at $0.1 per 1M tokens" in res.output
     assert api.requests == [] and not (tmp_path / "dry" / "results.jsonl").exists()
 
@@ -120,5 +122,24 @@ def test_a_killed_run_resumes_sending_only_what_was_not_answered(api, tmp_path):
     resent = [t for r in api.requests for t in r["texts"]]
     assert resent and not set(resent) & set(answered)  # nothing answered before is sent again
     run = json.loads((tmp_path / "second" / "run.json").read_text())
-    assert run["encoding"]["openai:use-m?batch_size=4"]["encoded"] == len(resent)
-    assert run["encoding"]["openai:use-m?batch_size=4"]["texts"] == len(resent) + len(answered)
+    assert run["encoding"]["openai:use-m"]["encoded"] == len(resent)
+    assert run["encoding"]["openai:use-m"]["texts"] == len(resent) + len(answered)
+
+
+def test_a_server_that_reports_no_usage_is_priced_unknown_not_zero(api, tmp_path):
+    from openai_server import mangled
+
+    from backretrieval.analysis.costs import model_costs
+
+    def no_usage(payload):
+        del payload["usage"]
+
+    api.plan = [mangled(no_usage)] * 50
+    spec = "openai:use-m?price_per_1m_tokens=0.02"
+    evaluate(cfg_for([spec]), tmp_path / "out", progress=False)
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    enc = run["encoding"]["openai:use-m"]
+    assert enc["texts_sent"] > 0 and enc["tokens_used"] is None and enc["tokens_per_item"] is None
+    assert enc["tokens_counted_by"] == "not reported by the server"
+    row = model_costs(run, ["openai:use-m"]).iloc[0]
+    assert row["price_per_1m_tokens"] == 0.02 and row["cost_per_1m_items"] is None

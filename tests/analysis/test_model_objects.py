@@ -59,7 +59,7 @@ def assert_same_records(result, a, b):
     """Model ``b``'s records and per-query ranks equal model ``a``'s (but for name and identity)."""
     ra, rb = by_model(result, a), by_model(result, b)
     assert len(ra) == len(rb) == 2
-    assert [strip(r, "model", "model_identity") for r in ra] == [strip(r, "model", "model_identity") for r in rb]
+    assert [strip(r, "model", "model_identity", "model_spec") for r in ra] == [strip(r, "model", "model_identity", "model_spec") for r in rb]
     for key, ranks in result.ranks.items():
         if key[0] == a:
             other = result.ranks[(b, *key[1:])]
@@ -259,3 +259,42 @@ def test_skipped_languages_are_noted_under_the_grid_name_not_the_encoders():
     out = feats.text(EnglishOnly(), "ours")
     assert list(out) == ["en"] and out["en"].shape == (4, 3)
     assert feats.unsupported == {"ours": {"de": "cr5: the model has no language 'de'"}}
+
+
+def test_derived_labels_keep_what_changes_the_vectors_and_drop_the_rest():
+    from backretrieval.analysis.models import MAX_LABEL, derive_label, model_names
+
+    assert derive_label("hf:intfloat/multilingual-e5-small?prompt_name=none&batch_size=8") == \
+        "multilingual-e5-small?prompt_name=none"
+    assert derive_label("openai:minilm-b?base_url=http://127.0.0.1:18431/v1&price_per_1m_tokens=0.02"
+                        "&encoding_format=float") == "openai:minilm-b"
+    assert derive_label("st:/home/me/models/ours/@trunc=128") == "st:ours@trunc=128"
+    assert derive_label("random?dim=16&seed=3") == "random?dim=16&seed=3"
+    long = derive_label("hf:sentence-transformers/paraphrase-multilingual-mpnet-base-v2?prompt_name=query")
+    assert len(long) <= MAX_LABEL and long.startswith("paraphrase-multilingual")
+    # two hub models of one name get their organisations; a given label is kept as given
+    assert model_names(["hf:a/x", "hf:b/x", "e5=hf:c/y"]) == ["a/x", "b/x", "e5"]
+
+
+def test_the_same_model_from_two_folders_has_one_label(tmp_path):
+    """``cache_dir`` (a local path) is not part of a model's label: the same hub model read from
+    two folders is called the same, in the records too; the full spec stays in run.json and the records."""
+    from backretrieval.analysis.models import model_names
+
+    a, b = "hf:org/name?cache_dir=/tmp/one", "hf:org/name?cache_dir=/tmp/two"
+    assert model_names([a]) == model_names([b]) == ["name"]
+    res = evaluate(cfg_for(["r16=random?dim=16", "random?dim=8&batch_size=4"], seeds=[0]), tmp_path / "out",
+                   progress=False)
+    assert [r["model"] for r in res.records] == ["r16", "random?dim=8"]
+    assert [r["model_spec"] for r in res.records] == ["random?dim=16", "random?dim=8&batch_size=4"]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["config"]["models"] == {"r16": "random?dim=16", "random?dim=8": "random?dim=8&batch_size=4"}
+
+
+def test_labels_that_meet_or_are_too_long_are_refused():
+    with pytest.raises(BackretrievalError, match="would both be labelled 'random'.*--models 'a=random"):
+        evaluate(cfg_for(["random?batch_size=4", "random?batch_size=8"]), None, progress=False)
+    with pytest.raises(BackretrievalError, match="at most 39"):
+        evaluate(cfg_for({"x" * 40: "random"}), None, progress=False)
+    with pytest.raises(BackretrievalError, match="model 'random' is given twice"):
+        evaluate(cfg_for(["random", "random"]), None, progress=False)

@@ -71,5 +71,5 @@ def test_ray_runs_python_object_models_in_the_driver(ray_local, tmp_path, shared
     assert _strip(via_ray.records) == _strip(local.records)
     mine, usem = (_strip([r for r in via_ray.records if r["model"] == m]) for m in ("mine", "use-m"))
     for a, b in zip(mine, usem):
-        assert {k: v for k, v in a.items() if k not in ("model", "model_identity")} == \
-            {k: v for k, v in b.items() if k not in ("model", "model_identity")}
+        assert {k: v for k, v in a.items() if k not in ("model", "model_identity", "model_spec")} == \
+            {k: v for k, v in b.items() if k not in ("model", "model_identity", "model_spec")}

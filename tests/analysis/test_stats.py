@@ -282,3 +282,53 @@ def test_sign_flip_exact_matches_brute_force_and_rejects_unknown_statistic():
     assert sign_flip_p(d, statistic="sum", exact_max=20, tol=1e-9) == (brute, "exact", 7)
     with pytest.raises(ValueError, match="statistic must be"):
         sign_flip_p(d, statistic="median")
+
+
+def test_sign_flip_of_zero_one_outcomes_is_exact_at_any_size():
+    """Paired 0/1 outcomes: the exact p from the binomial law of the signs equals the enumeration
+    of every sign pattern (small n) and scipy's exact binomial test (large n)."""
+    from backretrieval.analysis.stats import sign_flip_p
+
+    rng = np.random.default_rng(8)
+    for n in (1, 5, 12):
+        d = rng.choice([-1.0, 0.0, 1.0], size=n)
+        brute = sign_flip_p(d, statistic="mean", exact_max=20)
+        assert sign_flip_p(d, binary_exact=True) == pytest.approx(brute)
+    d = np.r_[np.ones(160), -np.ones(120), np.zeros(1200)]
+    p, how, nonzero = sign_flip_p(d, binary_exact=True)
+    assert (how, nonzero) == ("exact", 280) and p == pytest.approx(stats.binomtest(160, 280, 0.5).pvalue)
+    assert sign_flip_p(d / 3, binary_exact=True)[0] == pytest.approx(p)  # one magnitude: thirds of seeds' hits
+    assert sign_flip_p(np.r_[d, 0.5], binary_exact=True, n_random=99)[1] == "random"  # two magnitudes
+
+
+def test_tost_against_its_definition():
+    """The two one-sided t tests written out, and the duality: p < alpha exactly when the
+    1 - 2 alpha interval lies inside (-margin, margin)."""
+    from backretrieval.analysis.stats import paired_se, tost
+
+    rng = np.random.default_rng(9)
+    for trial in range(40):
+        d = rng.normal(rng.uniform(-0.06, 0.06), 0.3, size=(2, 150))
+        se, df = paired_se(d)
+        assert se == pytest.approx(np.sqrt(d.var(axis=1, ddof=1).sum() / 150) / 2) and df == 298
+        diff = d.mean()
+        p, low, high = tost(diff, se, 0.05, alpha=0.05, df=df)
+        ref = max(stats.t.sf((diff + 0.05) / se, df), stats.t.sf((0.05 - diff) / se, df))
+        assert p == pytest.approx(ref)
+        assert (p < 0.05) == (-0.05 < low and high < 0.05)
+    assert tost(0.0, 0.0, 0.05) == (0.0, 0.0, 0.0)  # every paired difference 0: equivalent
+    assert tost(0.06, 0.0, 0.05)[0] == 1.0
+    assert paired_se(np.zeros((3, 40))) == (0.0, 117)
+
+
+def test_bootstrap_means_is_bootstrap_ci_for_every_series_on_the_same_queries():
+    from backretrieval.analysis.stats import bootstrap_means
+
+    rng = np.random.default_rng(10)
+    a, b = rng.random((2, 70)), rng.random((2, 70))
+    reps = bootstrap_means([a, b], n_boot=250, seed=4)
+    for x, r in ((a, reps[0]), (b, reps[1])):
+        ci = bootstrap_ci(x, n_boot=250, level=0.9, seed=4)
+        assert (ci.low, ci.high) == pytest.approx(tuple(np.quantile(r, [0.05, 0.95])))
+    d = bootstrap_ci(a - b, n_boot=250, level=0.9, seed=4)  # the paired gap's replicates are the difference of the two
+    assert (d.low, d.high) == pytest.approx(tuple(np.quantile(reps[0] - reps[1], [0.05, 0.95])))

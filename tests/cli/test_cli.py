@@ -6,6 +6,7 @@ the models the same way.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 
 from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.cli import main
+from backretrieval.core import BackretrievalError
 from backretrieval.data import load_dataset
 
 tasks_module = importlib.import_module("backretrieval.analysis.evaluate.tasks")  # where the grid finds the task
@@ -169,17 +171,52 @@ def test_variants_and_csls_run_through_the_grid(tmp_path, shared_data):
     assert rec["use-m@mix=1"]["bkr@10"] < 0.05
 
 
+def test_serving_forms_run_through_the_grid(tmp_path):
+    """``@int8`` and ``@binary`` of any model (here ``precomputed:``, looked up by id): records say
+    ``sim: dot``, the binary form's ranks are those of the Hamming distances of the rows' sign
+    bits, ``run.json`` records the bytes per item of each form, and CSLS or approximate search are
+    refused naming the form, before any work."""
+    import reference as ref
+    from commands import write_feature_items
+    from backretrieval.analysis.evaluate.features import draw_samples
+
+    data = write_feature_items(tmp_path, 60, {"en": "red cat number", "de": "rote Katze Nummer"})
+    rng = np.random.default_rng(3)
+    vecs = {lang: rng.standard_normal((60, 40)).astype(np.float32) for lang in ("en", "de")}
+    vecs["de"] = vecs["en"] + 0.8 * vecs["de"]  # translations near each other
+    emb = tmp_path / "emb.npz"
+    np.savez(emb, langs=np.repeat(["en", "de"], 60), ids=[f"{lang}{i}" for lang in ("en", "de") for i in range(60)],
+             vectors=np.concatenate([vecs["en"], vecs["de"]]))
+    specs = [f"precomputed:{emb}", f"precomputed:{emb}@int8", f"precomputed:{emb}@trunc=16@binary"]
+    models = ["emb", "emb@int8", "emb@trunc=16@binary"]  # the labels the records use (LABEL=SPEC)
+    cfg = EvalConfig(dataset=str(data), dataset_options={"image_features": str(tmp_path / "feats.npy")}, pairs=[("en", "de")],
+                     models=dict(zip(models, specs)), image_model="precomputed", n=30, k=5, seeds=[0])
+    res = evaluate(cfg, tmp_path / "out", progress=False)
+    assert {r["model"]: r["sim"] for r in res.records} == dict(zip(models, ["cosine", "dot", "dot"]))
+    encoding = json.loads((tmp_path / "out" / "run.json").read_text())["encoding"]
+    assert [encoding[m]["bytes_per_item"] for m in models] == [160, 40, 2]
+    ds = load_dataset(str(data), image_features=str(tmp_path / "feats.npy"))
+    rows = draw_samples(ds, "en", "de", 30, 0).xlr
+    bits = [vecs[lang][idx, :16] for lang, idx in zip(("en", "de"), rows)]
+    fwd, bwd = ref.ranks_from_scores(ref.hamming_scores(*bits))
+    got = res.ranks[(models[2], "en", "de", 0)]
+    assert got["xlr"].tolist() == fwd.tolist() and got["xlr_t2s"].tolist() == bwd.tolist()
+    for option, message in (({"sim": "csls"}, "--sim csls"), ({"approx": "hnsw"}, "--approx")):
+        with pytest.raises(BackretrievalError, match=f"serving form \\(int8 codes\\).*{message}"):
+            evaluate(dataclasses.replace(cfg, **option), None, progress=False)
+
+
 # ------------------------------------------------------------------------------- bad input
 
 
-def _bad(tmp_path: Path, *args: str, message: str) -> None:
+def _bad(tmp_path: Path, *args: str, message: str, command: str = "evaluate") -> None:
     out = tmp_path / "out"
     base = {"--dataset": "emoji-cldr", "--pairs": "en-de", "--models": "random", "--n": "100", "--seeds": "1"}
     argv = list(args)
     for key, value in base.items():
         if key not in argv:
             argv += [key, value]
-    res = CliRunner().invoke(main, ["evaluate", *argv, "--out", str(out), "--quiet"])
+    res = CliRunner().invoke(main, [command, *argv, "--out", str(out), "--quiet"])
     assert res.exit_code == 2, res.output
     assert message in res.output, res.output
     assert "Traceback" not in res.output
@@ -224,22 +261,42 @@ def test_non_matching_impossible(tmp_path, shared_data):
         for i in range(3):  # the same three concepts in both languages
             rows.append({"id": c.ids[i], "lang": lang, "text": c.texts[i], "concept": c.ids[i], "image": c.image_paths[i]})
     path = _tiny_generic(tmp_path, rows)
-    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", message="N=2 is too large for en-de: at most N=1 (BkR's two samples")
+    _bad(tmp_path, "--dataset", str(path), "--n", "2", "--k", "1", command="compare",
+         message="N=2 is too large for en-de: at most N=1 for BkR, which compare --metric bkr@1 needs (BkR's two samples")
 
 
 def test_small_catalogue_gets_the_largest_n_and_the_low_power_note(tmp_path, shared_data):
     from small_catalogue import write_catalogue
 
     shop = str(write_catalogue(tmp_path / "shop"))  # 60 products in en, de, es
-    _bad(tmp_path, "--dataset", shop, "--pairs", "en-de,en-es", "--n", "50",
-         message="N=50 is too large for en-de: at most N=30 (BkR's two samples need N en and N de items")
-    _bad(tmp_path, "--dataset", shop, "--pairs", "en-de", "--n", "300", message="Use --n 30 or less")
+    _bad(tmp_path, "--dataset", shop, "--pairs", "en-de,en-es", "--n", "50", command="compare",
+         message="N=50 is too large for en-de: at most N=30 for BkR, which compare --metric bkr@10 needs (BkR's two "
+                 "samples need N en and N de items")
+    _bad(tmp_path, "--dataset", shop, "--pairs", "en-de", "--n", "300", message="Use --n 60 or less")
     res = CliRunner().invoke(main, ["evaluate", "--dataset", shop, "--pairs", "en-de", "--models", "random",
                                     "--image-model", "color-hist", "--n", "30", "--seeds", "3", "--quiet",
                                     "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
-    assert ("BkR@10 has little power at N=30, K=10, 3 seeds (en-de): chance is 0.333, and only gaps above 0.26 "
-            "between two models can be detected (60 distinct queries") in res.output
+    assert ("BkR@10 has little power at N=30, K=10, 3 seeds (en-de): chance is 0.333, and only gaps above 0.28 "
+            "between the best and each other model are detected 80% of the time (60 distinct queries") in res.output
+
+
+def test_xlr_at_the_catalogues_own_n(tmp_path, shared_data):
+    """compare --metric xlr@10 --n 60 on 60 linked products: XLR's own limit, BkR left out with a note."""
+    from small_catalogue import write_catalogue
+
+    shop = str(write_catalogue(tmp_path / "shop"))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["compare", "--dataset", shop, "--pairs", "en-de", "--models", "random,tfidf-char",
+                                    "--image-model", "color-hist", "--n", "60", "--seeds", "1", "--metric", "xlr@10",
+                                    "--n-boot", "100", "--margin", "0.1", "--quiet", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["n"] == 60 and doc["metric"] == "xlr@10" and doc["margin"] == 0.1 and doc["beside"] is None
+    assert doc["verdict"]["margin"] == 0.1 and doc["verdict"]["pairs"][0]["power"]["largest_n"] == 60
+    md = (out / "compare.md").read_text()
+    assert "Note: BkR and CORR not computed on en-de: N=60 is more than its sample allows (at most N=30" in md
+    assert "within ±0.1 of it, the margin" in md
 
 
 def test_missing_image_and_empty_text_and_duplicate_id(tmp_path, shared_data):

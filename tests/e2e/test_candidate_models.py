@@ -16,8 +16,9 @@ from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.text.hf_hub import EXAMPLE_COMMITS, EXAMPLE_REPO, lay_out_snapshot
 
 KEY = "sk-test-candidates-3c1f0e77"
-HF = f"hf:{EXAMPLE_REPO}"
+HF = "all-MiniLM-L6-v2"  # the label of hf:sentence-transformers/all-MiniLM-L6-v2
 MODELS = ["minilm-en", HF, "use-m", "openai:use-m"]
+SPECS = ["minilm-en", f"hf:{EXAMPLE_REPO}", "use-m", "openai:use-m"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def compared(shared_data, tmp_path_factory):
         mp.setenv("OPENAI_BASE_URL", server.url)
         mp.setenv("OPENAI_API_KEY", KEY)
         res = CliRunner().invoke(main, [
-            "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", ",".join(MODELS),
+            "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", ",".join(SPECS),
             "--image-model", "color-hist", "--n", "60", "--seeds", "2", "--report", "--out", str(root / "out"),
         ], catch_exceptions=False)
         assert res.exit_code == 0, res.output
@@ -40,7 +41,7 @@ def compared(shared_data, tmp_path_factory):
 
 
 def strip(rec):
-    return {k: v for k, v in rec.items() if k not in {"model", "model_identity", "seconds", "encode_seconds"}}
+    return {k: v for k, v in rec.items() if k not in {"model", "model_identity", "model_spec", "seconds", "encode_seconds"}}
 
 
 def test_hub_and_api_models_give_their_local_twins_numbers(compared):
@@ -60,10 +61,14 @@ def test_compare_json_and_report_carry_the_price_of_each_answer(compared):
     costs = {c["model"]: c for c in json.loads((out / "compare.json").read_text())["costs"]}
     assert set(costs) == set(MODELS)
     assert costs["use-m"]["bytes_per_item"] == 2048 and costs["minilm-en"]["bytes_per_item"] == 1536
-    assert costs["use-m"]["throughput"] == "measured" and costs["use-m"]["items_per_second"] > 0
+    assert costs["use-m"]["speed_note"].startswith("measured ") and costs["use-m"]["items_per_second"] > 0
     sent = sum(len(r["texts"]) for r in requests)
-    assert costs["openai:use-m"]["tokens_used"] == sum(len(t.split()) for r in requests for t in r["texts"])
-    assert costs["openai:use-m"]["encoded"] == sent
+    words = sum(len(t.split()) for r in requests for t in r["texts"])
+    assert costs["openai:use-m"]["tokens_per_item"] == pytest.approx(words / sent, abs=1e-3)
+    assert costs["openai:use-m"]["tokens_counted_by"] == "reported by the server"
+    assert costs["minilm-en"]["tokens_counted_by"] == "the model's own tokenizer"
+    run = json.loads((out / "run.json").read_text())
+    assert run["encoding"]["openai:use-m"]["encoded"] == sent and run["config"]["models"][HF] == SPECS[1]
     html = (out / "report.html").read_text()
     assert "The price of each answer" in html and "bytes / item" in html and "Pareto front" in html
     assert (out / "figures" / "compare_bkr_10_cost.png").is_file() or list((out / "figures").glob("*_cost.png"))

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from backretrieval.analysis import EvalConfig, run_grid
+from backretrieval.analysis.models import derive_label
 from backretrieval.cli import main
 from backretrieval.core.fingerprint import clear_memo, dir_digest
 from backretrieval.data import load_dataset, non_matching
@@ -163,7 +164,7 @@ def test_changed_precomputed_file_is_recomputed(tmp_path, emoji):
     after = run(cfg_for(data, models=[spec]), out, logs)
     fresh = run(cfg_for(data, models=[spec]), tmp_path / "fresh")
     assert records(after) == records(fresh) != records(before)
-    assert any(f"model {spec} changed" in m for m in logs), logs
+    assert any(f"model {derive_label(spec)} changed" in m for m in logs), logs
 
 
 def test_precomputed_version_hashes_the_bytes(tmp_path):
@@ -211,7 +212,7 @@ def test_changed_cr5_dir_is_recomputed_and_re_encoded(tmp_path, emoji):
     after = run(cfg_for(data, models=[spec]), out, logs)
     fresh = run(cfg_for(data, models=[spec]), tmp_path / "fresh")
     assert records(after) == records(fresh) != records(before)
-    assert any(f"model {spec} changed" in m for m in logs), logs
+    assert any(f"model {derive_label(spec)} changed" in m for m in logs), logs
 
 
 def test_triplet_version_follows_its_base_model(tmp_path, emoji):
@@ -268,7 +269,7 @@ def test_changed_st_dir_is_recomputed(tmp_path, emoji, minilm_copy):
     after = run(cfg_for(data, models=[spec]), out, logs)
     fresh = run(cfg_for(data, models=[spec]), tmp_path / "fresh")
     assert records(after) == records(fresh) != records(before)
-    assert any(f"model {spec} changed" in m for m in logs), logs
+    assert any(f"model {derive_label(spec)} changed" in m for m in logs), logs
 
 
 def test_st_version_hashes_large_weight_files(tmp_path, minilm_copy):

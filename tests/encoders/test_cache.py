@@ -133,3 +133,25 @@ def test_namespace_names_never_merge():
     assert _safe(long_a) != _safe(long_b) and len(_safe(long_a)) <= 120
     assert _safe("a b") != _safe("a_b") == "a_b"
     assert _safe("use-m") == "use-m"
+
+
+class WiderEncoder(CountingEncoder):
+    """CountingEncoder's name and version with one more component: a model changed without a new version."""
+
+    def encode(self, texts, lang, *, ids=None):
+        x = super().encode(texts, lang, ids=ids)
+        return np.hstack([x, np.ones((len(texts), 1), np.float32)])
+
+
+def test_vectors_of_another_width_than_the_models_cache_are_never_stored(tmp_path):
+    """The width is the model version's, in every language: a model that changed without a new
+    version is refused before anything is stored, also in a language the cache has nothing of."""
+    from backretrieval.core import EncoderError
+
+    CachedTextEncoder(CountingEncoder(), tmp_path).encode(["alpha", "beta"], "en")
+    before = sorted(tmp_path.rglob("shard-*.npz"))
+    for lang in ("en", "de"):
+        with pytest.raises(EncoderError, match=rf"count/{lang}: the model gave vectors of shape \(1, 5\), but the cache "
+                                               r"holds 4-d vectors of this model and version .*nothing of them is cached"):
+            CachedTextEncoder(WiderEncoder(), tmp_path).encode(["gamma"], lang)
+    assert sorted(tmp_path.rglob("shard-*.npz")) == before

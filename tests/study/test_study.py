@@ -559,6 +559,47 @@ def test_analyze_against_naive_recomputation(study, tmp_path):
     assert len(files[2].read_text().splitlines()) == 1 + 2 * q(study, "SELECT COUNT(*) FROM suggestions")[0][0]
 
 
+def test_analyze_with_no_ratings_compares_nothing(study, shared_data):
+    """0 ratings: no test, no order by the raters (it said 'by the raters: use-m > random (same)')."""
+    res = analyze(study, bkr=True, bkr_n=60, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
+    assert res["ratings"] == 0 and res["comparisons"] == []
+    assert res["ratings_note"].startswith("no ratings yet: nothing is compared")
+    assert "needs at least 6 queries rated for both models" in res["ratings_note"]
+    md = format_study_analysis(res)
+    assert "**No ratings yet: nothing is compared" in md and "## Comparisons" not in md
+    assert "by the raters: none yet (no ratings yet" in md and "(same)" not in md and "(different)" not in md
+
+
+def test_analyze_with_too_few_ratings_says_how_many_are_needed(study):
+    """Ratings on 3 queries only: the exact sign-flip test cannot go below 2 / 2^3 = 0.25."""
+    qid = dict(q(study, "SELECT sugg_id, query_id FROM suggestions"))
+    rated = {s for s, query in qid.items() if query <= 3}
+    con = store.connect(study)
+    try:
+        tok = con.execute("SELECT token FROM raters WHERE name = 'rater1'").fetchone()[0]  # the study's one rater
+        pub = dict(con.execute("SELECT sugg_id, public_id FROM suggestions"))
+        for sid in sorted(rated):
+            store.record_rating(con, tok, pub[sid], 1 if sid % 2 else 4)
+    finally:
+        con.close()
+    res = analyze(study, bkr=False, n_boot=100)
+    c = res["comparisons"][0]
+    assert c["queries"] == 3 and c["primary"]["p"] >= 0.25
+    assert c["too_few"] == ("3 queries are rated for both use-m and random; the paired test needs at least 6 (each with a "
+                            "difference) before p can fall below 0.05 after Holm over 1 comparison")
+    assert res["ratings_note"].startswith("too few ratings to tell the models apart")
+    assert "3 queries are rated for both use-m and random" in format_study_analysis(res)
+
+
+def test_queries_needed_by_the_exact_test():
+    from backretrieval.study.analyze import queries_needed
+
+    assert queries_needed(1) == 6 and queries_needed(3) == 7  # 2/2^6 = 0.031; 3 * 2/2^7 = 0.047
+    for c in (1, 2, 6, 45):
+        n = queries_needed(c)
+        assert 2.0 ** (1 - n) * c < 0.05 <= 2.0 ** (2 - n) * c
+
+
 def test_analyze_bkr_section_matches_evaluate(study, shared_data):
     from backretrieval.analysis import EvalConfig, run_grid
 
@@ -602,8 +643,8 @@ def test_bkr_n_fits_the_tutorial_catalogue(tmp_path, shared_data):
     from backretrieval.study.analyze import bkr_sample_size
 
     shop = tmp_path / "shop"
-    subprocess.run([sys.executable, "-m", "backretrieval.cli", "make-catalogue", str(shop), "--langs", "en,ja"],
-                   check=True, capture_output=True)
+    made = CliRunner().invoke(main, ["make-catalogue", str(shop), "--langs", "en,ja"])
+    assert made.exit_code == 0, made.output
     parts = [pd.read_csv(f, dtype=str).assign(lang=f.stem) for f in sorted(shop.glob("??.csv"))]
     catalogue = pd.concat(parts, ignore_index=True).assign(concept=lambda d: d["id"])
     catalogue.to_csv(shop / "catalogue.csv", index=False)
@@ -679,3 +720,14 @@ def test_proxy_raters_on_a_copy(study, tmp_path, shared_data):
     assert res["agreement"]["raters"] == 2 and -1 <= res["agreement"]["alpha_ordinal"] <= 1
     r = CliRunner().invoke(main, ["study", "proxy-rate", str(study), "--out", str(study)])
     assert r.exit_code == 2 and "must differ" in r.output
+
+
+def test_the_studys_bkr_comparison_finds_models_whose_label_is_not_their_spec(shared_data):
+    """The records call ``random?dim=16&batch_size=4`` by its label ``random?dim=16``; the study's
+    comparison still reads its numbers under the spec the study names it by."""
+    from backretrieval.study.analyze import bkr_comparison
+
+    spec = "random?dim=16&batch_size=4"
+    b = bkr_comparison({"dataset": "emoji-cldr", "src": "en", "tgt": "de", "models": [spec, "tfidf-char"]},
+                       n=40, seeds=1, image_model="color-hist", progress=False)
+    assert set(b["models"]) == {spec, "tfidf-char"} and "bkr@10" in b["models"][spec]

@@ -503,7 +503,7 @@ def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
     ])
     assert r.exit_code == 0, r.output
     rec = json.loads((res / "results.jsonl").read_text().splitlines()[0])
-    assert rec["model"] == f"cr5:{out}" and rec["xlr@10"] > 0.5 and "bkr@10" not in rec
+    assert rec["model"] == "cr5:cr5" and rec["model_spec"] == f"cr5:{out}" and rec["xlr@10"] > 0.5 and "bkr@10" not in rec
     r = CliRunner().invoke(main, [
         "evaluate", "--dataset", "ddtp", "--dataset-option", src, "--dataset-option", "max_docs=3000",
         "--models", f"cr5:{out}", "--pairs", "en-de", "--n", "60", "--seeds", "1", "--out", str(tmp_path / "ev2"), "--quiet",
@@ -532,5 +532,5 @@ def test_grid_skips_a_model_for_languages_it_cannot_embed(fitted, tmp_path, shar
                      image_model="color-hist", n=100, seeds=[0])
     res = run_grid(cfg, tmp_path / "out", progress=False, log=logs.append)
     got = {(r["model"], r["tgt_lang"]) for r in res.records}
-    assert got == {(f"cr5:{d}", "de"), ("random", "de"), ("random", "ru")}
+    assert got == {("cr5:m", "de"), ("random", "de"), ("random", "ru")}
     assert any("skipping cr5:" in m and "'ru'" in m and "no language 'ru'" in m for m in logs)

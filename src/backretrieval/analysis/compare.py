@@ -1,4 +1,4 @@
-"""Rank models per language pair with confidence intervals and mark significant gaps.
+"""Rank models per language pair with confidence intervals, and decide which to ship.
 
 This is the no-ground-truth workflow of the Backretrieval paper (Section 3.2): with BkR only,
 which model should we ship, for which pairs is the choice clear, and how large is the spread
@@ -6,15 +6,19 @@ across pairs? Works the same for XLR metrics where ground truth exists.
 
 For each pair and model the per-query outcomes of all seeds are stacked; the estimate is their
 mean (= the metric averaged over seeds), the interval a seed-stratified percentile bootstrap.
-Models are sorted best first; every two models' gap gets a paired bootstrap interval and a
-paired sign-flip permutation test over the same queries. The adjacent gaps' p-values are
-Holm-adjusted over the pair's adjacent gaps (the ranking's ``>`` / ``~``), all gaps' over all of
-the pair's model pairs (the significant wins and the verdict, :mod:`.verdict`). CORR has no
-per-query outcomes: its intervals and gaps come from the bootstrap replicates stored with each
-record (``EvalConfig.corr_boot``; replicate b uses the same resample of the source queries for
-every model of a sample, so differences are paired), a gap's p-value from a two-sided Wald test
-with the bootstrap standard error of the paired difference, ``2 Phi(-|d| / se*(d))`` (unlike the
-percentile count of replicates below 0, it has no 1/B floor, which Holm's correction would inflate).
+Models are sorted best first. Per pair, :mod:`.decision` computes every statistic once: the
+paired bootstrap interval and paired sign-flip test of every two models' gap (exact for 0/1
+outcomes), and the decision's own tests, the best model against each other model (superiority
+and equivalence within the margin, each Holm-adjusted over those k - 1 comparisons:
+:attr:`Comparison.equivalence`), which the verdict (:mod:`.verdict`), the rankings' marks and the
+report's sentences all read. The adjacent gaps' p-values are Holm-adjusted over the pair's
+adjacent gaps, all gaps' over all of the pair's model pairs (the table of significant wins). CORR
+has no per-query outcomes: its intervals and gaps come from the bootstrap replicates stored with
+each record (``EvalConfig.corr_boot``; replicate b uses the same resample of the source queries
+for every model of a sample, so differences are paired), a gap's p-value from a two-sided Wald
+test with the bootstrap standard error of the paired difference, ``2 Phi(-|d| / se*(d))`` (unlike
+the percentile count of replicates below 0, it has no 1/B floor, which Holm's correction would
+inflate), its equivalence from the same standard error.
 """
 from __future__ import annotations
 
@@ -24,14 +28,14 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-
 from ..core import BackretrievalError
-from ..metrics.table import MetricSpec, chance_level, counterpart, known_metrics, parse_metric
-from .comparison import PAIRWISE_COLUMNS, Comparison
-from .costs import model_costs
+from ..metrics.table import MetricSpec, approx_ks, chance_level, counterpart, known_metrics, parse_metric
+from .comparison import EQUIVALENCE_COLUMNS, PAIRWISE_COLUMNS, Comparison
+from .costs import cheapest_equivalent, model_costs
+from .decision import PairDecision, decide_outcomes, decide_replicates, smaller_k
 from .evaluate import EvalConfig, EvalResult
-from .stats import bootstrap_ci, holm, paired_bootstrap_diff, paired_permutation_test
+from .evaluate.config import check_margin
+from .stats import holm
 from .verdict import verdict
 
 
@@ -98,18 +102,22 @@ def compare_models(
     level: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    margin: float | None = None,
     beside: bool = True,
     out_dir: str | Path | None = None,
     executor: Any = None,
     progress: bool = False,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Comparison:
-    """Rank the models of each pair by ``metric`` with bootstrap intervals and Holm-adjusted gaps.
+    """Rank the models of each pair by ``metric`` with bootstrap intervals, test what the decision
+    needs, and give the verdict.
 
     Every statistic a report shows is computed here, once: the per-model intervals, the paired
     bootstrap interval and sign-flip p-value of every two models' gap (the adjacent gaps' raw
-    p-values are the same tests), both Holm corrections, the significant wins, the counterpart
-    metric's comparison and the verdict.
+    p-values are the same tests), the decision's tests of the best model against each other
+    model (superiority and equivalence within ``margin``, Holm over those k - 1 comparisons:
+    :attr:`Comparison.equivalence`), the Holm corrections of the tables, the significant wins,
+    the counterpart metric's comparison and the verdict.
 
     Args:
         result: a finished grid, or an :class:`EvalConfig` to evaluate first (its ``models`` may
@@ -123,6 +131,9 @@ def compare_models(
         level: the intervals' confidence level.
         alpha: the significance level of the gaps.
         seed: the resampling seed.
+        margin: the equivalence margin: two models whose gap is shown to lie within
+            ``(-margin, +margin)`` are equivalent (None: the configuration's ``margin``, 0.05
+            unless set).
         beside: also rank by the metric's counterpart (:func:`~backretrieval.metrics.table.counterpart`)
             where the records have it (:attr:`Comparison.beside`).
         out_dir: for a configuration, where its records go, as for :func:`~.evaluate.run_grid`.
@@ -145,16 +156,20 @@ def compare_models(
 
         if spec.outcome is None and cfg.corr_boot == 0:
             cfg = dataclasses.replace(cfg, corr_boot=200)
+        if margin is not None:  # the note before the run measures against the same margin
+            cfg = dataclasses.replace(cfg, margin=check_margin(margin))
         needs = ("xlr",) if spec.needs_truth else ("bkr",)
         result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
                           purpose=f"compare by {metric}")
-    stats_ = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed)
+    margin = result.config.margin if margin is None else check_margin(margin)
+    stats_ = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed, margin=margin)
     main = _rank(result, metric, **stats_)
     other = counterpart(metric) if beside else None
     if other is not None and has_metric(result, other):
         main.beside = _rank(result, other, **stats_)
     main.verdict = verdict(main, largest_n=getattr(result, "largest_n", None))
     main.costs = model_costs(getattr(result, "run", None) or {}, list(main.across_pairs["model"]))
+    main.cheapest = cheapest_equivalent(main.verdict, main.costs, getattr(cfg, "cost", "bytes"))
     return main
 
 
@@ -172,9 +187,10 @@ def pairwise(
 
     For each pair of models ``(a, b)`` on a language pair (``a`` the one with the higher
     estimate) the gap ``diff = estimate(a) - estimate(b)`` gets a paired, seed-stratified
-    bootstrap interval of the per-query difference (:func:`.stats.paired_bootstrap_diff`) and the
-    paired sign-flip permutation p-value (:func:`.stats.paired_permutation_test`); p-values are
-    Holm-adjusted over all ``m(m-1)/2`` gaps of the language pair. For ``corr`` the interval and
+    bootstrap interval of the per-query difference (both models resampled with the same queries,
+    :func:`.stats.bootstrap_means`) and the paired sign-flip p-value (:func:`.stats.sign_flip_p`,
+    exact for 0/1 outcomes); p-values are Holm-adjusted over all ``m(m-1)/2`` gaps of the
+    language pair (the table of wins; the verdict's own tests are :attr:`Comparison.equivalence`). For ``corr`` the interval and
     the p-value come from the stored bootstrap replicates (the percentile interval of the
     replicates' difference; the Wald p-value of :func:`compare`). This is
     :attr:`Comparison.pairwise` of :func:`compare` with the same arguments.
@@ -196,19 +212,23 @@ def pairwise(
         BackretrievalError: an unknown metric, or a pair without what it needs.
     """
     check_metric(metric)
-    return _rank(result, metric, n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed).pairwise
+    return _rank(result, metric, n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed,
+                 margin=result.config.margin).pairwise
 
 
 def _rank(result: EvalResult, metric: str, *, n_boot: int, n_perm: int, level: float, alpha: float,
-          seed: int) -> Comparison:
-    """The comparison by one metric: per pair the intervals, every two models' gap (one test
-    each; the adjacent gaps' raw p-values are looked up among them), the two Holm corrections."""
+          seed: int, margin: float) -> Comparison:
+    """The comparison by one metric: per pair the decision's statistics (:mod:`.decision`),
+    the adjacent gaps' raw p-values looked up among every two models' tests, the two Holm
+    corrections of the tables."""
     spec, _ = check_metric(metric)
     models, pairs, seeds = _extent(result)
+    chance = None if spec.outcome is None else chance_level(metric, result.config.n)
     rows: list[dict[str, Any]] = []
     gap_rows: list[dict[str, Any]] = []
-    q = (1 - level) / 2
+    eq_rows: list[dict[str, Any]] = []
     for src, tgt in pairs:
+        label = f"{src}->{tgt}"
         if spec.outcome is None:
             reps, est = _corr_replicates(result, models, src, tgt, seeds)
             if not reps:
@@ -216,25 +236,22 @@ def _rank(result: EvalResult, metric: str, *, n_boot: int, n_perm: int, level: f
                     f"{src}->{tgt}: no CORR bootstrap to compare: CORR needs images, and intervals need "
                     "EvalConfig.corr_boot > 0 (the compare command sets it)"
                 )
-            interval = {m: (est[m], *(float(v) for v in np.nanquantile(reps[m], [q, 1 - q]))) for m in reps}
-            gaps = _corr_gaps(reps, est, level=level)
+            dec = decide_replicates(reps, est, margin=margin, alpha=alpha, level=level, chance=chance)
         else:
             key, fn = outcome_fn(metric)
             outcomes = _outcomes(result, key, fn, models, src, tgt, seeds)
             if not outcomes:
                 raise BackretrievalError(f"{src}->{tgt}: no {key} results to compare (does the dataset have what {metric} needs?)")
-            cis = {m: bootstrap_ci(o, n_boot=n_boot, level=level, seed=seed) for m, o in outcomes.items()}
-            interval = {m: (c.estimate, c.low, c.high) for m, c in cis.items()}
-            gaps = _rank_gaps(outcomes, n_boot=n_boot, n_perm=n_perm, level=level, seed=seed)
-        order = sorted(interval, key=lambda m: -interval[m][0])
-        p_of = {frozenset((g["model_a"], g["model_b"])): g["p"] for g in gaps}
-        p_next = [p_of[frozenset((a, b))] for a, b in zip(order, order[1:])]
-        rows += _ranked_rows(f"{src}->{tgt}", order, interval, p_next, alpha)
-        p_adj = holm([g["p"] for g in gaps]) if gaps else []
-        gap_rows += [{"pair": f"{src}->{tgt}", **g, "p_adj": pa, "significant": bool(pa < alpha)} for g, pa in zip(gaps, p_adj)]
+            dec = decide_outcomes(outcomes, margin=margin, alpha=alpha, level=level, chance=chance, n_boot=n_boot,
+                                  n_perm=n_perm, seed=seed, smaller_k=smaller_k(metric))
+        rows += _ranked_rows(label, dec, alpha)
+        p_adj = holm([g["p"] for g in dec.gaps]) if dec.gaps else []
+        gap_rows += [{"pair": label, **g, "p_adj": pa, "significant": bool(pa < alpha)} for g, pa in zip(dec.gaps, p_adj)]
+        eq_rows += [{"pair": label, **t, "comparisons": dec.comparisons} for t in dec.tests]
     c = _finish(metric, level, alpha, rows, pd.DataFrame(gap_rows, columns=PAIRWISE_COLUMNS))
-    c.run, c.n, c.seeds = result.run, result.config.n, len(seeds)
-    c.chance = None if spec.outcome is None else chance_level(metric, result.config.n)
+    c.equivalence = pd.DataFrame(eq_rows, columns=EQUIVALENCE_COLUMNS)
+    c.run, c.n, c.seeds, c.margin = result.run, result.config.n, len(seeds), margin
+    c.chance = chance
     return c
 
 
@@ -273,17 +290,15 @@ def _corr_replicates(result: EvalResult, models: list[str], src: str, tgt: str,
     return reps, est
 
 
-def _wald_p(diff: float, rep_diff: np.ndarray) -> float:
-    """Two-sided Wald p-value of a gap ``diff`` with the bootstrap standard error of its replicates."""
-    se = float(np.nanstd(rep_diff, ddof=1))
-    return float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else (1.0 if diff == 0 else 0.0)
-
-
-def _ranked_rows(pair: str, order: list[str], interval: dict[str, tuple[float, float, float]], p_next: list[float],
-                 alpha: float) -> list[dict[str, Any]]:
-    """The ``per_pair`` rows of one language pair: models best first with (estimate, low, high)
-    and the raw and Holm-adjusted p-value of each gap to the next model."""
+def _ranked_rows(pair: str, dec: PairDecision, alpha: float) -> list[dict[str, Any]]:
+    """The ``per_pair`` rows of one language pair: models best first with (estimate, low, high),
+    the raw and Holm-adjusted p-value of each gap to the next model, and how each stands against
+    the best (the decision's mark)."""
+    order, interval = dec.order, dec.interval
+    p_of = {frozenset((g["model_a"], g["model_b"])): g["p"] for g in dec.gaps}
+    p_next = [p_of[frozenset((a, b))] for a, b in zip(order, order[1:])]
     p_adj = holm(p_next) if p_next else []
+    marks = {t["model_b"]: t["vs_best"] for t in dec.tests}
     return [
         {
             "pair": pair,
@@ -295,6 +310,7 @@ def _ranked_rows(pair: str, order: list[str], interval: dict[str, tuple[float, f
             "p_vs_next": p_next[i] if i < len(p_next) else np.nan,
             "p_adj": p_adj[i] if i < len(p_adj) else np.nan,
             "significant": bool(i < len(p_adj) and p_adj[i] < alpha),
+            "vs_best": marks.get(m, "best"),
         }
         for i, m in enumerate(order)
     ]
@@ -341,34 +357,6 @@ def has_metric(result: EvalResult, metric: str) -> bool:
         result.ranks.get((r["model"], r["src_lang"], r["tgt_lang"], r["seed"]), {}).get(key) is not None
         for r in result.records
     )
-
-
-def _rank_gaps(outcomes: dict[str, np.ndarray], *, n_boot: int, n_perm: int, level: float, seed: int) -> list[dict[str, Any]]:
-    """Every two models' gap (higher mean first): paired bootstrap interval and sign-flip p-value."""
-    order = sorted(outcomes, key=lambda m: -float(outcomes[m].mean()))
-    gaps = []
-    for i, a in enumerate(order):
-        for b in order[i + 1:]:
-            ci = paired_bootstrap_diff(outcomes[a], outcomes[b], n_boot=n_boot, level=level, seed=seed)
-            p = paired_permutation_test(outcomes[a], outcomes[b], n_perm=n_perm, seed=seed).p_value
-            gaps.append({"model_a": a, "model_b": b, "diff": ci.estimate, "diff_low": ci.low, "diff_high": ci.high, "p": p})
-    return gaps
-
-
-def _corr_gaps(reps: dict[str, np.ndarray], est: dict[str, float], *, level: float) -> list[dict[str, Any]]:
-    """Every two models' CORR gap (higher first): percentile interval of the replicates'
-    difference and the Wald p-value of :func:`_compare_corr`."""
-    order = sorted(reps, key=lambda m: -est[m])
-    q = (1 - level) / 2
-    gaps = []
-    for i, a in enumerate(order):
-        for b in order[i + 1:]:
-            d = reps[a] - reps[b]
-            diff = est[a] - est[b]
-            lo, hi = np.nanquantile(d, [q, 1 - q])
-            gaps.append({"model_a": a, "model_b": b, "diff": diff, "diff_low": float(lo), "diff_high": float(hi),
-                         "p": _wald_p(diff, d)})
-    return gaps
 
 
 def wins(pw: pd.DataFrame, models: list[str] | None = None) -> pd.DataFrame:

@@ -13,6 +13,11 @@ with replacement within each seed's sample), so the interval is that of the mean
   outcomes are exchangeable query by query), two-sided.
 * :func:`mcnemar_exact` -- the same question for 0/1 outcomes via the exact binomial test on
   discordant queries.
+* :func:`bootstrap_means` -- the replicate means of several models' outcomes under the *same*
+  resampled queries (one draw serves every model's interval and every paired gap's interval).
+* :func:`paired_se` and :func:`tost` -- equivalence: the standard error of a paired mean
+  difference and the two one-sided tests of ``|difference| < margin`` with the ``1 - 2 alpha``
+  interval that goes with them.
 * :func:`holm` -- Holm-Bonferroni adjustment of a family of p-values.
 """
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from ..metrics.table import hits, reciprocal  # the per-query outcomes of the metric table
 
@@ -58,13 +63,52 @@ class Interval:
         return {prefix: self.estimate, f"{prefix}_ci_low": self.low, f"{prefix}_ci_high": self.high}
 
 
+def bootstrap_means(
+    series: "list[np.ndarray] | tuple[np.ndarray, ...]", *, n_boot: int = 1000, seed: int = 0, chunk: int = 200
+) -> np.ndarray:
+    """Bootstrap replicate means of several aligned outcome arrays under the same resampled queries.
+
+    Each replicate draws, within every seed's row, N query indices with replacement (one draw per
+    seed and replicate, in the order :func:`bootstrap_ci` draws them) and applies them to every
+    series, so replicate b of two models is on the same queries: the difference of their
+    replicate means is the paired bootstrap replicate of their gap.
+
+    Args:
+        series: outcome arrays of the same shape, each (N,) or (seeds, N).
+        n_boot: number of bootstrap replicates.
+        seed: seed of ``numpy.random.default_rng`` drawing the indices.
+        chunk: replicates drawn per block (memory ``chunk x N``); part of the random stream.
+
+    Returns:
+        An array (len(series), n_boot): replicate b's mean over seeds of each series.
+
+    Raises:
+        ValueError: the series do not all have the same shape.
+    """
+    xs = [_as_strata(x) for x in series]
+    if len({x.shape for x in xs}) > 1:
+        raise ValueError(f"paired outcomes must align: shapes {sorted({x.shape for x in xs})}")
+    s, n = xs[0].shape
+    rng = np.random.default_rng(seed)
+    means = np.empty((len(xs), n_boot))
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        total = np.zeros((len(xs), b))
+        for row in range(s):  # resample within each seed's sample
+            idx = rng.integers(0, n, size=(b, n))
+            for j, x in enumerate(xs):
+                total[j] += x[row][idx].mean(axis=1)
+        means[:, start : start + b] = total / s
+    return means
+
+
 def bootstrap_ci(
     outcomes: np.ndarray, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0, chunk: int = 200
 ) -> Interval:
     """Percentile bootstrap CI for the mean of ``outcomes`` ((N,) or (seeds, N), stratified).
 
     Each replicate draws N query indices with replacement within every seed's row and averages
-    the rows' means, so the interval is that of the mean over seeds.
+    the rows' means, so the interval is that of the mean over seeds (:func:`bootstrap_means`).
 
     Args:
         outcomes: per-query outcomes, (N,) or (seeds, N) (e.g. :func:`hits`, :func:`reciprocal`).
@@ -79,15 +123,7 @@ def bootstrap_ci(
         ``(1 + level) / 2`` quantiles of the replicate means.
     """
     x = _as_strata(outcomes)
-    s, n = x.shape
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        total = np.zeros(b)
-        for row in x:  # resample within each seed's sample
-            total += row[rng.integers(0, n, size=(b, n))].mean(axis=1)
-        means[start : start + b] = total / s
+    means = bootstrap_means([x], n_boot=n_boot, seed=seed, chunk=chunk)[0]
     alpha = (1 - level) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return Interval(float(x.mean()), float(lo), float(hi), level)
@@ -149,6 +185,7 @@ def sign_flip_p(
     exact_max: int = 0,
     chunk: int = 500,
     tol: float = 1e-12,
+    binary_exact: bool = False,
 ) -> tuple[float, str, int]:
     """Two-sided paired sign-flip test of mean(d) = 0: the project's one implementation.
 
@@ -158,7 +195,11 @@ def sign_flip_p(
     most ``exact_max`` non-zero differences all ``2^n`` patterns are enumerated (exact p =
     extreme / all); otherwise ``n_random`` random patterns are drawn from
     ``numpy.random.default_rng(seed)`` in blocks of ``chunk`` (part of the stream, hence of the
-    result) and p = (1 + extreme) / (1 + n_random), never 0.
+    result) and p = (1 + extreme) / (1 + n_random), never 0. With ``binary_exact``, differences
+    whose non-zero values all have the same magnitude (two models' 0/1 outcomes: each query is
+    won, lost or tied) get the exact p at any size: the sum of the flipped signs is ``2B - n``
+    with B binomial(n, 1/2), so p = P(|2B - n| >= |wins - losses|) (the two-sided exact McNemar
+    test on the discordant queries).
 
     Args:
         d: per-query differences (any shape; flattened).
@@ -168,6 +209,7 @@ def sign_flip_p(
         exact_max: enumerate exactly up to this many non-zero differences (0: never).
         chunk: patterns drawn per block.
         tol: tolerance of the "reaches the observed statistic" comparison.
+        binary_exact: the exact binomial p when every non-zero difference has the same magnitude.
 
     Returns:
         ``(p, method, nonzero)``: the p-value (1.0 when every difference is 0), ``"exact"`` or
@@ -182,6 +224,10 @@ def sign_flip_p(
     nz = d[d != 0]
     if nz.size == 0:
         return 1.0, "exact", 0
+    mag = np.abs(nz)
+    if binary_exact and float(mag.max() - mag.min()) <= tol * float(mag.max()):
+        wins = int(np.count_nonzero(nz > 0))
+        return min(1.0, 2.0 * float(special.bdtr(min(wins, nz.size - wins), nz.size, 0.5))), "exact", int(nz.size)
     if statistic == "mean":
         obs = abs(d.mean())
         count = lambda signs: int(np.count_nonzero(np.abs(signs @ nz) / d.size >= obs - tol))  # noqa: E731
@@ -250,6 +296,61 @@ def mcnemar_exact(hits_a: np.ndarray, hits_b: np.ndarray) -> PairedTest:
     only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
     p = 1.0 if only_a + only_b == 0 else stats.binomtest(only_a, only_a + only_b, 0.5).pvalue
     return PairedTest(float(a.mean()), float(b.mean()), float(a.mean() - b.mean()), float(p), "exact McNemar")
+
+
+def paired_se(d: np.ndarray) -> tuple[float, int]:
+    """The standard error of the mean of paired per-query differences, stratified by seed.
+
+    Args:
+        d: per-query differences of two models, (N,) or (seeds, N): the mean over seeds of the
+            seeds' means is the gap, so its variance is the sum of the seeds' ``var / N`` over
+            the number of seeds squared.
+
+    Returns:
+        ``(se, df)``: the standard error (0.0 when every difference is 0; NaN with N = 1 and
+        some difference not 0) and its degrees of freedom, ``seeds * (N - 1)``.
+    """
+    x = _as_strata(d)
+    s, n = x.shape
+    if not np.any(x):
+        return 0.0, s * (n - 1)
+    if n < 2:
+        return float("nan"), 0
+    return float(np.sqrt(np.var(x, axis=1, ddof=1).sum() / n) / s), s * (n - 1)
+
+
+def tost(diff: float, se: float, margin: float, *, alpha: float = 0.05, df: int | None = None) -> tuple[float, float, float]:
+    """Two one-sided tests (TOST) of equivalence: is the gap ``diff`` inside ``(-margin, +margin)``?
+
+    The null hypothesis is that the true gap lies outside: ``gap <= -margin`` or ``gap >=
+    margin``; each side is tested one-sided with the statistic ``(diff -+ margin) / se`` (Student's
+    t with ``df`` degrees of freedom, else the normal), and the TOST p-value is the larger of the
+    two. It is below ``alpha`` exactly when the ``1 - 2 alpha`` interval ``diff -+ q * se`` lies
+    inside ``(-margin, +margin)``.
+
+    Args:
+        diff: the estimated gap.
+        se: its standard error (0: no uncertainty, as for two models whose every paired
+            difference is 0).
+        margin: the equivalence margin, > 0.
+        alpha: the level of each one-sided test (and ``1 - 2 alpha`` of the interval).
+        df: degrees of freedom of the t distribution; None or 0: the normal.
+
+    Returns:
+        ``(p, low, high)``: the TOST p-value (1.0 with an undefined standard error) and the
+        ``1 - 2 alpha`` interval of the gap.
+    """
+    if not np.isfinite(se):
+        return 1.0, float("-inf"), float("inf")
+    if se == 0:
+        return (0.0 if abs(diff) < margin else 1.0), float(diff), float(diff)
+    if df:  # Student's t: sf(x) = stdtr(df, -x)
+        p = max(float(special.stdtr(df, -(diff + margin) / se)), float(special.stdtr(df, -(margin - diff) / se)))
+        q = float(special.stdtrit(df, 1 - alpha))
+    else:
+        p = max(float(special.ndtr(-(diff + margin) / se)), float(special.ndtr(-(margin - diff) / se)))
+        q = float(special.ndtri(1 - alpha))
+    return p, float(diff - q * se), float(diff + q * se)
 
 
 def holm(p_values: list[float]) -> list[float]:

@@ -1,33 +1,42 @@
-"""The verdict of a comparison: which model to ship, per language pair and overall, with the
-interval behind it, or which models the data cannot tell apart at this N.
+"""The verdict of a comparison: per language pair and overall, one of four answers, each with
+the numbers behind it and one sentence saying why.
 
-Read from a finished :class:`~.comparison.Comparison` (nothing is resampled here). Where the records
-hold the ground truth (XLR, the data link languages) it *leads*: the verdict is XLR's and BkR is
-the check beside it (:func:`agreement`); otherwise the ranked metric leads.
+Read from a finished :class:`~.comparison.Comparison` (nothing is resampled here): the answer of
+each pair is :func:`~.decision.pair_status` of the decision's tests, the best model against each
+other model with Holm over those k - 1 comparisons (:attr:`~.comparison.Comparison.equivalence`).
+Where the records hold the ground truth (XLR, the data link languages) it *leads*: the verdict is
+XLR's and BkR is the check beside it (:mod:`.check`); otherwise the ranked metric leads.
 
-Per pair, the *leading group* is the best model and every model whose gap to it is not
-significant after Holm (over all of the pair's model pairs, :attr:`~.comparison.Comparison.pairwise`):
+* **ship X** -- X is significantly better than every other model (models whose gap to X is
+  real but inside the margin are named: as good in practice);
+* **equivalent** -- every model X does not beat significantly is shown within the margin of it
+  (two one-sided tests): pick among them by cost or speed. Only this answer says so;
+* **not enough data** -- neither a winner nor equivalence can be shown at this N: the verdict
+  says which models are undecided (and which already equivalent), the smallest gap this N
+  detects, the N that would settle it and whether the data hold it, and, where several models
+  sit at the metric's ceiling (K/N large), the K that separates them;
+* **at chance** -- the best model's interval reaches the metric's chance level: nothing can be
+  concluded. One model only is "the only model".
 
-* one model in it: ship that model (its lead over the runner-up, with the paired interval);
-* several: they are indistinguishable at this N, pick among them by cost or speed;
-* every model, or a best model whose interval reaches the chance level: not enough data to tell.
-
-Overall, a model in the leading group of every pair is the one to ship (several such models:
-pick among them by cost or speed); when none is, the choice depends on the pair. Advice to take
-more queries is given only where the data hold more (``largest_n``); where N is already the most
-the data allow, the verdict says so instead.
+Overall, a model that is shipped on every pair, or is the only model within the margin of the
+best on every pair, is shipped; several such models are equivalent (pick by cost or speed);
+when no model is acceptable on every decided pair the choice depends on the pair ("per pair");
+undecided pairs make the overall answer "not enough data" (or "at chance" when every pair is).
+Each pair carries its power note (:func:`pair_power`).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Mapping
 
-import numpy as np
-
 from ..metrics.table import parse_metric
-from .stats import correlations
+from .decision import ceiling_of, identical, pair_status, smaller_k
+from .evaluate.sensitivity import detectable_gap, queries_for_equivalence, queries_for_gap
 
 if TYPE_CHECKING:
     from .comparison import Comparison
+
+Limits = Mapping[str, Mapping[str, int | None]]
 
 
 def lead_and_check(c: "Comparison") -> tuple["Comparison", "Comparison | None"]:
@@ -41,47 +50,139 @@ def lead_and_check(c: "Comparison") -> tuple["Comparison", "Comparison | None"]:
         (BkR) when both exist, in that order whichever was asked for; otherwise ``(c, c.beside)``.
     """
     b = c.beside
-    if b is not None and _truth(b.metric) and not _truth(c.metric):
+    if b is not None and truth_metric(b.metric) and not truth_metric(c.metric):
         return b, c
     return c, b
 
 
-def _truth(metric: str) -> bool:
+def truth_metric(metric: str) -> bool:
+    """Whether ``metric`` is a ground-truth metric (XLR: it needs the data's cross-lingual links).
+
+    Args:
+        metric: a metric name.
+
+    Returns:
+        True for the XLR metrics.
+    """
     return parse_metric(metric)[0].needs_truth
 
 
-def _gap(c: "Comparison", pair: str, a: str, b: str) -> dict[str, Any]:
-    """The gap ``a - b`` on ``pair`` from ``c.pairwise`` (either orientation), with its interval."""
-    pw = c.pairwise
-    g = pw[(pw["pair"] == pair) & (pw["model_a"] == a) & (pw["model_b"] == b)]
-    if len(g):
-        r = g.iloc[0]
-        return {"diff": float(r["diff"]), "low": float(r["diff_low"]), "high": float(r["diff_high"]),
-                "p_adj": float(r["p_adj"]), "significant": bool(r["significant"])}
-    r = pw[(pw["pair"] == pair) & (pw["model_a"] == b) & (pw["model_b"] == a)].iloc[0]
-    return {"diff": -float(r["diff"]), "low": -float(r["diff_high"]), "high": -float(r["diff_low"]),
-            "p_adj": float(r["p_adj"]), "significant": bool(r["significant"])}
+def names(models: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``.
+
+    Args:
+        models: model names.
+
+    Returns:
+        The names joined for a sentence.
+    """
+    return ", ".join(models[:-1]) + " and " + models[-1] if len(models) > 1 else "".join(models)
 
 
-def _span(g: Mapping[str, float]) -> str:
-    return f"{g['diff']:.3f} [{g['low']:.3f}, {g['high']:.3f}]"
+def _span(diff: float, low: float, high: float) -> str:
+    return f"{diff:.3f} [{low:.3f}, {high:.3f}]"
 
 
-def _more_data(c: "Comparison", pair: str, largest_n: Mapping[str, Mapping[str, int | None]] | None) -> str:
-    """What would narrow the intervals on ``pair``: more queries where the data hold them, else
-    the plain fact that N is the most the data allow (one N serves both samples, so the smaller
-    of their limits counts)."""
-    limits = [x for x in (largest_n or {}).get(pair, {}).values() if x is not None]
-    most = min(limits) if limits else None
-    if most is None:
-        return "more queries (N) or seeds would narrow the intervals"
-    if c.n is not None and most <= c.n:
-        return (f"N = {c.n} is the most these data allow on {pair}, so neither a larger N nor more seeds can "
-                f"separate them: only more items can")
-    return f"more queries would narrow the intervals (the data allow N up to {most})"
+def _rows(c: "Comparison", pair: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pair's models best first (``per_pair`` rows) and the decision's tests in that order."""
+    g = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank").to_dict(orient="records")
+    eq = c.equivalence[c.equivalence["pair"] == pair].to_dict(orient="records")
+    where = {r["model"]: i for i, r in enumerate(g)}
+    return g, sorted(eq, key=lambda t: where[t["model_b"]])
 
 
-def pair_verdict(c: "Comparison", pair: str, largest_n: Mapping[str, Mapping[str, int | None]] | None = None) -> dict[str, Any]:
+def _s(n: int) -> str:
+    return "s" * (n != 1)
+
+
+def pair_power(c: "Comparison", pair: str, largest_n: Limits | None = None) -> dict[str, Any] | None:
+    """What this N lets the pair's tests detect, and what would settle the pair (after the run:
+    the spread of the per-query differences is the data's, :mod:`.evaluate.sensitivity`).
+
+    Args:
+        c: the comparison.
+        pair: a pair label of ``c.per_pair``.
+        largest_n: per pair label, the largest N the data allow per sample kind (``"xlr"``,
+            ``"bkr"``; ``EvalResult.largest_n``); None: unknown.
+
+    Returns:
+        None for one model; else ``n``, ``seeds``, ``queries`` (N x seeds), ``comparisons``
+        (k - 1), ``vs`` (the runner-up, whose comparison is measured), ``sd`` (of one query's
+        difference to it), ``detectable_gap`` (the lead over each other model shipped 80 % of
+        the time at this N; None when no lead up to 1 is), ``margin``, ``n_for_margin`` (N per
+        seed at which a lead of the margin is shipped 80 % of the time), ``n_for_equivalence``
+        (N at which the runner-up's observed gap would be shown inside the margin 80 % of the
+        time; None when it is not inside), ``largest_n`` (the most the data allow for the
+        metric's sample; None: unknown) and ``text``.
+    """
+    rows, tests = _rows(c, pair)
+    if not tests:
+        return None
+    seeds = c.seeds or 1
+    queries = (c.n or 0) * seeds
+    k1 = len(tests)
+    runner = tests[0]
+    spreads = [t["se"] for t in tests if isinstance(t["se"], float) and math.isfinite(t["se"]) and t["se"] > 0]
+    se = runner["se"] if runner["se"] and math.isfinite(runner["se"]) else max(spreads, default=0.0)
+    sd = se * math.sqrt(queries) if queries else 0.0
+    hits = parse_metric(c.metric)[1] is not None  # 0/1 outcomes, tested exactly
+    gap = detectable_gap(queries, sd, k1, c.alpha, discrete=hits) if sd > 0 else 0.0
+    per_seed = lambda q: None if q is None or math.isinf(q) else max(math.ceil(q / seeds), 1)  # noqa: E731
+    n_margin = per_seed(queries_for_gap(c.margin, sd, k1, c.alpha, discrete=hits)) if sd > 0 else None
+    n_eq = per_seed(queries_for_equivalence(runner["diff"], c.margin, sd, k1, c.alpha)) if sd > 0 else None
+    family = "xlr" if truth_metric(c.metric) else "bkr"
+    most = (largest_n or {}).get(pair, {}).get(family)
+    out = {"n": c.n, "seeds": seeds, "queries": queries, "comparisons": k1, "vs": runner["model_b"], "sd": sd,
+           "detectable_gap": None if math.isinf(gap) else gap, "margin": c.margin, "n_for_margin": n_margin,
+           "n_for_equivalence": n_eq, "largest_n": most}
+    out["text"] = _power_text(c, out)
+    return out
+
+
+def _power_text(c: "Comparison", p: dict[str, Any]) -> str:
+    """The power note of one pair in words."""
+    if p["sd"] == 0:
+        return (f"every query's outcome is the same for {p['vs']} as for the best: the gap is exactly 0 at this N, and "
+                "more queries are needed only to see a difference at all")
+    over = f"each of the other {p['comparisons']} models" if p["comparisons"] > 1 else "the other model"
+    seen = (f"a lead of {p['detectable_gap']:.3f} or more over {over}" if p["detectable_gap"] is not None
+            else f"no lead over {over}, however large,")
+    text = (f"at N = {p['n']} x {p['seeds']} seed{_s(p['seeds'])} ({p['queries']:,} queries) {c.metric} detects {seen} 80% "
+            f"of the time (spread of the per-query difference to {p['vs']}: sd {p['sd']:.2f}; Holm over {p['comparisons']})")
+    needs = []
+    if p["n_for_margin"] is not None:
+        needs.append(f"a lead of {p['margin']:g} needs about N = {p['n_for_margin']:,}" if p["n_for_margin"] > (p["n"] or 0)
+                     else f"a lead of {p['margin']:g} is detected at this N")
+    if p["n_for_equivalence"] is not None and p["n_for_equivalence"] > (p["n"] or 0):
+        needs.append(f"showing {p['vs']} within ±{p['margin']:g} (if its gap is what it seems) about N = "
+                     f"{p['n_for_equivalence']:,}")
+    if needs:
+        text += "; " + ", and ".join(needs)
+    most, wanted = p["largest_n"], max([x for x in (p["n_for_margin"], p["n_for_equivalence"]) if x is not None], default=0)
+    if most is not None and most <= (p["n"] or 0):
+        text += f"; N = {p['n']} is the most these data allow, so only more items (not more seeds) can add queries"
+    elif most is not None and wanted > most:
+        text += f"; the data allow N up to {most:,}: more seeds add queries, more items more distinct ones"
+    elif most is not None:
+        text += f"; the data allow N up to {most:,}"
+    return text
+
+
+def _saturated(c: "Comparison", rows: list[dict[str, Any]], leading: list[str]) -> str:
+    """A sentence when several leading models sit at the metric's ceiling at K > 1, else ``""``."""
+    spec, k = parse_metric(c.metric)
+    if not k or k <= 1 or spec.outcome is None:
+        return ""
+    top = [r for r in rows if r["model"] in leading and r["ci_high"] >= 1 - 1e-9 and r["estimate"] >= 0.95]
+    if len(top) < 2:
+        return ""
+    at1 = c.metric.split("@")[0] + "@1"
+    return (f". {c.metric} saturates: {names([r['model'] for r in top])} score {top[-1]['estimate']:.3f} or more at K = {k} "
+            f"(K/N = {k / c.n:.2g}), where it cannot tell them apart; at K = 1 they may separate ({at1} ranks the same "
+            f"records: --metric {at1})")
+
+
+def pair_verdict(c: "Comparison", pair: str, largest_n: Limits | None = None) -> dict[str, Any]:
     """The verdict of one language pair.
 
     Args:
@@ -91,112 +192,109 @@ def pair_verdict(c: "Comparison", pair: str, largest_n: Mapping[str, Mapping[str
             ``"bkr"``; ``EvalResult.largest_n``); None: unknown.
 
     Returns:
-        ``pair``, ``status`` (``"ship"``, ``"tied"`` or ``"not enough data"``), ``ship`` (the
-        model to ship, or None), ``leading`` (the leading group, best first), ``best`` (the
-        best model with ``estimate, low, high``), ``gap`` (the best model's gap to the runner-up
-        (``ship``) or to the last of the leading group (``tied``), with its interval and
-        Holm-adjusted p-value; None for one model) and ``text``.
+        ``pair``; ``status`` (``"ship"``, ``"equivalent"``, ``"not enough data"``, ``"at
+        chance"`` or ``"only model"``); ``ship`` (the model to ship, or None); ``margin``;
+        ``equivalent_to_best`` (the models shown equivalent to the best by the equivalence test,
+        best first, the best included: just ``[best]`` when none); ``leading`` (the best and
+        every model not significantly worse, best first); ``best`` (the best model with
+        ``estimate, low, high``); ``gap`` (the best model's gap to the runner-up with its
+        interval, Holm-adjusted p-value and equivalence interval; None for one model);
+        ``comparisons`` (the k - 1 comparisons corrected for); ``power`` (:func:`pair_power`)
+        and ``text``.
     """
-    g = c.per_pair[c.per_pair["pair"] == pair].sort_values("rank")
-    models = g["model"].tolist()
-    top = g.iloc[0]
-    best = {"model": top["model"], "estimate": float(top["estimate"]), "low": float(top["ci_low"]), "high": float(top["ci_high"])}
-    score = f"{c.metric} {best['estimate']:.3f} [{best['low']:.3f}, {best['high']:.3f}]"
-    leading = [m for m in models if m == best["model"] or not _gap(c, pair, best["model"], m)["significant"]]
+    rows, tests = _rows(c, pair)
+    top = rows[0]
+    best = {"model": top["model"], "estimate": float(top["estimate"]), "low": float(top["ci_low"]),
+            "high": float(top["ci_high"])}
+    interval = {r["model"]: (float(r["estimate"]), float(r["ci_low"]), float(r["ci_high"])) for r in rows}
+    ceiling = ceiling_of(interval, best["model"], tests, smaller_k(c.metric))
+    status = pair_status([t["vs_best"] for t in tests], best["low"], c.chance, ceiling,
+                         identical(tests, best["estimate"], c.chance))
+    leading = [best["model"]] + [t["model_b"] for t in tests if not t["better"]]
+    equivalent = [best["model"]] + [t["model_b"] for t in tests if t["equivalent"]]
     gap = None
-    if len(models) > 1:
-        other = models[1] if len(leading) == 1 else leading[-1]
-        gap = {"vs": other, **_gap(c, pair, best["model"], other)}
-    at_chance = c.chance is not None and best["low"] <= c.chance
-    if len(models) == 1:
-        status, text = "ship", f"{pair}: {best['model']} is the only model ({score})."
-    elif at_chance or len(leading) == len(models):
-        status = "not enough data"
-        why = (f"even the best model, {best['model']} ({score}), is not distinguishable from chance ({c.chance:.3g})"
-               if at_chance else f"no model is significantly better than another (largest gap: {best['model']} over "
-                                 f"{gap['vs']}, {_span(gap)})")
-        text = f"{pair}: not enough data to tell at N = {c.n}: {why}; {_more_data(c, pair, largest_n)}."
-    elif len(leading) == 1:
-        status = "ship"
-        text = (f"{pair}: ship {best['model']} ({score}); it leads the runner-up {gap['vs']} by {_span(gap)}, "
-                f"significant after Holm (p = {gap['p_adj']:.2g}).")
-    else:
-        status = "tied"
-        text = (f"{pair}: {_names(leading)} are indistinguishable at N = {c.n} (best {score}; gap to {gap['vs']} "
-                f"{_span(gap)}): pick among them by cost or speed; {_more_data(c, pair, largest_n)}.")
-    return {"pair": pair, "status": status, "ship": best["model"] if status == "ship" else None, "leading": leading,
-            "best": best, "gap": gap, "text": text}
+    if tests:
+        t = tests[0]
+        gap = {"vs": t["model_b"], "diff": float(t["diff"]), "low": float(t["diff_low"]), "high": float(t["diff_high"]),
+               "p_adj": float(t["p_adj"]), "significant": bool(t["better"]), "eq_low": float(t["eq_low"]),
+               "eq_high": float(t["eq_high"]), "p_tost_adj": float(t["p_tost_adj"]), "equivalent": bool(t["equivalent"])}
+    power = pair_power(c, pair, largest_n)
+    text = _pair_text(c, pair, status, best, rows, tests, power, ceiling)
+    if status == "not enough data":
+        text += _saturated(c, rows, leading)
+    return {"pair": pair, "status": status, "ship": best["model"] if status == "ship" else None, "margin": c.margin,
+            "equivalent_to_best": equivalent, "leading": leading, "best": best, "gap": gap, "comparisons": len(tests),
+            "power": power, "text": text.rstrip(".") + "."}
 
 
-def _names(models: list[str]) -> str:
-    return ", ".join(models[:-1]) + " and " + models[-1] if len(models) > 1 else "".join(models)
+def _pair_text(c: "Comparison", pair: str, status: str, best: dict[str, Any], rows: list[dict[str, Any]],
+               tests: list[dict[str, Any]], power: dict[str, Any] | None, ceiling: bool = False) -> str:
+    """The sentence of one pair's answer."""
+    score = f"{c.metric} {best['estimate']:.3f} [{best['low']:.3f}, {best['high']:.3f}]"
+    k1, m = len(tests), c.margin
+    holm_k = f"Holm over the {k1} comparison{_s(k1)} with the best"
+    if status == "only model":
+        return f"{pair}: {best['model']} is the only model ({score}): nothing to compare it with"
+    if status == "at chance":
+        tie = all(r["estimate"] == best["estimate"] for r in rows)
+        where = "below" if best["high"] < c.chance else "not distinguishable from"
+        who = (f"every model scores {best['estimate']:.3f} [{best['low']:.3f}, {best['high']:.3f}] (they tie: none is "
+               f"best), {where}" if tie else f"the best model, {best['model']} ({score}), is {where}")
+        spec, k = parse_metric(c.metric)
+        most = power["largest_n"] if power else None
+        helps = (f"N = {c.n} is the most these data allow, so only more items lower chance (K/N)" if most is not None
+                 and most <= c.n else "a larger N lowers chance (K/N)")
+        helps += f", and so does a smaller K (--k 1: chance {1 / c.n:.3g})" if k and k > 1 else ""
+        same = [t["model_b"] for t in tests if t["equivalent"] and t["se"] == 0]
+        also = (f"; {names([best['model']] + same)} give identical per-query results (equivalent at any N)" if same else "")
+        return f"{pair}: at chance: {who} chance ({c.chance:.3g}); nothing can be concluded at N = {c.n}: {helps}{also}"
+    runner = tests[0]
+    lead = _span(runner["diff"], runner["diff_low"], runner["diff_high"])
+    if status == "ship":
+        within = [t["model_b"] for t in tests if t["vs_best"] == "worse, within margin"]
+        text = (f"{pair}: ship {best['model']} ({score}): it is significantly better than "
+                + (f"each of the other {k1} models" if k1 > 1 else f"the other model, {runner['model_b']}")
+                + f" (paired test, {holm_k}); its smallest lead: {lead} over {runner['model_b']} (p = {runner['p_adj']:.2g})")
+        if within:
+            text += (f". {names(within)} {'is' if len(within) == 1 else 'are'} within ±{m:g} of it (equivalent: the gap is "
+                     "real but smaller than the margin; if cheaper, as good in practice)")
+        return text
+    eq = [t for t in tests if t["equivalent"]]
+    worse = [t["model_b"] for t in tests if t["vs_best"] == "worse"]
+    if status == "equivalent":
+        far = max(eq, key=lambda t: max(abs(t["eq_low"]), abs(t["eq_high"])))
+        text = (f"{pair}: equivalent: {names([best['model']] + [t['model_b'] for t in eq])} are within ±{m:g} of the best, "
+                f"{best['model']} ({score}; the widest: {far['model_b']}, gap {far['diff']:.3f}, {1 - 2 * c.alpha:.0%} interval "
+                f"[{far['eq_low']:.3f}, {far['eq_high']:.3f}]; two one-sided tests, {holm_k}): pick among them by cost or speed")
+        if c.chance is not None and best["low"] <= c.chance:  # the same model under other names, but no better than chance
+            text += (f"; they give identical per-query results, and the interval reaches chance ({c.chance:.3g}): "
+                     "the same model, of uncertain use")
+        return text + (f"; {names(worse)} {'is' if len(worse) == 1 else 'are'} significantly worse" if worse else "")
+    open_ = [t for t in tests if t["vs_best"] == "undecided"]
+    if ceiling and not open_:  # equivalent only at the metric's ceiling: no answer
+        return (f"{pair}: not enough data at N = {c.n}: {names([best['model']] + [t['model_b'] for t in eq])} are within "
+                f"±{m:g} of the best, {best['model']} ({score}), but only at the metric's ceiling, which says nothing of "
+                f"the models" + (f"; {names(worse)} {'is' if len(worse) == 1 else 'are'} significantly worse" if worse else ""))
+    u = open_[0]
+    text = (f"{pair}: not enough data at N = {c.n}: {best['model']} leads ({score}), but {names([t['model_b'] for t in open_])} "
+            f"can be neither separated from it nor shown within ±{m:g} of it (gap to {u['model_b']}: "
+            f"{_span(u['diff'], u['diff_low'], u['diff_high'])}, p = {u['p_adj']:.2g}")
+    if u["diff_low"] > 0:
+        text += (f"; its {c.level:.0%} interval excludes 0, but the test decides, corrected for the {k1} comparison{_s(k1)} the "
+                 f"verdict makes: p >= {c.alpha:g}")
+    text += f"; {1 - 2 * c.alpha:.0%} interval [{u['eq_low']:.3f}, {u['eq_high']:.3f}] not inside ±{m:g})"
+    if eq:
+        text += (f"; {names([t['model_b'] for t in eq])} {'is' if len(eq) == 1 else 'are'} shown within ±{m:g} of it "
+                 f"(partly equivalent, partly undecided)")
+    if worse:
+        text += f"; {names(worse)} {'is' if len(worse) == 1 else 'are'} significantly worse"
+    if power is not None:
+        text += f". Power: {power['text']}. More data may show a winner, or that they are equivalent"
+    return text
 
 
-def agreement(check: "Comparison", truth: "Comparison") -> list[dict[str, Any]]:
-    """Does the metric without ground truth order the models as the ground truth does? Per pair.
-
-    Args:
-        check: the comparison by the metric without ground truth (BkR).
-        truth: the comparison by the ground truth (XLR) on the same records.
-
-    Returns:
-        Per pair: ``pair``, ``spearman`` (of the two metrics' estimates across models; NaN for
-        fewer than 3 models), ``tested`` (the model pairs both metrics separate significantly:
-        only there could the check contradict the truth), ``reversed`` (those it orders the
-        other way round), ``same_pick`` (whether it would ship the model the truth ships, or
-        pick the same leading group), ``status`` (``"agrees"``, ``"reverses"`` or ``"not
-        enough data"``) and ``text``.
-    """
-    out = []
-    for pair in dict.fromkeys(check.per_pair["pair"]):
-        x = check.per_pair[check.per_pair["pair"] == pair].set_index("model")["estimate"]
-        y = truth.per_pair[truth.per_pair["pair"] == pair].set_index("model")["estimate"].reindex(x.index)
-        _, rho = correlations(x.to_numpy(float), y.to_numpy(float))
-        sig = _significant(check, pair)
-        sig_t = _significant(truth, pair)
-        tested = [(a, b) for a, b in sig if (a, b) in sig_t or (b, a) in sig_t]
-        swapped = [(a, b) for a, b in tested if (b, a) in sig_t]
-        pick, pick_t = pair_verdict(check, pair), pair_verdict(truth, pair)
-        same = pick["leading"] == pick_t["leading"] if pick_t["status"] != "ship" else pick["ship"] == pick_t["ship"]
-        corr = "" if np.isnan(rho) else f"Spearman {rho:.2f} across models; "
-        if swapped:
-            status = "reverses"
-            text = "; ".join(f"{check.metric} puts {a} above {b}, {truth.metric} puts {b} above {a}" for a, b in swapped)
-        elif tested:
-            status = "agrees"
-            text = (f"the {len(tested)} gap{'s' * (len(tested) != 1)} both metrics call significant "
-                    f"{'go' if len(tested) != 1 else 'goes'} the same way")
-        else:
-            status = "not enough data"
-            text = (f"not enough data to tell: at N = {check.n} no gap is significant by both {check.metric} and "
-                    f"{truth.metric}, so no disagreement could show")
-        if pick_t["status"] == "ship" and status != "not enough data":
-            text += "; " + _pick(check.metric, pick, pick_t["ship"])
-        out.append({"pair": pair, "spearman": rho, "tested": [list(p) for p in tested],
-                    "reversed": [list(p) for p in swapped], "same_pick": bool(same), "status": status,
-                    "text": f"{corr}{text}"})
-    return out
-
-
-def _pick(metric: str, pick: dict[str, Any], ship: str) -> str:
-    """What the check would ship, beside the ground truth's ``ship``."""
-    if pick["ship"] == ship:
-        return f"{metric} would also ship {ship}"
-    if pick["ship"] is not None:
-        return f"{metric} would ship {pick['ship']} instead"
-    gap = pick["gap"]
-    return (f"{metric} cannot separate {_names(pick['leading'])} at this N (gap {gap['diff']:.3f} "
-            f"[{gap['low']:.3f}, {gap['high']:.3f}])")
-
-
-def _significant(c: "Comparison", pair: str) -> list[tuple[str, str]]:
-    pw = c.pairwise
-    s = pw[(pw["pair"] == pair) & pw["significant"].astype(bool)]
-    return list(zip(s["model_a"], s["model_b"]))
-
-
-def verdict(c: "Comparison", largest_n: Mapping[str, Mapping[str, int | None]] | None = None) -> dict[str, Any]:
-    """Which model to ship, per pair and overall, with the interval behind it.
+def verdict(c: "Comparison", largest_n: Limits | None = None) -> dict[str, Any]:
+    """Which model to ship, per pair and overall, with the numbers behind it.
 
     Args:
         c: a finished comparison (with its counterpart in ``c.beside`` where there is one).
@@ -205,57 +303,72 @@ def verdict(c: "Comparison", largest_n: Mapping[str, Mapping[str, int | None]] |
 
     Returns:
         ``metric`` (the metric the verdict follows: the ground truth where the records have it),
-        ``check`` (the metric shown beside it, or None), ``status`` (``"ship"``, ``"tied"``,
-        ``"per pair"`` or ``"not enough data"``), ``ship`` (the model to ship overall, or None),
-        ``leading`` (the models in the leading group of every pair), ``pairs`` (the
-        :func:`pair_verdict` of each pair), ``agreement`` (:func:`agreement` of the check with
-        the ground truth, or None), ``summary`` (the overall sentence), ``check_text`` (what the
-        check says, or ``""``) and ``text``: one paragraph of the three.
+        ``check`` (the metric shown beside it, or None), ``status`` (``"ship"``,
+        ``"equivalent"``, ``"not enough data"``, ``"at chance"``, ``"only model"``, or ``"per
+        pair"`` when every pair is decided but no model is acceptable on all), ``ship`` (the
+        model to ship overall, or None), ``margin``, ``equivalent_to_best`` (the overall best
+        -- the model shipped, else the best mean over pairs -- and every model within the margin
+        of the best on every pair, best first), ``leading`` (the models in the leading group of
+        every pair), ``pairs`` (the :func:`pair_verdict` of each pair), ``agreement``
+        (:func:`~.check.agreement` of the check with the ground truth, or None), ``summary`` (the
+        overall sentence), ``check_text`` (what the check says, or ``""``) and ``text``: one
+        paragraph of the three.
     """
+    from .check import agreement, check_sentence
+
     lead, check = lead_and_check(c)
     pairs = list(dict.fromkeys(lead.per_pair["pair"]))
     per = [pair_verdict(lead, p, largest_n) for p in pairs]
     models = lead.across_pairs["model"].tolist()
-    always = [m for m in models if all(m in v["leading"] for v in per)]
-    decided = [v for v in per if v["status"] != "not enough data"]
-    undecided = [v["pair"] for v in per if v["status"] == "not enough data"]
-    truth = check is not None and _truth(lead.metric)
+    truth = check is not None and truth_metric(lead.metric)
     basis = f"by {lead.metric}" + (", the ground truth (these data link languages)" if truth else "")
-    where = f"{len(pairs)} pair{'s' * (len(pairs) != 1)}"
-    unsure = f"; on {', '.join(undecided)} there is not enough data to tell" if undecided else ""
-    if not decided:
-        status, ship = "not enough data", None
-        head = f"Not enough data to tell: {basis}, no pair separates the models at N = {lead.n}."
-    elif len(always) == 1:
-        status, ship = "ship", always[0]
-        ahead = [v for v in per if v["status"] == "ship" and v["gap"] is not None]
-        tied = [v["pair"] for v in per if v["status"] == "tied"]
-        lead_txt = ""
-        if ahead:
-            low = min(ahead, key=lambda v: v["gap"]["diff"])
-            lead_txt = f"; its smallest lead: {_span(low['gap'])} over {low['gap']['vs']} on {low['pair']}"
-        if tied:
-            where_best = f"in the leading group on every pair (tied with others on {', '.join(tied)})"
-        else:
-            where_best = "significantly best on every pair" if not undecided else "significantly best wherever the data tell"
-        head = f"Ship {ship}: {basis}, it is {where_best}{lead_txt}{unsure}."
-    elif always:
-        status, ship = "tied", None
-        head = (f"{_names(always)} are indistinguishable at N = {lead.n} on all {where} ({basis}): pick among them "
-                f"by cost or speed{unsure}.")
-    else:
-        status, ship = "per pair", None
-        head = f"No one model leads on all {where} ({basis}): the choice depends on the pair."
-    agree = agreement(check, lead) if truth else None
-    check_text = ""
-    if agree is not None:
-        said = []
-        for kind, what in (("agrees", "it agrees with {m} on {p}"), ("reverses", "it reverses a significant gap of {m} on {p}"),
-                           ("not enough data", "on {p} there is not enough data to tell")):
-            on = [a["pair"] for a in agree if a["status"] == kind]
-            if on:
-                said.append(what.format(m=lead.metric, p=", ".join(on)))
-        check_text = f"{check.metric}, which needs no translations, is the check: {'; '.join(said)}."
+    status, ship, head = _overall(lead, per, models, basis)
+    best = ship or models[0]
+    ok = [m for m in models if all(m in v["equivalent_to_best"] for v in per)]
+    equivalent = [best] + [m for m in ok if m != best] if best in ok else [best]
+    agree = agreement(check, lead, largest_n) if truth else None
+    check_text = check_sentence(check, lead, agree) if agree is not None else ""
     text = " ".join(t for t in [head, *(v["text"] for v in per), check_text] if t)
     return {"metric": lead.metric, "check": None if check is None else check.metric, "status": status, "ship": ship,
-            "leading": always, "pairs": per, "agreement": agree, "summary": head, "check_text": check_text, "text": text}
+            "margin": lead.margin, "equivalent_to_best": equivalent,
+            "leading": [m for m in models if all(m in v["leading"] for v in per)], "pairs": per, "agreement": agree,
+            "summary": head, "check_text": check_text, "text": text}
+
+
+def _overall(c: "Comparison", per: list[dict[str, Any]], models: list[str], basis: str) -> tuple[str, str | None, str]:
+    """The overall answer: ``(status, ship, sentence)``."""
+    where = f"{len(per)} pair{_s(len(per))}"
+    if len(models) == 1:
+        return "only model", None, f"{models[0]} is the only model ({basis}): nothing to compare it with."
+    undecided = [v for v in per if v["status"] in ("not enough data", "at chance")]
+    if undecided:
+        if all(v["status"] == "at chance" for v in per):
+            return "at chance", None, (f"At chance: {basis}, no model is shown above chance on "
+                                       f"{'any' if len(per) > 1 else 'the'} pair at N = {c.n}: nothing can be concluded.")
+        said = [f"on {v['pair']} {'ship ' + v['ship'] if v['ship'] else 'they are equivalent'}" for v in per
+                if v not in undecided]
+        return "not enough data", None, (
+            f"Not enough data to decide at N = {c.n} ({basis}): on {', '.join(v['pair'] for v in undecided)} neither a "
+            f"winner nor equivalence can be shown" + (f"; {'; '.join(said)}" if said else "") + ".")
+    shipped = {v["ship"] for v in per}
+    ok = [m for m in models if all(m in v["equivalent_to_best"] for v in per)]
+    if len(shipped) == 1 and None not in shipped:
+        x = next(iter(shipped))
+        k1 = max(v["comparisons"] for v in per)
+        low = min(per, key=lambda v: v["gap"]["diff"])
+        return "ship", x, (f"Ship {x}: {basis}, it is significantly better than every other model on "
+                           f"{'every' if len(per) > 1 else 'the'} pair (Holm over the {k1} comparison{_s(k1)} with the best"
+                           f"{' on each' if len(per) > 1 else ''}); its smallest lead: "
+                           f"{_span(low['gap']['diff'], low['gap']['low'], low['gap']['high'])} over {low['gap']['vs']} "
+                           f"on {low['pair']}.")
+    if len(ok) == 1:
+        x = ok[0]
+        won = [v["pair"] for v in per if v["ship"] == x]
+        return "ship", x, (f"Ship {x}: {basis}, it is the only model within ±{c.margin:g} of the best on every pair"
+                           + (f" (significantly best on {', '.join(won)}, equivalent to the best elsewhere)." if won else "."))
+    if ok:
+        on = "on every pair" if len(per) > 1 else "on the pair"
+        return "equivalent", None, (f"Equivalent: {basis}, {names(ok)} are within ±{c.margin:g} of the best {on}: "
+                                    f"pick among them by cost or speed.")
+    return "per pair", None, (f"No one model is the best, or within ±{c.margin:g} of it, on all {where} ({basis}): the "
+                              f"choice depends on the pair.")

@@ -9,6 +9,7 @@ from ..core import BackretrievalError
 from ..core.io import folder_lock
 from .options import (N_BOOT, OPEN_UNIT, bad_option, check_grid, dataset_specs, device_option, grid_config, grid_options, main,
                       warn)
+from .run_options import check_save_queries, dry_run_option, print_dry_run, queries_line, run_config, run_options
 
 
 def _check_metric(metric: str, n: int, approx_k: int | None = None):
@@ -26,114 +27,22 @@ def _check_metric(metric: str, n: int, approx_k: int | None = None):
     return spec
 
 
-_TARGET = click.FloatRange(0, 1, min_open=True)
-
-
-def approx_options(fn):
-    """--approx, --approx-target and --approx-always (evaluate and compare)."""
-    fn = click.option("--approx-always", is_flag=True,
-                      help="With --approx: search approximately even where the cost model (counted distance "
-                           "computations) says exact search is cheaper, as it is at small N.")(fn)
-    fn = click.option("--approx-target", type=_TARGET, default=0.99, show_default=True,
-                      help="With --approx: the top-1 agreement (and top-K recall) with exact search each search is "
-                           "calibrated to reach, in (0, 1]; below it the search falls back to exact.")(fn)
-    return click.option("--approx", type=click.Choice(["hnsw", "ivf"]), default=None,
-                        help="For N beyond exact search: XLR@K and BkR@K from self-calibrating FAISS top-K lists "
-                             "(MRR truncated at K; CORR exact on its pair subsample; no hubness).")(fn)
-
-
-def reuse_stale_option(fn):
-    """--reuse-stale (evaluate and compare)."""
-    return click.option("--reuse-stale", is_flag=True,
-                        help="Reuse the records in OUT and the cached vectors computed under other versions (metrics, "
-                             "model libraries, FAISS) instead of recomputing them; a warning names what differs.")(fn)
-
-
-def save_queries_option(fn):
-    """--save-queries (evaluate and compare)."""
-    return click.option("--save-queries", is_flag=True,
-                        help="Also write OUT/queries.parquet: per record and query, what it retrieved (ids, texts, "
-                             "image paths; every tied top target), its BkR rank and, with ground truth, its XLR rank "
-                             "(docs/usage.md, 'What each query retrieved'). Exact search only.")(fn)
-
-
-def dry_run_option(fn):
-    """--dry-run (evaluate and compare)."""
-    return click.option("--dry-run", is_flag=True,
-                        help="Send nothing: draw the samples, read the cache and print, per embedding-API model "
-                             "(openai:), the texts, requests, tokens and cost a run would send; then stop.")(fn)
-
-
-def _dry_run(cfg) -> None:
-    """Print what each embedding-API model of ``cfg`` would send (``--dry-run``)."""
-    from ..analysis.evaluate import estimate
-    from ..analysis.evaluate.grid import estimate_line
-
-    try:
-        found = estimate(cfg)
-    except BackretrievalError as e:
-        raise click.ClickException(str(e)) from None
-    for name, est in found.items():
-        click.echo(estimate_line(name, est))
-    if not found:
-        click.echo("no model of this run sends texts to an embedding API; nothing to estimate")
-
-
-def _check_save_queries(save_queries: bool, cfg) -> None:
-    if save_queries and cfg.approx is not None:
-        bad_option("--save-queries", "approximate search keeps no per-query results; use exact search (no --approx)")
-
-
-def _queries_line(cfg, out) -> str:
-    """The line that says where what each query retrieved went."""
-    extra = f" (and per extra image model in {Path(out) / 'image-models'})" if cfg.extra_image_models else ""
-    return f"wrote {Path(out) / 'queries.parquet'}{extra}"
-
-
-def _with_reuse(cfg, reuse_stale: bool):
-    import dataclasses
-
-    return dataclasses.replace(cfg, reuse_stale=True) if reuse_stale else cfg
-
-
-def _approx_config(cfg, approx: str | None, target: float, always: bool = False):
-    """``cfg`` with the approximate-search options (checked)."""
-    import dataclasses
-
-    if approx is None:
-        if always:
-            bad_option("--approx-always", "needs --approx")
-        return cfg
-    if cfg.sim != "cosine":
-        bad_option("--approx", f"approximate search ranks by cosine only; --sim {cfg.sim} needs exact search")
-    cfg = dataclasses.replace(cfg, approx=approx, approx_target=target, approx_cost_check=not always)
-    from ..analysis.evaluate.tasks import check_approx
-
-    try:
-        check_approx(cfg)
-    except BackretrievalError as e:
-        bad_option("--approx", str(e))
-    return cfg
-
-
 @main.command()
 @grid_options
 @device_option
-@approx_options
-@reuse_stale_option
-@save_queries_option
-@dry_run_option
-def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run,
-             **grid) -> None:
+@run_options
+def evaluate(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, margin,
+             no_measure_speed, **grid) -> None:
     """Compute XLR, BkR, CORR and hubness for every model x pair x seed.
 
     Writes OUT/results.jsonl (one object per model, pair and seed), OUT/results.csv and
     OUT/summary.md, and prints the summary table; with --save-queries also OUT/queries.parquet.
     """
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
-    _check_save_queries(save_queries, cfg)
+    cfg = run_config(grid_config(**grid), approx=approx, approx_target=approx_target, approx_always=approx_always,
+                     reuse_stale=reuse_stale, margin=margin, no_measure_speed=no_measure_speed)
+    check_save_queries(save_queries, cfg)
     if dry_run:
-        return _dry_run(cfg)
+        return print_dry_run(cfg)
     check_grid(cfg, out, executor)
     with folder_lock(out):
         _evaluate(cfg, out, quiet, executor, save_queries)
@@ -146,37 +55,38 @@ def _evaluate(cfg, out, quiet, executor, save_queries: bool = False) -> None:
     click.echo(grid.summary_markdown(result).rstrip("\n"))
     click.echo(f"\nwrote {Path(out) / 'results.jsonl'}, results.csv, summary.md")
     if save_queries:
-        click.echo(_queries_line(cfg, out))
+        click.echo(queries_line(cfg, out))
 
 
 @main.command()
 @grid_options
 @device_option
-@approx_options
-@reuse_stale_option
-@save_queries_option
-@dry_run_option
+@run_options
 @click.option("--metric", default=None, help="Metric to rank by (default bkr@K); `backretrieval metrics` lists those that can rank models.")
 @click.option("--level", type=OPEN_UNIT, default=0.95, show_default=True, help="Confidence level of the bootstrap intervals, in (0, 1).")
 @click.option("--alpha", type=OPEN_UNIT, default=0.05, show_default=True, help="Significance level for the gaps (Holm-adjusted), in (0, 1).")
 @click.option("--n-boot", type=N_BOOT, default=1000, show_default=True, help="Bootstrap resamples, 2 to 100,000 (for corr: 200 unless given; each costs a pass over the N x N pairs).")
+@click.option("--cost", type=click.Choice(["bytes", "speed", "price"]), default="bytes", show_default=True,
+              help="What the verdict's cheapest model as good as the best is cheapest in: bytes per item (vector size), "
+                   "encoding speed (time per item on this machine) or price per million items (API models).")
 @click.option("--report", is_flag=True, help="Also write OUT/report.html (self-contained: verdicts, figures, example galleries of what each "
               "model retrieved, provenance), OUT/report.json and the figures (PNG, SVG) in OUT/figures; with ground "
               "truth, XLR beside BkR.")
-def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, metric, level,
-            alpha, n_boot, report, **grid) -> None:
+def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_stale, save_queries, dry_run, margin,
+            no_measure_speed, metric, level, alpha, n_boot, cost, report, **grid) -> None:
     """Rank models per pair with bootstrap CIs; mark which gaps are significant.
 
     Needs no ground truth: with BkR (the default metric) any data with images will do. Writes
-    OUT/compare.md (the verdict: which model to ship, or which are indistinguishable at this N;
-    then the rankings; XLR leads where the data link languages), OUT/compare.json and the
-    evaluation records. With --metric corr the CORR
+    OUT/compare.md (the verdict per pair and overall: ship a model, equivalent within --margin
+    (pick by cost or speed), not enough data, or at chance; then the rankings; XLR leads where
+    the data link languages, BkR is the check), OUT/compare.json and the evaluation records. With --metric corr the CORR
     baseline is ranked, its intervals from bootstrap resamples of the source queries. With
     --report also OUT/report.html, a page to share (see docs/your-data.md); with --save-queries
     also OUT/queries.parquet.
     """
-    cfg = _with_reuse(_approx_config(grid_config(**grid), approx, approx_target, approx_always), reuse_stale)
-    _check_save_queries(save_queries, cfg)
+    cfg = run_config(grid_config(**grid), approx=approx, approx_target=approx_target, approx_always=approx_always,
+                     reuse_stale=reuse_stale, margin=margin, no_measure_speed=no_measure_speed, cost=cost)
+    check_save_queries(save_queries, cfg)
     metric = (metric or f"bkr@{cfg.k}").strip()
     spec = _check_metric(metric, cfg.n, cfg.approx_depth)
     if spec.outcome is None:  # ranked by bootstrap replicates of the records (CORR)
@@ -185,7 +95,7 @@ def compare(out, quiet, executor, approx, approx_target, approx_always, reuse_st
         boot_given = click.get_current_context().get_parameter_source("n_boot") != click.core.ParameterSource.DEFAULT
         cfg = dataclasses.replace(cfg, corr_boot=n_boot if boot_given else 200)
     if dry_run:
-        return _dry_run(cfg)
+        return print_dry_run(cfg)
     check_grid(cfg, out, executor)
     with folder_lock(out):
         _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, save_queries)
@@ -199,7 +109,7 @@ def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, sa
                     alpha=alpha, command=command_line(), executor=executor, progress=not quiet, log=warn)
     click.echo((Path(out) / grid.COMPARE_MD).read_text(encoding="utf-8").rstrip("\n"))  # what it wrote
     if save_queries:
-        click.echo(_queries_line(cfg, out))
+        click.echo(queries_line(cfg, out))
     if report:
         click.echo(f"\nwrote {Path(out) / 'report.html'} (figures in {Path(out) / 'figures'})")
 
@@ -207,12 +117,14 @@ def _compare(cfg, out, quiet, executor, metric, level, alpha, n_boot, report, sa
 @main.command()
 @grid_options(several_datasets=True)
 @device_option
+@dry_run_option
 @click.option("--weak-image-models", default="", help="Extra image models for the 'how weak may g be' study, e.g. color-hist,efficientnet-lite0@noise=1.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write figures and OUT/report.html.")
 @click.option("--candidates", default=None, metavar="M1,M2,...",
               help="The candidate proxies judged against XLR@10 (see `backretrieval metrics`), e.g. "
                    "bkr@10,bkr@1,bkr_mrr,corr. Default: bkr@K (K from --k) and corr.")
-def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, dataset_option, **grid) -> None:
+def meta(out, quiet, executor, dry_run, no_measure_speed, weak_image_models, report, candidates, dataset, dataset_option,
+         **grid) -> None:
     """Meta-evaluation: which candidate proxy tracks the ground truth XLR across models (Table 1, Fig. 2/3)?
 
     Each candidate (by default BkR@K, K from --k, and CORR) is correlated across at least 3 models
@@ -228,7 +140,7 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
 
     datasets = dataset_specs(dataset, dataset_option)
     cfg = grid_config(dataset=datasets[0][0], dataset_option=(), **grid)
-    cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1])
+    cfg = dataclasses.replace(cfg, dataset_options=datasets[0][1], measure_speed=not no_measure_speed)
     if len(cfg.models) < 3:
         bad_option("--models", f"meta-evaluation correlates metrics across models: give at least 3 models, got {len(cfg.models)}")
     names = default_candidates(cfg.k) if candidates is None else [m.strip() for m in candidates.split(",") if m.strip()]
@@ -237,6 +149,8 @@ def meta(out, quiet, executor, weak_image_models, report, candidates, dataset, d
     except BackretrievalError as e:
         bad_option("--candidates", str(e))
     extra = list(dict.fromkeys(m.strip() for m in weak_image_models.split(",") if m.strip()))
+    if dry_run:
+        return print_dry_run(cfg, datasets)
     check_grid(cfg, out, executor, extra, datasets)
     with folder_lock(out):
         runs.meta(cfg, out, datasets=datasets, image_models=extra, candidates=names, report=report, progress=not quiet,

@@ -51,18 +51,24 @@ def _train(loss: str, loss_kw: dict, dataset, dataset_option, train_langs, val_l
            batch_size, lr, beta1, widths, dropout, patience, select, init, standardize, threads, seed, split_seed, test_frac, val_frac,
            quiet) -> None:
     from ..data import load_dataset
+    from ..train.base import HyperParameterError, check_widths
     from ..train.m3l import M3L
 
     tl = parse_list(train_langs, "--train-langs", "language")
     vl = parse_list(val_langs, "--val-langs", "language") if val_langs is not None else None
     options = parse_options(dataset_option, dataset)
+    hidden = parse_numbers(widths, "--widths", count=2, integer=True, low=1)
+    try:
+        check_widths(hidden)
+    except HyperParameterError as e:
+        bad_option("--widths", str(e))
     model = M3L(
         loss,
         base=base,
         image_model=image_model,
         train_langs=tl,
         val_langs=vl,
-        widths=parse_numbers(widths, "--widths", count=2, integer=True, low=1),
+        widths=hidden,
         dropout=parse_numbers(dropout, "--dropout", count=3, low=0, high=1, high_open=True),
         lr=lr,
         beta1=beta1,

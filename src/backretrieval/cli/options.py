@@ -21,13 +21,13 @@ from typing import Any, NoReturn, Sequence
 
 import click
 
-from ..core import BackretrievalError
+from ..core import BackretrievalError, ServiceError
 from ..core.text import one_line
 from .output_paths import check_not_inputs, check_output_paths, model_paths
 from .warning_format import short_warnings, warn
 
 EXIT_BAD_INPUT = 2  # an `error:` line about the input or the configuration
-EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run)
+EXIT_SYSTEM = 1  # an `error:` line about the system (disk full, a file that vanished mid-run, a service that fails)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -50,6 +50,8 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except ServiceError as e:  # the input is fine; the service may answer later
+            _fail(str(e), EXIT_SYSTEM)
         except BackretrievalError as e:
             _fail(str(e))
         except click.exceptions.NoArgsIsHelpError:
@@ -309,12 +311,16 @@ def grid_options(fn=None, *, several_datasets: bool = False):
                           "line, optionally followed by its KEY=VALUE loader options) to merge pairs that live in "
                           "separate files.")
         if several_datasets
-        else click.option("--dataset", required=True, help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file.")
+        else click.option("--dataset", required=True, multiple=True, callback=_one_dataset,
+                          help="Registered dataset (see `backretrieval datasets`) or a .jsonl/.csv/.parquet file; one "
+                               "(pairs in separate files: stack them into one file, docs/datasets.md).")
     )
     opts = [
         dataset,
         click.option("--pairs", required=True, help="Directed language pairs, e.g. en-de,de-en,en-ja (use en:zh-Hant for codes with hyphens)."),
-        click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ..."),
+        click.option("--models", required=True, help="Comma-separated text models (see `backretrieval models`); variants as BASE@trunc=64, BASE@noise=0.5, ...; "
+                     "LABEL=SPEC names a model on every table and figure (e5=hf:intfloat/multilingual-e5-small), else a short label is derived "
+                     "(the hub name, the options that change the vectors)."),
         click.option("--image-model", default="efficientnet-lite0", show_default=True, help="Image model g for BkR/CORR; 'precomputed' reads the dataset's feature file."),
         click.option("--n", "n", type=POSITIVE, default=1500, show_default=True, help="Sample size N per side."),
         click.option("--seeds", default="5", show_default=True, help="Number of seeds (0..S-1) or a comma list of seeds >= 0."),
@@ -329,6 +335,20 @@ def grid_options(fn=None, *, several_datasets: bool = False):
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _one_dataset(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> str:
+    """The one ``--dataset`` of a command that evaluates one dataset (``evaluate``, ``compare``):
+    a second one, or a dataset list, is refused instead of keeping the last."""
+    command = ctx.info_name or "this command"
+    if len(specs) > 1:
+        bad_option("--dataset", f"{command} takes one dataset, got {len(specs)} ({', '.join(specs)}): run it once per "
+                                "dataset, or stack the files into one (their rows, with a lang column: docs/datasets.md); "
+                                "only meta merges several datasets")
+    spec = specs[0]
+    if spec.startswith("@") and not Path(spec).exists():
+        bad_option("--dataset", f"{spec!r}: {command} takes one dataset, not a list of them (@LIST: meta only)")
+    return spec
 
 
 def dataset_specs(specs: Sequence[str], dataset_option: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:

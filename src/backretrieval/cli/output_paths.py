@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core import BackretrievalError
 
 
 # what the grid commands write in --out: files, and folders whose whole content they own
@@ -34,15 +35,29 @@ def check_output_paths(out: str | Path, files: Sequence[str] = GRID_OUTPUT_FILES
 
 def model_paths(specs: Sequence[Any], option: str = "--models") -> list[tuple[str, str]]:
     """``(path, option)`` of every existing file or folder a model spec reads: the ``ARG`` of
-    ``NAME:ARG`` (``precomputed:FILE``, ``cr5:DIR``, ``st:DIR``, ...), variants included
-    (``precomputed:FILE@noise=0.5``). Model objects and specs without a path give nothing."""
+    ``NAME:ARG`` (``precomputed:FILE``, ``cr5:DIR``, ``st:DIR``, ...), and for ``hf:ORG/NAME``
+    the model's folder in the Hugging Face cache (its ``cache_dir`` option or the standard one),
+    variants included (``precomputed:FILE@noise=0.5``). Model objects and specs without a path
+    give nothing."""
+    from ..analysis.models import split_label
+    from ..encoders.options import split_spec
     from ..encoders.variants import split_variants
 
     out = []
     for spec in specs:
         if not isinstance(spec, str):
             continue
-        _, sep, arg = split_variants(spec)[0].partition("?")[0].partition(":")
+        spec = split_label(spec)[1]
+        head = split_variants(spec)[0]
+        name, sep, arg = head.partition("?")[0].partition(":")
+        if name == "hf" and arg:
+            from ..encoders.text.hf_hub import model_folder
+
+            try:
+                cache_dir = dict(split_spec(head)[1]).get("cache_dir")
+            except BackretrievalError:  # a malformed spec is refused where the model is built
+                continue
+            arg = str(model_folder(arg, cache_dir or None))
         if sep and arg and Path(arg).expanduser().exists():
             out.append((arg, f"{option} {spec}"))
     return out

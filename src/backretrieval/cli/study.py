@@ -77,11 +77,11 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
     if disagree is not None and from_queries is None:
         bad_option("--disagree", "needs --from-queries (the per-query results the models disagree in)")
     if from_queries is not None:
-        from ..study import disagreeing_queries, query_texts, read_query_table
+        from ..study import disagreeing_queries, query_texts, read_query_table, target_texts
 
         names = [m.strip() for m in (disagree.split(",") if disagree is not None else model_list) if m.strip()]
         table = read_query_table(from_queries)
-        texts = query_texts(table, src, tgt)
+        texts, targets = query_texts(table, src, tgt), target_texts(table, src, tgt)
         try:
             query_ids = disagreeing_queries(table, src, tgt, names)
         except BackretrievalError as e:
@@ -103,6 +103,7 @@ def create(dataset, src, tgt, models, queries, per_model, seed, pool, pool_size,
         dataset_options=parse_options(dataset_option),
         query_ids=query_ids,
         query_texts=texts if from_queries is not None else None,
+        target_texts=targets if from_queries is not None else None,
     )
     summary = create_study(cfg, out, raters=raters, force=force, progress=not quiet, log=warn)
     if query_ids is not None:

@@ -6,7 +6,7 @@ what counts as an empty text (:mod:`.text`) and the hints errors give (:mod:`.hi
 
 Every other layer may import from here; this package imports nothing from the project.
 """
-from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, UnsupportedLanguageError
+from .errors import BackretrievalError, DataError, EncoderError, MetricInputError, ServiceError, UnsupportedLanguageError
 from .rows import first_bad_row, normalize_rows, numeric_rows
 from .io import atomic_write, atomic_write_text, atomic_save_npz, cache_dir, content_hash, json_default, json_finite, json_ready
 
@@ -15,6 +15,7 @@ __all__ = [
     "DataError",
     "EncoderError",
     "MetricInputError",
+    "ServiceError",
     "UnsupportedLanguageError",
     "atomic_write",
     "atomic_write_text",

@@ -1,8 +1,9 @@
 """The one file lock: an advisory ``flock`` on a lock file (POSIX), and who holds it.
 
 :func:`take_lock` is what the output folder's lock (:func:`backretrieval.core.io.folder_lock`), a
-study's lock (:mod:`backretrieval.study.files`) and the ONNX export's lock (:func:`held_lock`)
-are built on. Where locks cannot be taken (no ``fcntl``, a lock file that cannot be created, a
+study's lock (:mod:`backretrieval.study.files`) and :func:`held_lock` are built on; :func:`held_lock`
+holds the ONNX export's lock, the embedding cache's lock on a namespace whose texts are being sent
+(:func:`backretrieval.encoders.cache.sending`) and the price book's lock on its records. Where locks cannot be taken (no ``fcntl``, a lock file that cannot be created, a
 file system without ``flock``) it returns None and the caller goes on without a lock; a lock that
 another process holds raises :class:`LockBusy` (or is waited for). Closing the descriptor releases
 the lock, and so does the end of the process.
@@ -13,7 +14,7 @@ import contextlib
 import errno
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 try:  # POSIX; elsewhere nothing is locked
     import fcntl
@@ -69,18 +70,24 @@ def take_lock(path: str | os.PathLike, *, exclusive: bool = True, wait: bool = F
 
 
 @contextlib.contextmanager
-def held_lock(path: str | os.PathLike) -> Iterator[None]:
+def held_lock(path: str | os.PathLike, on_busy: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (its folder and the file created if needed) for the
     block, waiting for it; where locks cannot be taken the block runs without one.
 
     Args:
         path: the lock file.
+        on_busy: called once, before waiting, when another holder has the lock (e.g. to say
+            that this run waits for it); None: wait without a word.
 
     Yields:
         Nothing; the lock is released when the block ends.
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = take_lock(path, wait=True)
+    try:
+        fd = take_lock(path, wait=on_busy is None)
+    except LockBusy:
+        on_busy()  # type: ignore[misc]
+        fd = take_lock(path, wait=True)
     try:
         yield
     finally:

@@ -143,8 +143,9 @@ def _emoji_key(unified: str) -> str:
 
 
 @contextlib.contextmanager
-def _reading(tgz: Path) -> Iterator[None]:
-    """Turn the errors of a damaged or truncated tarball into a :class:`DataError` naming it."""
+def reading_tarball(tgz: Path) -> Iterator[None]:
+    """Turn the errors of a damaged or truncated tarball read inside the block into a
+    :class:`DataError` naming it (every reader of the tarballs: the loader, make-catalogue)."""
     try:
         yield
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
@@ -158,7 +159,7 @@ def _extract(tarballs: Sequence[Path], dest: Path) -> None:
     emoji_json: bytes | None = None
     img_dir = dest / "img"
     img_dir.mkdir()
-    with _reading(emoji_tgz), tarfile.open(emoji_tgz, "r:gz") as tf:
+    with reading_tarball(emoji_tgz), tarfile.open(emoji_tgz, "r:gz") as tf:
         for m in tf:
             if not m.isfile():
                 continue
@@ -173,7 +174,7 @@ def _extract(tarballs: Sequence[Path], dest: Path) -> None:
         raise DataError(f"{NAME}: {emoji_tgz} has no package/emoji.json")
     n_ann = 0
     for tgz in cldr_tgzs:
-        with _reading(tgz), tarfile.open(tgz, "r:gz") as tf:
+        with reading_tarball(tgz), tarfile.open(tgz, "r:gz") as tf:
             for m in tf:
                 match = _ANN_RE.match(m.name) if m.isfile() else None
                 if match is None:

@@ -207,11 +207,12 @@ def open_feature_file(path: str | os.PathLike, what: str) -> np.ndarray:
     """
     path = Path(path)
     try:
-        if path.stat().st_size == 0:
-            raise DataError(f"{what}: cannot read {path}: the file is empty (0 bytes)")
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        empty = path.stat().st_size == 0
+        arr = None if empty else np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
         raise DataError(f"{what}: cannot read {path}: {e}") from None
+    if arr is None:
+        raise DataError(f"{what}: cannot read {path}: the file is empty (0 bytes)")
     if not isinstance(arr, np.ndarray):  # an NpzFile
         names = ", ".join(arr.files) or "none"
         arr.close()

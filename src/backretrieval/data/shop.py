@@ -18,6 +18,8 @@ cache, else ``npm pack``). This module registers no dataset.
 from __future__ import annotations
 
 import csv
+import filecmp
+import io
 import json
 import shutil
 import tarfile
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core import DataError
+from ..core.errors import OutputError
+from ..core.io import check_writable_dir
 from . import emoji_cldr
 from .registry import load_dataset
 
@@ -35,14 +39,52 @@ def categories_of_images() -> dict[str, str]:
     """Image stem -> emoji category, from emoji.json in the emoji-datasource tarball (base
     emoji only: skin-tone variants are not separate products)."""
     emoji_tgz = emoji_cldr.find_tarballs()[0]
-    with tarfile.open(emoji_tgz, "r:gz") as tf:
-        entries = json.load(tf.extractfile("package/emoji.json"))
+    with emoji_cldr.reading_tarball(emoji_tgz), tarfile.open(emoji_tgz, "r:gz") as tf:
+        try:
+            member = tf.extractfile("package/emoji.json")
+        except KeyError:
+            raise DataError(f"{emoji_cldr.NAME}: {emoji_tgz} has no package/emoji.json") from None
+        entries = json.load(member)
     return {Path(e["image"]).stem: e["category"] for e in entries if e.get("image") and e.get("category")}
+
+
+def _table(rows: Sequence[tuple[str, str, str]]) -> bytes:
+    """The CSV of one language: id, text, image (relative to the catalogue folder)."""
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["id", "text", "image"])
+    w.writerows((item, text, f"images/{item}.png") for item, text, _ in rows)
+    return buf.getvalue().encode("utf-8")
+
+
+def _check_not_taken(out: Path, tables: dict[str, bytes], images: dict[str, str]) -> None:
+    """Nothing of a user's is written over: each CSV and image the catalogue writes is absent or
+    already what it would write (a rerun), and no file stands where it writes a folder."""
+    check_writable_dir(out, "make-catalogue:")
+    if (out / "images").is_file():
+        raise OutputError(f"{out}: {out / 'images'} is a file where make-catalogue writes a folder: move it away or "
+                          "choose another folder")
+    for lang, data in tables.items():
+        dest = out / f"{lang}.csv"
+        if dest.is_dir():
+            raise OutputError(f"{out}: {dest} is a folder where make-catalogue writes a file: move it away or choose "
+                              "another folder")
+        if dest.exists() and dest.read_bytes() != data:
+            raise OutputError(f"{dest} exists and is not the {lang} table make-catalogue writes for these categories: "
+                              "it is never written over; move it away or choose another folder")
+    for item, source in images.items():
+        dest = out / "images" / f"{item}.png"
+        if dest.exists() and (dest.is_dir() or not filecmp.cmp(source, dest, shallow=False)):
+            raise OutputError(f"{dest} exists and is not the image make-catalogue writes for product {item}: it is "
+                              "never written over; move it away or choose another folder")
 
 
 def write_catalogue(out: str | Path, langs: Sequence[str] = ("en", "de", "fr", "ja"),
                     categories: Sequence[str] = CATEGORIES) -> dict[str, int]:
-    """Write the images and one CSV per language into ``out`` (created).
+    """Write the images and one CSV per language into ``out`` (created). A file already there
+    is never written over: a rerun with the same languages and categories finds its own files
+    and changes nothing; any other file where the catalogue writes is refused before anything
+    is written.
 
     Args:
         out: the folder to write.
@@ -54,29 +96,31 @@ def write_catalogue(out: str | Path, langs: Sequence[str] = ("en", "de", "fr", "
 
     Raises:
         DataError: an unknown category (the known ones listed) or language, or emoji data that
-            cannot be found or fetched.
+            cannot be found, fetched or read (a damaged or truncated tarball is named).
+        OutputError: ``out`` (or a folder above it) or ``out/images`` is a file, ``out`` is not
+            writable, or a CSV or image the catalogue writes
+            is already there with other contents (a user's own ``OUT/en.csv``).
     """
     out = Path(out)
+    _check_not_taken(out, {}, {})
     cats = categories_of_images()
     known = set(cats.values())
     unknown = [c for c in categories if c not in known]
     if unknown:
         raise DataError(f"unknown categories {', '.join(map(repr, unknown))}; emoji.json has: {', '.join(sorted(known))}")
     ds = load_dataset("emoji-cldr", langs=list(langs), text="name+keywords")
+    rows = {lang: [(i, t, p) for i, t, p in zip(ds[lang].ids, ds[lang].texts, ds[lang].image_paths) if cats.get(i) in categories]
+            for lang in langs}
+    tables = {lang: _table(r) for lang, r in rows.items()}
+    images = {item: path for r in rows.values() for item, _, path in r}
+    _check_not_taken(out, tables, images)
     (out / "images").mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for lang in langs:
-        c = ds[lang]
-        rows = [(i, t, p) for i, t, p in zip(c.ids, c.texts, c.image_paths) if cats.get(i) in categories]
+    for item, path in images.items():
+        dest = out / "images" / f"{item}.png"
+        if not dest.exists():
+            shutil.copyfile(path, dest)
+    for lang, data in tables.items():
         tmp = out / f".{lang}.csv.tmp"
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(["id", "text", "image"])
-            for item, text, path in rows:
-                dest = out / "images" / f"{item}.png"
-                if not dest.exists():
-                    shutil.copyfile(path, dest)
-                w.writerow([item, text, f"images/{item}.png"])
+        tmp.write_bytes(data)
         tmp.replace(out / f"{lang}.csv")  # a CSV is complete or absent
-        counts[lang] = len(rows)
-    return counts
+    return {lang: len(r) for lang, r in rows.items()}

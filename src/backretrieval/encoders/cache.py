@@ -17,7 +17,9 @@ Progress. Missing texts are sent to the model in steps of the model's ``batch_si
 ``progress_step``; 64 texts / 32 images when it has neither), longest-last (texts sorted by length,
 stable, as :class:`~.text.batching.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
 tqdm with items/s and an ETA) moves once per batch instead of once per 2,048-text shard. A
-variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar.
+variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar. Each
+call to the model is timed (``timer``: :class:`~.prices.EncodeTimer`), which is what a model's
+measured throughput is made of (:mod:`.prices`).
 
 The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
 length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text.batching`) truncates first, so a text and
@@ -36,19 +38,23 @@ that names what changed ("numpy 2.1.3 -> 2.2.0"), and the new shard replaces it 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..core import DataError, atomic_save_npz, cache_dir, content_hash
+from ..core import DataError, EncoderError, atomic_save_npz, cache_dir, content_hash
 from ..core.env import StaleVersionsWarning, describe_changes
+from ..core.locks import held_lock
 from .text.batching import as_texts, warn_truncated
 from .base import check_embeddings, encoder_versions
+from .prices import EncodeTimer
 
 DEFAULT_CHUNK = 2048  # texts per shard
 DEFAULT_IMAGE_CHUNK = 256  # images per shard: images are slow, so shards (and the bar) advance often
@@ -76,12 +82,48 @@ def _shard_versions(z: Any) -> dict[str, str] | None:
     return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else None
 
 
+def _shard_width(shard: Path) -> int | None:
+    """The width of a shard's vectors, read from the header of its ``vecs`` array (None: unreadable)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(shard) as z, z.open("vecs.npy") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape = read(fh)[0]
+    except Exception:  # noqa: BLE001 -- a damaged shard tells nothing
+        return None
+    return int(shape[1]) if len(shape) == 2 else None
+
+
 class CacheWarning(UserWarning):
     """A damaged cache shard was ignored (its items are encoded again)."""
 
 
 def _ignore(shard: Path, why: str) -> None:
     warnings.warn(f"cache shard {shard} ignored ({why}); its items are encoded again", CacheWarning, stacklevel=4)
+
+
+class CacheWaitWarning(UserWarning):
+    """Another run is sending texts of the same model and language; this one waits for it."""
+
+
+LOCK_NAME = ".sending.lock"
+
+
+@contextlib.contextmanager
+def sending(store: "EmbeddingStore", what: str) -> Iterator[None]:
+    """Hold ``store``'s namespace while texts are sent to a paid model: an exclusive lock on its
+    ``.sending.lock`` (:func:`~backretrieval.core.locks.held_lock`). A second run (or thread) that
+    needs the namespace meanwhile waits, with one :class:`CacheWaitWarning`, and then reads what
+    the first one stored. Where locks cannot be taken the namespace is used without one."""
+
+    def say_wait() -> None:
+        warnings.warn(f"{what}: another run is sending texts of this model to be cached in {store.path}; "
+                      "waiting for it, so no text is sent (and paid for) twice", CacheWaitWarning, stacklevel=7)
+
+    with held_lock(store.path / LOCK_NAME, on_busy=say_wait):
+        yield
 
 
 def _shard_problem(keys: np.ndarray, vecs: np.ndarray, dim: int | None) -> str | None:
@@ -109,6 +151,17 @@ class EmbeddingStore:
         self.versions = dict(versions or {})
         self._index: dict[str, np.ndarray] | None = None
         self._stale: dict[str, tuple[np.ndarray, dict[str, str] | None]] = {}
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int | None:
+        """The width of the namespace's vectors (None: it holds none yet)."""
+        self._load()
+        return self._dim
+
+    def reload(self) -> None:
+        """Forget what was read, so the next look-up reads the shards again (another run may have added some)."""
+        self._index, self._stale, self._dim = None, {}, None
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._index is None:
@@ -126,7 +179,7 @@ class EmbeddingStore:
                 if why is not None:
                     _ignore(shard, why)
                     continue
-                dim = vecs.shape[1]
+                dim = self._dim = vecs.shape[1]
                 # a shard without versions holds current vectors only for a model that has none
                 current = old == self.versions or (old is None and not self.versions)
                 for k, v in zip(keys.tolist(), vecs):
@@ -150,13 +203,42 @@ class EmbeddingStore:
         index = self._load()
         return [index.get(k) for k in keys]
 
-    def put(self, keys: Sequence[str], vecs: np.ndarray) -> None:
-        """Store ``vecs`` (one row per key) as one new shard, written atomically."""
+    def model_dim(self) -> int | None:
+        """The width of the vectors cached of this model and version: this namespace's, else
+        another language's (read from a shard's header); None when there are none."""
+        if self.dim is not None:
+            return self.dim
+        try:
+            siblings = sorted(p for p in self.path.parent.iterdir() if p.is_dir() and p != self.path)
+        except OSError:
+            return None
+        for folder in siblings:
+            for shard in sorted(folder.glob("shard-*.npz")):
+                width = _shard_width(shard)
+                if width is not None:
+                    return width
+        return None
+
+    def put(self, keys: Sequence[str], vecs: np.ndarray, what: str = "", dim: int | None = None) -> None:
+        """Store ``vecs`` (one row per key) as one new shard, written atomically.
+
+        Raises:
+            EncoderError: the vectors' width differs from the namespace's (else from ``dim``, the
+                model's width in other namespaces); ``what`` names the model; nothing is stored.
+        """
         keys = list(keys)
+        vecs = np.asarray(vecs, np.float32)
+        width = self.dim if self.dim is not None else dim
+        if width is not None and (vecs.ndim != 2 or vecs.shape[1] != width):
+            raise EncoderError(f"{what or self.path}: the model gave vectors of shape {vecs.shape}, but the cache "
+                               f"holds {width}-d vectors of this model and version ({self.path.parent}); nothing of "
+                               "them is cached: the model changed without a new version, so give it another name or "
+                               "option (a cache of its own), or remove that folder")
         digest = content_hash("\n".join(keys))
-        atomic_save_npz(self.path / f"shard-{digest}.npz", keys=np.array(keys), vecs=np.asarray(vecs, np.float32),
+        atomic_save_npz(self.path / f"shard-{digest}.npz", keys=np.array(keys), vecs=vecs,
                         versions=np.array(json.dumps(self.versions, sort_keys=True)))
         index = self._load()
+        self._dim = vecs.shape[1]
         for k, v in zip(keys, vecs):
             index[k] = v
 
@@ -175,6 +257,7 @@ class _Cached:
         self.progress = progress
         self.reuse_stale = bool(reuse_stale)  # reuse vectors of other versions (with a warning)
         self.n_encoded = 0  # items actually sent to the model (for tests and logs)
+        self.timer = EncodeTimer()  # each call to the model, timed (its measured throughput: .prices)
 
     def __getattr__(self, name: str) -> Any:  # name, version, dim, languages, fit, ...
         return getattr(self.encoder, name)
@@ -193,20 +276,13 @@ class _Cached:
                 return min(value, self.chunk)
         return min(self.default_step, self.chunk)
 
-    def _lookup_or_encode(self, keys: list[str], lang: str, encode_rows, what: str,
-                          lengths: Sequence[int] | None = None, stream_rows=None) -> np.ndarray:
-        """Vectors for ``keys``; rows not in the cache are encoded by ``encode_rows(rows)``, one
-        :meth:`step` at a time (shortest first when ``lengths`` are given), each shard of
-        ``chunk`` rows stored as soon as it is complete. With ``stream_rows(rows)`` (a model with
-        ``encode_stream``: a paid API) every batch it yields, ``(some of rows, vectors)``, is
-        stored as its own shard as soon as it arrives."""
-        store = self.store(lang)
+    def _missing_rows(self, store: EmbeddingStore, keys: list[str], lengths: Sequence[int] | None):
+        """``(stale, rows)``: the vectors of other versions found for ``keys``, and the rows whose
+        vectors are to be computed (each key once; shortest first when ``lengths`` are given)."""
         found = store.get(keys)
         stale = store.stale([k for k, v in zip(keys, found) if v is None])
-        if stale:
-            self._say_stale(stale, store.versions, what)
-            if self.reuse_stale:
-                found = [v if v is not None or k not in stale else stale[k][0] for k, v in zip(keys, found)]
+        if stale and self.reuse_stale:
+            found = [v if v is not None or k not in stale else stale[k][0] for k, v in zip(keys, found)]
         missing: dict[str, int] = {}
         for i, (k, v) in enumerate(zip(keys, found)):
             if v is None and k not in missing:
@@ -214,23 +290,49 @@ class _Cached:
         rows = list(missing.values())
         if lengths is not None:
             rows.sort(key=lambda i: lengths[i])  # stable: equal lengths keep their order
+        return stale, rows
+
+    def _lookup_or_encode(self, keys: list[str], lang: str, encode_rows, what: str,
+                          lengths: Sequence[int] | None = None, stream_rows=None) -> np.ndarray:
+        """Vectors for ``keys``; rows not in the cache are encoded by ``encode_rows(rows)``, one
+        :meth:`step` at a time (shortest first when ``lengths`` are given), each shard of
+        ``chunk`` rows stored as soon as it is complete. With ``stream_rows(rows, dim)`` (a model
+        with ``encode_stream``: a paid API) every batch it yields, ``(some of rows, vectors)``, is
+        stored as its own shard as soon as it arrives; ``dim`` is the width the cache holds, and
+        the namespace is held (:func:`sending`) while texts are sent, so runs sharing the cache
+        never send the same texts twice."""
+        store = self.store(lang)
+        stale, rows = self._missing_rows(store, keys, lengths)
+        if stale:
+            self._say_stale(stale, store.versions, what)
         step = self.step()
-        with tqdm(total=len(rows), desc=f"encode {what}", unit=self.unit, disable=not (self.progress and rows),
-                  **self.bar_options) as bar:
-            if stream_rows is not None and rows:
-                for part, vecs in stream_rows(rows):
-                    store.put([keys[i] for i in part], np.asarray(vecs, dtype=np.float32))
+
+        def chars(part: Sequence[int]) -> int:
+            return sum(lengths[i] for i in part) if lengths is not None else 0
+
+        streaming = stream_rows is not None and bool(rows)
+        with sending(store, what) if streaming else contextlib.nullcontext():
+            if streaming:  # another run may have stored some of them while this one waited
+                store.reload()
+                stale, rows = self._missing_rows(store, keys, lengths)
+            dim = store.model_dim() if rows else None
+            with tqdm(total=len(rows), desc=f"encode {what}", unit=self.unit, disable=not (self.progress and rows),
+                      **self.bar_options) as bar:
+                if streaming:
+                    for part, vecs in (self.timer.stream(stream_rows(rows, dim), chars) if rows else ()):
+                        store.put([keys[i] for i in part], np.asarray(vecs, dtype=np.float32), what, dim)
+                        self.n_encoded += len(part)
+                        bar.update(len(part))
+                    rows = []
+                for start in range(0, len(rows), self.chunk):
+                    part = rows[start : start + self.chunk]
+                    vecs = []
+                    for s in range(0, len(part), step):
+                        some = part[s : s + step]
+                        vecs.append(np.asarray(self.timer.call(encode_rows, some, chars(some)), dtype=np.float32))
+                        bar.update(len(some))
+                    store.put([keys[i] for i in part], np.concatenate(vecs), what, dim)
                     self.n_encoded += len(part)
-                    bar.update(len(part))
-                rows = []
-            for start in range(0, len(rows), self.chunk):
-                part = rows[start : start + self.chunk]
-                vecs = []
-                for s in range(0, len(part), step):
-                    vecs.append(np.asarray(encode_rows(part[s : s + step]), dtype=np.float32))
-                    bar.update(len(part[s : s + step]))
-                store.put([keys[i] for i in part], np.concatenate(vecs))
-                self.n_encoded += len(part)
         if self.reuse_stale and stale:
             fresh = store.get(keys)
             return np.stack([v if v is not None else stale[k][0] for k, v in zip(keys, fresh)]).astype(np.float32, copy=False)
@@ -278,7 +380,10 @@ class CachedTextEncoder(_Cached):
                 base.progress = base.progress or self.progress
                 base.reuse_stale = base.reuse_stale or self.reuse_stale
             self.n_encoded += len(texts)
-            return enc.encode(texts, lang, ids=ids, **kw)
+            if isinstance(base, _Cached):  # the base model's cache times the encoding
+                return enc.encode(texts, lang, ids=ids, **kw)
+            return self.timer.call(lambda rows: enc.encode(rows, lang, ids=ids, **kw), texts,
+                                   sum(len(t) for t in texts if isinstance(t, str)))
         texts = as_texts(texts, ids, f"{enc.name}/{lang}")
         cut = getattr(enc, "truncate", None)
         if callable(cut):
@@ -301,9 +406,9 @@ class CachedTextEncoder(_Cached):
 
         stream = getattr(enc, "encode_stream", None)
 
-        def stream_rows(rows: list[int]):
+        def stream_rows(rows: list[int], dim: int | None):
             sub_ids = None if ids is None else [ids[i] for i in rows]
-            for part, vecs in stream([texts[i] for i in rows], lang, ids=sub_ids):
+            for part, vecs in stream([texts[i] for i in rows], lang, ids=sub_ids, dim=dim):
                 yield [rows[j] for j in part], vecs
 
         out = self._lookup_or_encode(keys, lang, encode_rows, f"{enc.name}/{lang}", [len(t) for t in texts],

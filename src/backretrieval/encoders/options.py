@@ -34,6 +34,13 @@ SECRET_OPTIONS = ("api_key", "key", "token")
 # Options that change how the vectors are computed (speed, memory, a progress bar), never which
 # vectors: given as Python keyword arguments they stay out of the model's label.
 RUN_SETTINGS = frozenset({"batch_size", "progress", "threads", "device", "backend"})
+# Options that never change a model's vectors: how it runs (RUN_SETTINGS), where its files or its
+# endpoint are found, how requests are batched, retried, paid and keyed. A model's short label in
+# the grid (backretrieval.analysis.models.derive_label) leaves them out.
+NOT_VECTOR_OPTIONS = RUN_SETTINGS | frozenset({
+    "cache_dir", "base_url", "api_key_env", "batch_tokens", "concurrency", "price_per_1m_tokens", "max_retries",
+    "timeout", "max_wait", "encoding_format", "trust_remote_code", "tokenizer",
+})
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 _NONE = ("none", "null")

@@ -46,6 +46,8 @@ class RayDataTextEncoder:
         node_rows: node id -> how many texts that node embedded (over every ``encode`` call).
     """
 
+    on_this_machine = False  # its texts are encoded on the cluster: no throughput of this machine (.prices)
+
     def __init__(self, spec: str, *, batch_size: int = 256, concurrency: int | None = None):
         self.local = get_text_encoder(spec)
         self.spec = spec

@@ -9,7 +9,7 @@ import numpy as np
 from ..core import MetricInputError, first_bad_row
 from ..search import csls_penalty, unit_rows
 
-SIMILARITIES = ("cosine", "csls")
+SIMILARITIES = ("cosine", "csls", "dot")
 
 
 def _check_shape(x: np.ndarray, name: str) -> None:
@@ -94,9 +94,13 @@ class Scored:
 
 
 def similarity(src: np.ndarray, tgt: np.ndarray, sim: str, csls_k: int, block_bytes: int | None) -> Scored:
-    """Cosine, or CSLS: ``2 cos(x, y) - r_T(x) - r_S(y)`` with k-NN mean similarities r."""
+    """Cosine; CSLS: ``2 cos(x, y) - r_T(x) - r_S(y)`` with k-NN mean similarities r; or ``dot``:
+    the raw inner product of the rows as given (no normalisation), how a vector store scores
+    quantised codes (int8 codes, ±1 sign bits: integer scores, exact)."""
     if sim not in SIMILARITIES:
         raise MetricInputError(f"unknown similarity {sim!r}; use one of {', '.join(SIMILARITIES)}")
+    if sim == "dot":
+        return Scored(np.ascontiguousarray(src, dtype=np.float32), np.ascontiguousarray(tgt, dtype=np.float32))
     Q, D = unit_rows(src), unit_rows(tgt)
     if sim == "cosine":
         return Scored(Q, D)

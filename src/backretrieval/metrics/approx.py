@@ -397,17 +397,15 @@ def bkr_approx(
     index = _checked_index(src_img, tgt_img, None, method, options, "source image features", k, target_agreement,
                            check_sample, seed, check, "image_", n_queries=distinct.size,
                            cost_check=cost_check)
+    ranks = np.zeros(n, dtype=np.int64)
     if index is None:
         pair_ranks = ranks_against_rows(tgt_img, distinct, row_of_pair, _unit(src_img), query_of_pair)
+        np.maximum.at(ranks, query_of_pair, pair_ranks)
     else:
         _, lists = search(index, tgt_img, min(src_img.shape[0], k + 1), rows=distinct)
         scores = listed_scores(tgt_img, src_img, lists, rows=distinct)
-        own = listed_scores(tgt_img, src_img, query_of_pair[:, None], rows=rows)[:, 0]
-        pair_ranks = _listed_ranks(scores[row_of_pair], lists[row_of_pair], own, query_of_pair, k,
-                                   duplicate_rows(src_img))
-        pair_ranks[pair_ranks == 0] = k + 1  # not within the K searched
-    ranks = np.zeros(n, dtype=np.int64)
-    np.maximum.at(ranks, query_of_pair, pair_ranks)
+        _worst_listed_ranks(ranks, scores, lists, (tgt_img, src_img), (rows, row_of_pair, query_of_pair), k,
+                            duplicate_rows(src_img))
     pos = _within(ranks, k)
     out: dict[str, Any] = _summary(pos, ks, "bkr")
     if found_at:
@@ -430,6 +428,31 @@ def _check_bkr_inputs(src_text: np.ndarray, tgt_text: np.ndarray, src_img: np.nd
     for side, a, b in (("source", src_text, src_img), ("target", tgt_text, tgt_img)):
         if a.shape[0] != b.shape[0]:
             raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")
+
+
+PAIR_BLOCK = 1 << 18  # elements of the (pairs, K + 1) arrays of one chunk of :func:`_worst_listed_ranks`
+
+
+def _worst_listed_ranks(ranks: np.ndarray, scores: np.ndarray, lists: np.ndarray, images: tuple[np.ndarray, np.ndarray],
+                        pairs: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, dups: Duplicates | None) -> None:
+    """BkR's step 4 on the listed source images of each distinct retrieved target (``scores``,
+    ``lists``: one row per distinct target), for every (query, retrieved target) pair: each
+    query's worst rank goes into ``ranks`` (k + 1 where the own image is not within the K
+    searched). ``images``: the target and source image features; ``pairs``: per pair the target
+    row, its distinct target and its query. The pairs are taken one chunk at a time, so the
+    ``(pairs, K + 1)`` arrays of the tie rule never exceed :data:`PAIR_BLOCK` elements: a query
+    tied with every target (constant text vectors) costs what the pairs themselves cost, as on
+    the exact route, not K + 1 times more."""
+    tgt_img, src_img = images
+    rows, row_of_pair, query_of_pair = pairs
+    step = max(1, PAIR_BLOCK // lists.shape[1])
+    for start in range(0, row_of_pair.size, step):
+        sl = slice(start, start + step)
+        query, which = query_of_pair[sl], row_of_pair[sl]
+        own = listed_scores(tgt_img, src_img, query[:, None], rows=rows[sl])[:, 0]
+        found = _listed_ranks(scores[which], lists[which], own, query, k, dups)
+        found[found == 0] = k + 1  # not within the K searched
+        np.maximum.at(ranks, query, found)
 
 
 def _retrieved_rows(retrieved: Any, n: int, m: int) -> Csr:

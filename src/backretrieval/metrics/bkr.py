@@ -51,7 +51,8 @@ def bkr_ranks(
         tgt_text: (M, d) target text embeddings, a non-matching sample.
         src_img: (N, e) image features of the source items, row-aligned with ``src_text``.
         tgt_img: (M, e) image features of the target items, row-aligned with ``tgt_text``.
-        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        sim: ``"cosine"``, ``"csls"`` (cross-domain similarity local scaling) or ``"dot"`` (the raw
+            inner product of the rows: quantised codes as a vector store scores them).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default); images are
             always compared by cosine, whatever ``sim``.
@@ -103,7 +104,8 @@ def bkr(
     Args:
         src_text, tgt_text, src_img, tgt_img: as :func:`bkr_ranks`.
         ks: cut-offs K (each in [1, N]).
-        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        sim: ``"cosine"``, ``"csls"`` (cross-domain similarity local scaling) or ``"dot"`` (the raw
+            inner product of the rows: quantised codes as a vector store scores them).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default).
 

@@ -53,10 +53,12 @@ def _pairs(n_s: int, n_t: int, max_pairs: int, seed: int) -> tuple[np.ndarray, n
     return np.divmod(flat, n_t)
 
 
-def _sims(A: np.ndarray, B: np.ndarray, pairs, rows: int = 1024) -> np.ndarray:
-    """Canonical float32 cosine similarities of all pairs (row-major) or of the sampled pairs:
-    the same bits on every machine (``search.exact``), so their ranks and ties are too."""
-    A, B = unit_rows(A), unit_rows(B)
+def _sims(A: np.ndarray, B: np.ndarray, pairs, rows: int = 1024, unit: bool = True) -> np.ndarray:
+    """Canonical float32 cosine similarities (``unit=False``: raw inner products) of all pairs
+    (row-major) or of the sampled pairs: the same bits on every machine (``search.exact``), so
+    their ranks and ties are too."""
+    if unit:
+        A, B = unit_rows(A), unit_rows(B)
     if pairs is None:
         out = np.empty((A.shape[0], B.shape[0]), dtype=np.float32)
         for s in range(0, A.shape[0], rows):
@@ -72,10 +74,11 @@ def _standardized(r: np.ndarray) -> np.ndarray:
     return r / norm if norm > 0 else r
 
 
-def _side(A: np.ndarray, B: np.ndarray, names: tuple[str, str], max_pairs: int, seed: int, keep_order: bool) -> CorrSide:
+def _side(A: np.ndarray, B: np.ndarray, names: tuple[str, str], max_pairs: int, seed: int, keep_order: bool,
+          unit: bool = True) -> CorrSide:
     A, B = check_pair(A, B, names)
     pairs = _pairs(A.shape[0], B.shape[0], max_pairs, seed)
-    sims = _sims(A, B, pairs)
+    sims = _sims(A, B, pairs, unit=unit)
     structure = sort_order(sims)
     z = _standardized(average_ranks(sims, structure))  # ties get their average rank, as in scipy
     return CorrSide(z, pairs, *(structure if keep_order else (None, None)))
@@ -103,22 +106,27 @@ def image_side(src_img: np.ndarray, tgt_img: np.ndarray, *, max_pairs: int = DEF
 
 
 def text_side(src_text: np.ndarray, tgt_text: np.ndarray, *, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0,
-              keep_order: bool = False) -> CorrSide:
+              keep_order: bool = False, sim: str = "cosine") -> CorrSide:
     """The text half of CORR for a sample: reusable across image models.
 
     Args:
         src_text: (N, d) source text embeddings.
         tgt_text: (M, d) target text embeddings.
         max_pairs, seed, keep_order: as :func:`image_side` (use the same values).
+        sim: ``"cosine"`` (the text distance is the cosine distance) or ``"dot"`` (the negative
+            raw inner product: quantised codes as a vector store scores them).
 
     Returns:
         A :class:`CorrSide`.
 
     Raises:
         MetricInputError: a matrix that is not 2-D and non-empty, holds NaN/inf or an all-zero
-            row (named), or the two matrices' dimensions differ.
+            row (named), the two matrices' dimensions differ, or ``sim`` is neither.
     """
-    return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed, keep_order)
+    if sim not in ("cosine", "dot"):
+        raise MetricInputError(f"CORR's text distances are cosine or dot distances, not {sim!r}")
+    return _side(src_text, tgt_text, ("source text embeddings", "target text embeddings"), max_pairs, seed, keep_order,
+                 unit=sim == "cosine")
 
 
 def corr_from_sides(text: CorrSide, image: CorrSide) -> dict[str, float]:

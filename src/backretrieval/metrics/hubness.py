@@ -31,7 +31,8 @@ def hubness(
         src: (N, d) query embeddings.
         tgt: (M, d) target embeddings; N_k(y) counts the queries with y among their k nearest.
         k: neighbours per query, in [1, M].
-        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        sim: ``"cosine"``, ``"csls"`` (cross-domain similarity local scaling) or ``"dot"`` (the raw
+            inner product of the rows: quantised codes as a vector store scores them).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default).
 

@@ -62,7 +62,7 @@ def text_values(src: np.ndarray, tgt: np.ndarray, k: int, *, sim: str, csls_k: i
     Args:
         src, tgt: the source and target text embeddings.
         k: the configured K.
-        sim: ``"cosine"`` or ``"csls"``.
+        sim: ``"cosine"``, ``"csls"`` or ``"dot"``.
         csls_k: neighbours of the CSLS penalty.
 
     Returns:

@@ -29,7 +29,8 @@ def xlr_ranks(
     Args:
         src: (N, d) source embeddings; row i is the translation of ``tgt`` row i.
         tgt: (N, d) target embeddings.
-        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        sim: ``"cosine"``, ``"csls"`` (cross-domain similarity local scaling) or ``"dot"`` (the raw
+            inner product of the rows: quantised codes as a vector store scores them).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default).
         return_nearest: also return, for each source, every target attaining its best
@@ -50,7 +51,7 @@ def xlr_ranks(
     """
     src, tgt = check_pair(src, tgt, ("source embeddings", "target embeddings"), same_rows=True)
     sc = similarity(src, tgt, sim, csls_k, block_bytes)
-    # cosine and CSLS are symmetric: one pass over the N x N scores serves both directions
+    # cosine, CSLS and dot are symmetric: one pass over the N x N scores serves both directions
     # (with return_nearest, the same pass also finds each source's nearest targets)
     return ranks_both_ways(sc.Q, sc.D, block_bytes=block_bytes, nearest=return_nearest, **sc.kwargs())
 
@@ -70,7 +71,8 @@ def xlr(
         src: (N, d) source embeddings; row i is the translation of ``tgt`` row i.
         tgt: (N, d) target embeddings.
         ks: cut-offs K (each in [1, N]).
-        sim: ``"cosine"`` or ``"csls"`` (cross-domain similarity local scaling).
+        sim: ``"cosine"``, ``"csls"`` (cross-domain similarity local scaling) or ``"dot"`` (the raw
+            inner product of the rows: quantised codes as a vector store scores them).
         csls_k: neighbours of the CSLS penalty (with ``sim="csls"``).
         block_bytes: memory bound of one block of scores (None: the default).
 

@@ -31,7 +31,11 @@ def _cell(text: str) -> str:
 
 def models_markdown() -> str:
     """The registered text models (f) and image models (g) as two Markdown tables, each model's
-    options (name, type, default) in a column."""
+    options (name, type, default) in a column; then the variants any text model takes (the
+    serving forms among them) and the runtimes of the sentence-transformers models."""
+    from ..encoders.text.st_onnx import CATALOGUE as RUNTIMES
+    from ..encoders.variants import CATALOGUE as VARIANTS
+
     tables = []
     for title, infos in (("Text models (f):", list_text_encoders()), ("Image models (g):", list_image_encoders())):
         lines = [title, "", "| spec | what | options | needs |", "|---|---|---|---|"]
@@ -40,6 +44,16 @@ def models_markdown() -> str:
             options = _cell(info.options_text()) or "-"
             lines.append(f"| {spec} | {_cell(info.description)} | {options} | {_cell(info.requires) or '-'} |")
         tables.append("\n".join(lines))
+    lines = ["Variants of any text model (`MODEL@VARIANT`, stacked left to right; a serving form last, "
+             "e.g. `use-m@trunc=256@int8`; d = the model's dimension):", "",
+             "| variant | what | bytes per item | scored by |", "|---|---|---|---|"]
+    lines += [f"| `{v}` | {_cell(what)} | {size} | {_cell(how)} |" for v, what, size, how in VARIANTS]
+    tables.append("\n".join(lines))
+    lines = ["Runtimes of the sentence-transformers models (`st:`, `hf:`, `minilm-en`; e.g. "
+             "`minilm-en?runtime=onnx-int8`, each its own model in the cache and the records):", "",
+             "| option | what |", "|---|---|"]
+    lines += [f"| `{opt}` | {_cell(what)} |" for opt, what in RUNTIMES]
+    tables.append("\n".join(lines))
     return "\n\n".join(tables) + "\n"
 
 

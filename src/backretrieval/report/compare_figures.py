@@ -6,14 +6,18 @@
   of their own (:func:`colour_range`), and a chance level outside the range is said in the title
   (:func:`chance_note`) instead of being drawn far off the bar.
 * :func:`forest` -- one panel per language pair: each model's estimate with its interval, best
-  first; a bracket with ``*`` joins two neighbours whose gap is significant after Holm; chance
+  first, each marked against the pair's best by the verdict's tests; chance
   level as a dashed line.
 * :func:`spread` -- the paper's Fig. 3: one box per model over language pairs (each point a
   pair's estimate, the mean over seeds), chance level as a dashed line.
 * :func:`wins_chart` -- per model, significant pairwise wins / ties / losses after Holm, and
   the mean rank over pairs.
 * :func:`cost_quality` -- the price of each answer: quality with its interval against vector
-  size, measured encoding time and API cost per million items, the Pareto front filled.
+  size, recorded encoding time and API cost per million items, the Pareto front filled; each
+  model a colour and marker named once in the legend, so no label overlaps at 8 models and more.
+
+Model names are the run's labels (shorter than 40 characters, :mod:`backretrieval.analysis.models`),
+shown whole (:func:`~.figures.short_label` cuts only what is longer).
 
 Every function takes a :class:`~backretrieval.analysis.comparison.Comparison` (and the frames
 derived from it), writes ``STEM.png`` and ``STEM.svg`` atomically and returns both paths.
@@ -92,6 +96,11 @@ def heatmap_title(c: Comparison, chance: float | None) -> str:
     return f"{c.metric}: estimate ± half-width of its {pct}% bootstrap interval" + (f"\n{note}" if note else "")
 
 
+def _rotation(models: list[str]) -> int:
+    """The heatmap's column labels upright (90 degrees) where any is long, so none overlaps the next."""
+    return 90 if max(map(len, models), default=0) > 12 else 30
+
+
 def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
     """Pairs (rows) x models (columns, best on average first): estimate and ± CI half-width."""
     plt = pyplot()
@@ -110,19 +119,25 @@ def heatmap_ci(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, P
             light = (x - lo) < 0.6 * (hi - lo)
             ax.text(j, i, f"{x:.3f}\n±{half.iat[i, j]:.3f}", ha="center", va="center", fontsize=7.5,
                     color="white" if light else "black")
-    ax.set_xticks(range(len(models)), [short_label(m) for m in models], rotation=30, ha="right", fontsize=8)
+    turn = _rotation(models)
+    ax.set_xticks(range(len(models)), [short_label(m) for m in models], rotation=turn,
+                  ha="center" if turn == 90 else "right", fontsize=8)
     ax.set_yticks(range(len(pairs)), pairs, fontsize=8)
-    cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric)
-    if chance is not None and lo <= chance <= hi:
+    on_bar = chance is not None and lo <= chance <= hi
+    cb = fig.colorbar(im, ax=ax, shrink=0.85, label=c.metric + (f" (red: chance {chance:.3g})" if on_bar else ""))
+    if on_bar:  # named in the bar's label, not beside the line, where it would cover a tick label
         cb.ax.axhline(chance, color="red", linewidth=2)
-        cb.ax.text(1.05, chance, " chance", transform=cb.ax.get_yaxis_transform(), color="red", fontsize=7, va="center")
     ax.set_title(heatmap_title(c, chance), fontsize=10)
     return _save(fig, stem)
 
 
+VS_BEST_MARKS = {"worse": "<", "worse, within margin": "< ≈", "equivalent": "≈", "undecided": "?"}
+
+
 def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]:
-    """One panel per pair: models (best at the top) with their intervals; ``*`` brackets mark
-    gaps to the next model that are significant after Holm."""
+    """One panel per pair: models (best at the top) with their intervals, each marked against
+    the pair's best by the verdict's tests (``<`` significantly worse, ``≈`` within the margin,
+    ``?`` undecided; :attr:`~backretrieval.analysis.comparison.Comparison.equivalence`)."""
     from matplotlib.transforms import blended_transform_factory
 
     plt = pyplot()
@@ -139,26 +154,25 @@ def forest(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
         y = np.arange(len(g))[::-1]
         err = np.vstack([g["estimate"] - g["ci_low"], g["ci_high"] - g["estimate"]])
         ax.errorbar(g["estimate"], y, xerr=err, fmt="o", color="tab:blue", ecolor="tab:blue", capsize=3, ms=5)
-        ax.set_yticks(y, [short_label(m, 20) for m in g["model"]], fontsize=8)
+        ax.set_yticks(y, [short_label(m) for m in g["model"]], fontsize=8)
         ax.set_ylim(-0.6, len(g) - 0.4)
         ax.set_xlim(xmin - pad, xmax + pad)
         if chance is not None:
             ax.axvline(chance, color="red", linestyle="--", linewidth=1, label=_chance_label(chance))
         trans = blended_transform_factory(ax.transAxes, ax.transData)
-        for k, (_, r) in enumerate(g.iterrows()):
-            if r["significant"]:  # gap between this model (y[k]) and the next (y[k] - 1)
-                top, bottom = y[k] - 0.1, y[k] - 0.9
-                ax.plot([1.01, 1.03, 1.03, 1.01], [top, top, bottom, bottom], transform=trans, color="black",
-                        linewidth=1, clip_on=False)
-                ax.text(1.04, y[k] - 0.5, "*", transform=trans, va="center", fontsize=12)
+        for k, (_, r) in enumerate(g.iterrows()):  # each model against the pair's best, by the verdict's tests
+            mark = VS_BEST_MARKS.get(r.get("vs_best", ""), "")
+            if mark:
+                ax.text(1.02, y[k], mark, transform=trans, va="center", fontsize=9)
         ax.set_title(pair, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
         ax.set_xlabel(c.metric, fontsize=8)
     for ax in axes.ravel()[len(pairs):]:
         ax.axis("off")
     pct = int(round(c.level * 100))
-    fig.suptitle(f"{c.metric} per pair with {pct}% intervals; * = gap to the next model significant after Holm "
-                 f"(alpha {c.alpha:g}); red dashes: {_chance_label(chance) or 'no chance level'}", fontsize=9)
+    fig.suptitle(f"{c.metric} per pair with {pct}% intervals; right: against the best, < significantly worse, "
+                 f"≈ within ±{c.margin:g}, ? undecided (Holm, alpha {c.alpha:g}); red dashes: "
+                 f"{_chance_label(chance) or 'no chance level'}", fontsize=9)
     fig.tight_layout()
     return _save(fig, stem)
 
@@ -178,7 +192,7 @@ def spread(c: Comparison, stem: Path, chance: float | None) -> tuple[Path, Path]
     if chance is not None:
         ax.axvline(chance, color="red", linestyle="--", linewidth=1, label=_chance_label(chance))
         ax.legend(fontsize=8, loc="lower right")
-    ax.set_yticks(range(1, len(models) + 1), [short_label(m, 28) for m in models], fontsize=8)
+    ax.set_yticks(range(1, len(models) + 1), [short_label(m) for m in models], fontsize=8)
     ax.set_xlabel(f"{c.metric} (one point per language pair; ◇ = mean over pairs)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{c.metric} across {c.per_pair['pair'].nunique()} language pairs", fontsize=10)
@@ -202,7 +216,7 @@ def wins_chart(c: Comparison, w: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
             if v > 0:
                 a1.text(l + v / 2, yi, f"{int(v)}", ha="center", va="center", fontsize=8)
         left += vals
-    a1.set_yticks(y, [short_label(m, 28) for m in models], fontsize=8)
+    a1.set_yticks(y, [short_label(m) for m in models], fontsize=8)
     a1.set_xlabel("language pair x opponent comparisons")
     a1.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     a2.barh(y, ranks.to_numpy(float), color="tab:blue", edgecolor="black", linewidth=0.4)
@@ -216,52 +230,88 @@ def wins_chart(c: Comparison, w: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
 
 
 COST_AXES = (
-    ("bytes_per_item", "vector size (bytes per item, float32)"),
-    ("seconds_per_1m_items", "encoding time per 1M items (s, measured on this run's machine)"),
-    ("cost_per_1m_items", "estimated cost per 1M items (API price)"),
+    ("bytes_per_item", "vector size (bytes per item)"),
+    ("seconds_per_1m_items", "encoding time per 1M items (s, recorded on this machine)"),
+    ("cost_per_1m_items", "cost per 1M items ($, API price)"),
 )
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "p", "h", "<", ">")
+
+
+def model_styles(models: list[str]) -> dict[str, tuple[str, str]]:
+    """One (colour, marker) per model, the same in every panel: 10 colours times 12 markers tell
+    apart up to 120 models without a label beside any point."""
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab10"].colors
+    return {m: (matplotlib.colors.to_hex(colours[i % 10]), MARKERS[(i // 10 + i) % len(MARKERS)])
+            for i, m in enumerate(models)}
 
 
 def cost_quality(c: Comparison, stem: Path) -> tuple[Path, Path] | None:
     """Quality (the ranked metric: the mean over pairs, with the mean of the pairs' interval
-    bounds as its interval) against each cost the run knows of every model shown on it -- vector
-    size, measured encoding time per million items, API cost per million items -- one panel
-    each; the models no other model beats on both quality and that cost (the Pareto front) are
-    filled and joined by a line. None when no cost is known (a comparison without ``costs``).
+    bounds as its interval) against each cost the run knows of at least one model -- vector
+    size, encoding time per million items, API cost per million items -- one panel each. Every
+    model has its own colour and marker, named once in the legend (no label sits beside a point,
+    so none can overlap another at 8 or more models); the models no other model beats on both
+    quality and that cost (the Pareto front) are filled and joined by a step line, the others
+    hollow. A cost spanning more than 20x is on a log scale. None when no cost is known.
     """
+    from matplotlib.ticker import MaxNLocator
+
     from ..analysis.costs import pareto_front
 
     costs = c.costs.set_index("model") if len(c.costs) else None
     if costs is None:
         return None
-    costs = costs.assign(seconds_per_1m_items=[1e6 / v if v else np.nan for v in
-                                               pd.to_numeric(costs["items_per_second"], errors="coerce").fillna(0)])
     bounds = c.per_pair.groupby("model")[["estimate", "ci_low", "ci_high"]].mean()
     panels = [(col, label) for col, label in COST_AXES
-              if pd.to_numeric(costs[col], errors="coerce").notna().sum() >= 1]
+              if col in costs and pd.to_numeric(costs[col], errors="coerce").notna().sum() >= 1]
     if not panels:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    models = [m for m in model_order(c) if m in costs.index and m in bounds.index]
+    style = model_styles(models)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.0), squeeze=False)
     for ax, (col, label) in zip(axes[0], panels):
-        models = [m for m in model_order(c) if m in costs.index and m in bounds.index]
         x = pd.to_numeric(costs.loc[models, col], errors="coerce").to_numpy(float)
         q = bounds.loc[models, "estimate"].to_numpy(float)
         lo, hi = bounds.loc[models, "ci_low"].to_numpy(float), bounds.loc[models, "ci_high"].to_numpy(float)
         front = np.array(pareto_front(q, x), bool)
         ok = ~np.isnan(x)
-        ax.errorbar(x[ok], q[ok], yerr=[q[ok] - lo[ok], hi[ok] - q[ok]], fmt="none", ecolor="0.6", capsize=3)
-        ax.scatter(x[ok & ~front], q[ok & ~front], facecolors="white", edgecolors="C0", zorder=3, label="beaten")
-        ax.scatter(x[front], q[front], color="C0", zorder=3, label="Pareto front")
         order = np.argsort(x[front])
-        ax.plot(x[front][order], q[front][order], color="C0", lw=1)
-        for xi, qi, m in zip(x[ok], q[ok], np.array(models, object)[ok]):
-            ax.annotate(short_label(m), (xi, qi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        fx, fq = x[front][order], q[front][order]
+        if len(fx) > 1:
+            ax.step(fx, fq, where="post", color="0.35", lw=1, zorder=1)
+        for i, m in enumerate(models):
+            if not ok[i]:
+                continue
+            colour, marker = style[m]
+            ax.errorbar([x[i]], [q[i]], yerr=[[q[i] - lo[i]], [hi[i] - q[i]]], fmt="none", ecolor=colour, alpha=0.6,
+                        capsize=3, zorder=2)
+            ax.scatter([x[i]], [q[i]], marker=marker, s=55, zorder=3, linewidths=1.5, edgecolors=colour,
+                       facecolors=colour if front[i] else "white")
+        missing = [m for m, k in zip(models, ok) if not k]
+        if missing:
+            ax.text(0.02, 0.02, f"unknown for {len(missing)} model{'s' * (len(missing) != 1)}", transform=ax.transAxes,
+                    fontsize=7, color="0.4")
         if ok.sum() and np.nanmax(x[ok]) > 20 * max(np.nanmin(x[ok]), 1e-12):
             ax.set_xscale("log")
-        ax.set_xlabel(label)
-        ax.set_ylabel(f"{c.metric} (mean over pairs)")
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.set_xlabel(label, fontsize=8)
+        ax.set_ylabel(f"{c.metric} (mean over pairs)", fontsize=8)
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"Quality against cost: {c.metric}; filled = no other model is better on both")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker=style[m][1], markersize=7, markeredgecolor=style[m][0],
+                      markerfacecolor=style[m][0], label=m) for m in models]
+    handles += [Line2D([], [], ls="-", color="0.35", marker="o", markerfacecolor="0.35", markeredgecolor="0.35",
+                       label="Pareto front (filled)"),
+                Line2D([], [], ls="", marker="o", markerfacecolor="white", markeredgecolor="0.35",
+                       label="beaten on both (hollow)")]
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, frameon=False,
+               title="model (best first)", title_fontsize=8)
+    fig.suptitle(f"Quality against cost: {c.metric}, bars: intervals", fontsize=10)
+    fig.tight_layout()
     return _save(fig, stem)

@@ -62,8 +62,9 @@ def _corr_text(x: np.ndarray, y: np.ndarray) -> str:
     return f"Pearson r = {stats.pearsonr(x, y).statistic:.3f}\nSpearman ρ = {stats.spearmanr(x, y).statistic:.3f}"
 
 
-def short_label(model: str, width: int = 22) -> str:
-    """``model`` cut to ``width`` characters (an ellipsis marks the cut), for axis labels."""
+def short_label(model: str, width: int = 40) -> str:
+    """``model`` cut to ``width`` characters (an ellipsis marks the cut), for axis labels; a
+    model's label (shorter than 40 characters) is shown whole."""
     return model if len(model) <= width else model[: width - 1] + "…"
 
 

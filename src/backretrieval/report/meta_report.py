@@ -68,9 +68,9 @@ def format_best_candidates(table: dict[str, dict[str, Any]]) -> str:
 
 
 def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = True,
-                       log: Callable[[str], None] = lambda msg: None) -> str:
+                       log: Callable[[str], None] | None = None) -> str:
     """Write the meta-evaluation outputs into ``out``; return the Markdown summary. An earlier
-    run's ``report.html`` is removed when this run writes none
+    run's ``report.html`` and ``figures/`` are removed when this run writes none
     (:func:`~.runs.grid.remove_earlier_outputs`).
 
     Args:
@@ -78,7 +78,8 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         cfg: the grid it ran (:class:`~backretrieval.analysis.evaluate.EvalConfig`).
         out: the output folder.
         figures: also write the figures and ``report.html``.
-        log: receives a line per earlier file removed.
+        log: receives a line per earlier file or folder removed (None: a warning each,
+            :class:`~.runs.grid.RemovedOutputWarning`).
 
     Returns:
         The Markdown of ``meta.md``.
@@ -162,7 +163,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
     atomic_write_text(out / "meta.md", md + "\n")
     from .runs.grid import remove_earlier_outputs
 
-    remove_earlier_outputs(out, ["report.html"] * figures, log)
+    remove_earlier_outputs(out, ["report.html", "figures"] * figures, log)
     return md
 
 

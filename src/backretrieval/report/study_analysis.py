@@ -52,6 +52,8 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             f"| {m['label']}: {spec} | {m['ratings']} | {c['1']} | {c['2']} | {c['3']} | {c['4']} | "
             f"{_x(100 * m['very_relevant_share'], 1)}% | {_x(m['mean_score'])} |"
         )
+    if res.get("ratings_note"):
+        lines += ["", f"**{res['ratings_note'][0].upper()}{res['ratings_note'][1:]}.**"]
     if len(res.get("per_rater", {})) > 1:
         specs = list(res["models"])
         lines += ["", "Per rater, \"very relevant\" / rated:", "", "| rater | " + " | ".join(specs) + " |",
@@ -79,6 +81,7 @@ def format_study_analysis(res: dict[str, Any]) -> str:
                 f"{c['queries_tied']} | {format_p(c['primary']['p'])} | {format_p(c['primary'].get('p_holm'))} | "
                 f"{format_p(c['wilcoxon']['p'])} | {format_p(c['mean_score']['p'])} | {format_p(c['chi2']['p'])} |"
             )
+        lines += [f"\n{c['too_few'][0].upper()}{c['too_few'][1:]}." for c in res["comparisons"] if c.get("too_few")]
     ag = res.get("agreement")
     lines += ["", "## Inter-rater agreement", ""]
     if ag is None:
@@ -89,30 +92,42 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             f"Krippendorff's alpha: ordinal {_x(ag['alpha_ordinal'], 3)}, nominal {_x(ag['alpha_nominal'], 3)}, "
             f"\"very relevant\" or not {_x(ag['alpha_very_relevant'], 3)}."
         )
+    lines += _bkr_lines(res)
+    return "\n".join(lines) + "\n"
+
+
+def _bkr_lines(res: dict[str, Any]) -> list[str]:
+    """The section "Backretrieval on the same pair" of :func:`format_study_analysis` (none
+    without a BkR comparison): the models' BkR and XLR beside the raters' share, and the two
+    orders."""
     b = res.get("bkr")
-    if b:
-        lines += ["", "## Backretrieval on the same pair", ""]
-        if "error" in b:
-            lines.append(f"Not computed: {b['error']}")
-        else:
-            k = b["k"]
-            lines += [
-                f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
-                + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else ".")
-                + (f" {b['n_note'][0].upper()}{b['n_note'][1:]}." if b.get("n_note") else ""),
-                "",
-                f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
-                "|---|---|---|---|---|",
-            ]
-            for spec, e in b["models"].items():
-                lines.append(
-                    f"| {spec} | {_x(e.get(f'bkr@{k}'), 3)} | {_x(e.get('bkr_mrr'), 3)} | {_x(e.get(f'xlr@{k}'), 3)} | "
-                    f"{_x(100 * res['models'][spec]['very_relevant_share'], 1)}% |"
-                )
-            key = f"bkr@{k}"
-            if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
-                by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
+    if not b:
+        return []
+    lines = ["", "## Backretrieval on the same pair", ""]
+    if "error" in b:
+        lines.append(f"Not computed: {b['error']}")
+    else:
+        k = b["k"]
+        lines += [
+            f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
+            + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else ".")
+            + (f" {b['n_note'][0].upper()}{b['n_note'][1:]}." if b.get("n_note") else ""),
+            "",
+            f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
+            "|---|---|---|---|---|",
+        ]
+        for spec, e in b["models"].items():
+            lines.append(
+                f"| {spec} | {_x(e.get(f'bkr@{k}'), 3)} | {_x(e.get('bkr_mrr'), 3)} | {_x(e.get(f'xlr@{k}'), 3)} | "
+                f"{_x(100 * res['models'][spec]['very_relevant_share'], 1)}% |"
+            )
+        key = f"bkr@{k}"
+        if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
+            by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
+            if res.get("ratings_note"):  # no order by the raters from no (or too few) ratings
+                lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: none yet ({res['ratings_note']})."]
+            else:
                 by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
                 lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
                           + (" (same)." if by_bkr == by_h else " (different).")]
-    return "\n".join(lines) + "\n"
+    return lines

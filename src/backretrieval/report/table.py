@@ -10,7 +10,25 @@ import pandas as pd
 from ..analysis.comparison import Comparison
 from ..analysis.meta import KINDS, column
 from ..core import BackretrievalError
+from ..core.text import one_line
 from ..metrics.table import parse_metric, shown_columns
+
+
+def md_text(text: Any, cell: bool = False) -> str:
+    """``text`` safe to put into Markdown as it is: on one line (a newline or other character
+    that does not print is written as Python's ``repr`` writes it, :func:`~backretrieval.core.text.one_line`),
+    ``&`` and ``<`` as HTML entities (a model named ``<script>`` shows as text, never as a tag),
+    and with ``cell`` ``|`` escaped (``\\|``), so a name keeps a table's columns.
+
+    Args:
+        text: a model name, a pair label, a sentence naming them.
+        cell: the text goes into a table cell.
+
+    Returns:
+        The escaped text.
+    """
+    out = one_line(str(text)).replace("&", "&amp;").replace("<", "&lt;")
+    return out.replace("|", "\\|") if cell else out
 
 
 def _cell(row: pd.Series, m: str) -> str:
@@ -36,9 +54,9 @@ def format_summary(summary: pd.DataFrame, columns: Sequence[str] | None = None) 
     for pair, grp in summary.groupby("pair", sort=False):
         if key is not None:
             grp = grp.sort_values(key, ascending=False)
-        lines = [f"### {pair}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        lines = [f"### {md_text(pair)}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
         for _, row in grp.iterrows():
-            lines.append(f"| {row['model']} | " + " | ".join(_cell(row, c) for c in cols) + " |")
+            lines.append(f"| {md_text(row['model'], cell=True)} | " + " | ".join(_cell(row, c) for c in cols) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -121,23 +139,67 @@ def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+ANSWERS = ("The four answers: *ship* (one model significantly better than every other), *equivalent* (every model "
+           "the best does not beat shown within ±{m:g} of it, the margin: the gap that matters; pick among them by cost "
+           "or speed), *not enough data* (neither can be shown at this N), *at chance* (the best model's interval reaches "
+           "the chance level). Each pair tests the best model against each other model, Holm-adjusted over those "
+           "comparisons.")
+
+
+def format_verdict(v: dict[str, Any]) -> str:
+    """Markdown of a comparison's verdict (:func:`backretrieval.analysis.verdict.verdict`): the
+    overall answer, one bullet per pair with its power note, what the check says, and the four
+    answers with the margin.
+
+    Args:
+        v: the verdict dict (``Comparison.verdict``).
+
+    Returns:
+        The Markdown section, starting with its heading.
+    """
+    lines = ["## Verdict", "", f"**{md_text(v['summary'])}**", ""]
+    for p in v["pairs"]:
+        lines.append(f"* {md_text(p['text'])}")
+        if p.get("power") and "Power:" not in p["text"]:
+            lines.append(f"  Power: {md_text(p['power']['text'])}.")
+    if v.get("check_text"):
+        lines += ["", md_text(v["check_text"])]
+    lines += ["", ANSWERS.format(m=v.get("margin", 0.05))]
+    return "\n".join(lines)
+
+
+MARKS = {"best": "best", "worse": "< best", "worse, within margin": "< best, within margin",
+         "equivalent": "≈ best", "undecided": "?"}  # how a ranking marks each model against the pair's best
+
+
 def format_comparison(c: Comparison) -> str:
-    """Markdown of one comparison's tables: one ranking per pair ('>' marks a significant gap to
-    the next model, '~' not), then the average over pairs with its spread, first places and
-    significant wins, ties and losses (over every two models of a pair, Holm over the pair's
-    model pairs)."""
+    """Markdown of one comparison's tables: one ranking per pair, each model marked against the
+    pair's best by the verdict's own tests ('< best': significantly worse; '≈ best': within the
+    margin; '?': neither; Holm over the k - 1 comparisons with the best,
+    :attr:`~backretrieval.analysis.comparison.Comparison.equivalence`), with its gap to the best,
+    the gap's paired interval and the two Holm-adjusted p-values; then the average over pairs
+    with its spread, first places and significant wins, ties and losses (over every two models
+    of a pair, Holm over the pair's model pairs)."""
     pct = int(round(c.level * 100))
-    out = [f"## Ranking by {c.metric} ({pct}% bootstrap CI; gap to next: paired permutation test, Holm-adjusted, alpha={c.alpha})"]
+    eq = c.equivalence.set_index(["pair", "model_b"]) if len(c.equivalence) else None
+    out = [f"## Ranking by {c.metric} ({pct}% bootstrap CI; against the best: paired sign-flip test and two one-sided "
+           f"tests of a gap within ±{c.margin:g}, each Holm-adjusted over the comparisons with the best, alpha={c.alpha})"]
     for pair, g in c.per_pair.groupby("pair", sort=False):
-        out += ["", f"### {pair}", "", f"| rank | model | {c.metric} | {pct}% CI | gap to next | p (adj.) |", "|---|---|---|---|---|---|"]
+        out += ["", f"### {md_text(pair)}", "",
+                f"| rank | model | {c.metric} | {pct}% CI | vs best | gap to best | p (Holm) | p equivalent (Holm) |",
+                "|---|---|---|---|---|---|---|---|"]
         for _, r in g.iterrows():
-            gap = "" if np.isnan(r["p_adj"]) else (">" if r["significant"] else "~")
-            p = "" if np.isnan(r["p_adj"]) else f"{r['p_adj']:.3g}"
-            out.append(f"| {r['rank']} | {r['model']} | {r['estimate']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | {gap} | {p} |")
+            mark, gap, p, p_eq = MARKS.get(r.get("vs_best", ""), ""), "", "", ""
+            if eq is not None and (pair, r["model"]) in eq.index:
+                t = eq.loc[(pair, r["model"])]
+                gap = f"{-t['diff']:.4f} [{-t['diff_high']:.4f}, {-t['diff_low']:.4f}]"
+                p, p_eq = f"{t['p_adj']:.3g}", f"{t['p_tost_adj']:.3g}"
+            out.append(f"| {r['rank']} | {md_text(r['model'], cell=True)} | {r['estimate']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | {mark} "
+                       f"| {gap} | {p} | {p_eq} |")
     out += ["", f"### Across {c.per_pair['pair'].nunique()} pairs", "",
             "| model | mean | sd | min | max | mean rank | first on | significant wins | ties | losses |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in c.across_pairs.iterrows():
-        out.append(f"| {r['model']} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} "
+        out.append(f"| {md_text(r['model'], cell=True)} | {r['mean']:.4f} | {r['sd']:.4f} | {r['min']:.4f} | {r['max']:.4f} | {r['mean_rank']:.2f} "
                    f"| {r['firsts']} | {r['wins']} | {r['ties']} | {r['losses']} |")
     return "\n".join(out)

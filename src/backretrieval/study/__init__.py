@@ -10,7 +10,7 @@
 """
 from .agreement import krippendorff_alpha
 from .build import StudyConfig, create_study
-from .from_queries import disagreeing_queries, query_texts, read_query_table
+from .from_queries import disagreeing_queries, query_texts, read_query_table, target_texts
 from .store import SCALE, Conflict, NotFound, StudyError, add_rater, connect, list_raters, record_rating, rater_state
 
 __all__ = [
@@ -29,4 +29,5 @@ __all__ = [
     "rater_state",
     "read_query_table",
     "record_rating",
+    "target_texts",
 ]

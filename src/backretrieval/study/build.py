@@ -59,6 +59,9 @@ class StudyConfig:
         images: which images the study shows: ``"all"``, ``"query"`` or ``"none"``.
         dataset_options: options for the dataset loader.
         query_ids: the queries by source item id; None: sampled.
+        query_texts, target_texts: the texts of the queries and of the targets retrieved in the
+            per-query results the queries come from, by id; each must be the dataset's (None:
+            not compared).
     """
 
     dataset: str
@@ -74,6 +77,7 @@ class StudyConfig:
     dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     query_ids: list[str] | None = None  # the queries by source item id (see the module doc); None: sampled
     query_texts: dict[str, str] | None = None  # their texts where they were taken from (compared with the dataset's)
+    target_texts: dict[str, str] | None = None  # the texts of the targets retrieved there, by id (compared likewise)
 
     def validate(self) -> None:
         """Check every setting before any work; a clear error naming the first bad one."""
@@ -109,6 +113,8 @@ class Retrieved:
 def sample(cfg: StudyConfig, src: Corpus, tgt: Corpus) -> tuple[np.ndarray, np.ndarray]:
     """``(query_rows, pool_rows)``: rows of the source and target corpora (see module doc)."""
     rng = np.random.default_rng(cfg.seed)
+    if cfg.target_texts is not None:
+        _check_target_texts(cfg.target_texts, tgt)
     if cfg.query_ids is not None:
         q_rows = _given_queries(cfg, src, rng)
     else:
@@ -129,6 +135,19 @@ def sample(cfg: StudyConfig, src: Corpus, tgt: Corpus) -> tuple[np.ndarray, np.n
     if cfg.per_model > len(pool):
         raise DataError(f"{tgt.dataset}/{tgt.lang}: per_model={cfg.per_model} exceeds the pool of {len(pool)} items")
     return q_rows, pool
+
+
+def _check_target_texts(given: dict[str, str], tgt: Corpus) -> None:
+    """Each target the per-query results retrieved is in ``tgt`` with the text they give it."""
+    row_of = {str(item): i for i, item in enumerate(tgt.ids)}
+    for t, text in given.items():
+        if t not in row_of:
+            raise DataError(f"{tgt.dataset}/{tgt.lang}: target id {t!r}, retrieved in the per-query results, is not in "
+                            "the corpus; were they computed on this dataset?")
+        here = tgt.texts[row_of[t]]
+        if here != text:
+            raise DataError(f"{tgt.dataset}/{tgt.lang}: target id {t!r}: its text {here[:60]!r} differs from the per-query "
+                            f"results' ({text[:60]!r}); were they computed on this version of the dataset?")
 
 
 def _given_queries(cfg: StudyConfig, src: Corpus, rng: np.random.Generator) -> np.ndarray:

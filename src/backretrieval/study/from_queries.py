@@ -10,8 +10,10 @@ for some seed, the models do not all retrieve the same set of tied top targets
 
 The file is checked before it is trusted: the columns a selection reads must hold what
 ``EvalResult.queries`` writes (ids as strings or integers, ``retrieved_ids`` as lists of ids),
-and :func:`query_texts` gives each query's text, which the study compares with the dataset's
-(an id alone does not say the results were computed on this version of the data).
+and :func:`query_texts` and :func:`target_texts` give each query's and each retrieved target's
+text, which the study compares with the dataset's (an id alone does not say the results were
+computed on this version of the data: a dataset whose target texts all changed is refused as
+one whose query texts changed).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import pandas as pd
 
 from ..core import BackretrievalError, DataError
 
-NEEDED = ("src_lang", "tgt_lang", "model", "seed", "query_id", "query_text", "retrieved_ids", "sample_kind")
+NEEDED = ("src_lang", "tgt_lang", "model", "seed", "query_id", "query_text", "retrieved_id", "retrieved_text", "retrieved_ids",
+          "sample_kind")
 
 
 def _is_id(v) -> bool:
@@ -39,6 +42,8 @@ def _check_types(df: pd.DataFrame, path: Path) -> None:
         ("tgt_lang", lambda v: isinstance(v, str), "language codes (strings)"),
         ("seed", lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)), "integer seeds"),
         ("query_text", lambda v: isinstance(v, str), "texts (strings)"),
+        ("retrieved_id", _is_id, "item ids (strings or integers)"),
+        ("retrieved_text", lambda v: isinstance(v, str), "texts (strings)"),
     )
     for col, ok, what in checks:
         for i, v in enumerate(df[col].tolist(), 1):
@@ -93,6 +98,28 @@ def query_texts(table: pd.DataFrame, src: str, tgt: str) -> dict[str, str]:
     for q, text in zip(rows["query_id"].map(str), rows["query_text"]):
         if out.setdefault(q, text) != text:
             raise DataError(f"the per-query results give query id {q!r} two texts ({out[q][:60]!r}, {text[:60]!r})")
+    return out
+
+
+def target_texts(table: pd.DataFrame, src: str, tgt: str) -> dict[str, str]:
+    """The text of each target the per-query results of the pair retrieved first for some query
+    (``retrieved_id``, ``retrieved_text``), by target item id (as a string).
+
+    Args:
+        table: per-query results (:func:`read_query_table`).
+        src, tgt: the pair.
+
+    Returns:
+        ``{target_id: target_text}``.
+
+    Raises:
+        DataError: one id with two different texts (the file mixes versions of the data).
+    """
+    rows = table[(table["src_lang"] == src) & (table["tgt_lang"] == tgt)]
+    out: dict[str, str] = {}
+    for t, text in zip(rows["retrieved_id"].map(str), rows["retrieved_text"]):
+        if out.setdefault(t, text) != text:
+            raise DataError(f"the per-query results give target id {t!r} two texts ({out[t][:60]!r}, {text[:60]!r})")
     return out
 
 

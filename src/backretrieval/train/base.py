@@ -42,8 +42,8 @@ from sklearn.utils._param_validation import Interval, InvalidParameterError, Str
 from ..core import BackretrievalError
 
 __all__ = [
-    "Estimator", "HyperParameterError", "Interval", "NON_NEGATIVE_INT", "NotFittedError", "POSITIVE_INT",
-    "POSITIVE_REAL", "StrOptions", "fit_context",
+    "Estimator", "HyperParameterError", "Interval", "MAX_WIDTH", "NON_NEGATIVE_INT", "NotFittedError", "POSITIVE_INT",
+    "POSITIVE_REAL", "StrOptions", "check_widths", "fit_context",
 ]
 
 # the constraints every estimator uses (seeds, counts, rates); booleans are refused for all of them
@@ -58,6 +58,24 @@ class NotFittedError(BackretrievalError, _SklearnNotFittedError):
 
 class HyperParameterError(BackretrievalError, TypeError):
     """A hyper-parameter has a wrong type or value; the message names it and the value."""
+
+
+MAX_WIDTH = 16_384  # units of one dense layer: a 16,384 x 16,384 layer is 1 GiB of float32 weights
+
+
+def check_widths(widths: Any) -> None:
+    """Layer widths of a network within :data:`MAX_WIDTH` units each: a width of 10^9 would ask
+    for terabytes of weights before training starts (Triplet's ``layers``, M3L's ``widths``).
+
+    Args:
+        widths: the widths (positive integers, checked by the caller).
+
+    Raises:
+        HyperParameterError: naming the first width above the bound.
+    """
+    big = next((w for w in widths if w > MAX_WIDTH), None)
+    if big is not None:
+        raise HyperParameterError(f"a layer of {big:,} units; at most {MAX_WIDTH:,} per layer")
 
 
 _Fit = TypeVar("_Fit", bound=Callable[..., Any])

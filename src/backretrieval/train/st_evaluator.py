@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,20 +42,41 @@ from ..metrics import bkr, xlr
 
 
 def _pairs(pairs: Any) -> list[tuple[str, str]]:
-    """``[("en", "de")]`` from ``"en-de,en-ja"``, ``("en", "de")`` or a list of either."""
+    """``[("en", "de")]`` from ``"en-de,en-ja"`` (``en:zh-Hant`` for codes with hyphens),
+    ``("en", "de")`` or a list of either."""
     if isinstance(pairs, str):
         pairs = [p.strip() for p in pairs.split(",") if p.strip()]
     elif isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(x, str) for x in pairs):
         pairs = [pairs]
     out = []
     for p in pairs:
-        s, t = (p.split("-", 1) if isinstance(p, str) else p) if p else ("", "")
-        if not s or not t or s == t:
+        if isinstance(p, str):
+            s, _, t = p.partition(":" if ":" in p else "-")
+        else:
+            s, t = p if isinstance(p, (tuple, list)) and len(p) == 2 else ("", "")
+        if not isinstance(s, str) or not isinstance(t, str) or not s or not t or s == t:
             raise BackretrievalError(f"BackretrievalEvaluator: a pair is SRC-TGT with two different languages, got {p!r}")
         out.append((s, t))
     if not out:
         raise BackretrievalError("BackretrievalEvaluator: give at least one language pair, e.g. pairs='en-de'")
     return out
+
+
+def _count(value: Any, name: str, low: int) -> int:
+    """An integer setting of the evaluator, at least ``low`` (a float, a string or a bool is refused, not rounded)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise BackretrievalError(f"BackretrievalEvaluator: {name}={value!r} ({type(value).__name__}): {name} must be an integer")
+    if value < low:
+        raise BackretrievalError(f"BackretrievalEvaluator: {name}={value} is out of range: {name} must be >= {low}")
+    return int(value)
+
+
+def _csv_header(path: str) -> list[str] | None:
+    """The first row of an existing CSV file (None: no such file, or an empty one)."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, newline="", encoding="utf-8") as f:
+        return next(csv.reader(f), None)
 
 
 class BackretrievalEvaluator(SentenceEvaluator):
@@ -74,6 +96,12 @@ class BackretrievalEvaluator(SentenceEvaluator):
         name: prefixes every metric and the CSV file (``name_bkr@10``).
         write_csv: append a row per evaluation to the CSV in ``output_path``.
         show_progress_bar: show the model's encoding bar.
+
+    Raises:
+        BackretrievalError: a pair that is not two different languages, ``n``, ``seed``, ``k``,
+            a K of ``ks`` or ``batch_size`` that is not an integer (``30.7``, ``"30"``) or out of
+            range, a K above ``n``. A K equal to ``n`` (every model scores 1.0 there) is a warning.
+        DataError: a pair without images.
     """
 
     def __init__(self, dataset: Any, pairs: Any, *, image_model: str = "efficientnet-lite0", n: int = 300,
@@ -81,14 +109,19 @@ class BackretrievalEvaluator(SentenceEvaluator):
                  batch_size: int = 32, name: str = "", write_csv: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__()
         self.pairs = _pairs(pairs)
+        self.n, self.seed, self.k, self.sim = _count(n, "n", 1), _count(seed, "seed", 0), _count(k, "k", 1), sim
+        self.ks = tuple(sorted({_count(x, "every K of ks", 1) for x in ks} | {self.k}))
+        if self.ks[-1] > self.n:
+            raise BackretrievalError(f"BackretrievalEvaluator: every K must be in [1, n={self.n}], got {self.ks}")
+        trivial = [x for x in self.ks if x >= self.n]
+        if trivial:
+            warnings.warn(f"BackretrievalEvaluator: n={self.n}: {', '.join(f'bkr@{x}' for x in trivial)} (and XLR at that K) "
+                          f"{'is' if len(trivial) == 1 else 'are'} 1.0 for every model (chance K/n = 1): choose n above "
+                          f"{max(trivial)} (300 by default)", UserWarning, stacklevel=2)
         langs = list(dict.fromkeys(lang for p in self.pairs for lang in p))
         ds = dataset if hasattr(dataset, "corpora") and not isinstance(dataset, str) else load_dataset(dataset, langs=langs)
         self.dataset = ds.name
-        self.n, self.seed, self.k, self.sim = int(n), int(seed), int(k), sim
-        self.ks = tuple(sorted({int(x) for x in ks} | {self.k}))
-        if self.ks[0] < 1 or self.ks[-1] > self.n:
-            raise BackretrievalError(f"BackretrievalEvaluator: every K must be in [1, n={self.n}], got {self.ks}")
-        self.batch_size, self.name, self.write_csv = int(batch_size), name, bool(write_csv)
+        self.batch_size, self.name, self.write_csv = _count(batch_size, "batch_size", 1), name, bool(write_csv)
         self.show_progress_bar = bool(show_progress_bar)
         self.greater_is_better = True
         self.primary_metric = f"bkr@{self.k}"
@@ -185,12 +218,22 @@ class BackretrievalEvaluator(SentenceEvaluator):
 
         Returns:
             The metrics (see the module docstring).
+
+        Raises:
+            BackretrievalError: the CSV in ``output_path`` holds another evaluator's columns (two
+                evaluators of one name); checked before anything is computed or written.
         """
+        path = os.path.join(output_path, self.csv_file) if output_path is not None and self.write_csv else None
+        header = _csv_header(path) if path is not None else None
+        if header is not None and header != self.csv_headers:
+            raise BackretrievalError(
+                f"BackretrievalEvaluator: {path} holds the rows of another evaluator ({len(header)} columns; this one "
+                f"writes {len(self.csv_headers)}: {', '.join(self.csv_headers[2:5])}, ...): give each evaluator its own "
+                f"name (name=...; the file is backretrieval_evaluation_NAME_results.csv) or another output folder")
         metrics = self.compute(model)
-        if output_path is not None and self.write_csv:
+        if path is not None:
             os.makedirs(output_path, exist_ok=True)
-            path = os.path.join(output_path, self.csv_file)
-            new = not os.path.isfile(path)
+            new = header is None
             with open(path, "a" if not new else "w", newline="", encoding="utf-8") as f:
                 w = csv.writer(f)
                 if new:

@@ -18,6 +18,7 @@ MAX_SEED = 2**32 - 1  # the largest seed value (numpy's legacy seed range)
 MAX_RECORDS = 100_000  # models x pairs x seeds x image models in one run
 MAX_CORR_BOOT = 100_000  # CORR's bootstrap resamples per record (the CLI's --n-boot range)
 SIMILARITIES = ("cosine", "csls")
+COSTS = ("bytes", "speed", "price")  # what the cheapest equivalent model is cheapest in (EvalConfig.cost)
 
 
 def check_seeds(seeds: Sequence[Any]) -> list[int]:
@@ -114,6 +115,27 @@ def check_count(value: Any, name: str, low: int, high: int | None = None, zero: 
     return v
 
 
+def check_margin(value: Any) -> float:
+    """The verdict's equivalence margin, checked: a number in (0, 1].
+
+    Args:
+        value: the margin given.
+
+    Returns:
+        The margin as a Python float.
+
+    Raises:
+        BackretrievalError: not a real number (a bool, a string, NaN), or outside (0, 1], named.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BackretrievalError(f"margin={value!r} ({type(value).__name__}): the margin must be a number in (0, 1]")
+    v = float(value)
+    if not (0 < v <= 1):
+        raise BackretrievalError(f"margin={v:g} is out of range: the margin (the gap between two models that matters) "
+                                 "must be in (0, 1], e.g. 0.05")
+    return v
+
+
 def check_grid_size(n_models: int, n_pairs: int, n_seeds: int, n_image_models: int = 1) -> None:
     """A grid of at most :data:`MAX_RECORDS` records (one per model, pair, seed and image model).
 
@@ -174,6 +196,17 @@ class EvalConfig:
             recomputing them, with a warning naming the difference. Not part of :meth:`key`.
         approx_cost_check: with ``approx``, search exactly where the cost model says exact
             search is cheaper (:mod:`backretrieval.metrics.approx`); False: approximately anyway.
+        measure_speed: measure a model's encoding throughput on a small fixed sample of its texts
+            when this machine has none recorded (:mod:`.pricing`); False: such a model's speed is
+            "not measured". Not part of :meth:`key`.
+        cost: what "cheapest" means when the verdict names the cheapest model as good as the best
+            (:data:`COSTS`: ``"bytes"`` per item, the default; ``"speed"``, encoding time per item;
+            ``"price"`` per million items). Not part of :meth:`key`.
+        margin: the gap in a metric between two models that matters, in (0, 1]: the verdict
+            calls two models *equivalent* when their gap is shown to lie inside ``(-margin,
+            +margin)`` (:mod:`backretrieval.analysis.decision`), and the note on power before a
+            run measures the detectable gap against it. It judges the records and never changes
+            them: not part of :meth:`key`.
 
     ``pairs`` and ``seeds`` take what the CLI takes too: ``pairs="en-de,en-ja"`` or
     ``["en-de", "en:zh-Hant"]`` (:func:`parse_pairs`), ``seeds=3`` (seeds 0, 1, 2) or a list of seeds
@@ -184,7 +217,8 @@ class EvalConfig:
             that is not SRC-TGT, the same language on both sides), bad seeds (:func:`grid_seeds`),
             ``n``, ``k``, ``csls_k`` or ``corr_boot`` not an integer or out of range (``k`` and, with
             ``sim="csls"``, ``csls_k`` at most ``n``; ``corr_boot`` 0 or 2 to :data:`MAX_CORR_BOOT`),
-            an unknown ``sim``, ``dataset_options`` not a dict, no model, or a grid of more than
+            an unknown ``sim``, ``margin`` not a number in (0, 1], ``dataset_options`` not a dict, no
+            model, or a grid of more than
             :data:`MAX_RECORDS` records (:func:`check_grid_size`).
     """
 
@@ -204,6 +238,9 @@ class EvalConfig:
     approx_target: float = 0.99  # the top-1 agreement (and top-K recall) with exact search to reach
     reuse_stale: bool = False  # reuse records / vectors of other versions, with a warning
     approx_cost_check: bool = True  # with approx: exact search where the cost model says it is cheaper
+    margin: float = 0.05  # the gap that matters: equivalence margin of the verdict (not part of the key)
+    measure_speed: bool = True  # measure a model's throughput on a fixed sample when none is recorded
+    cost: str = "bytes"  # the cost the cheapest equivalent model is chosen by (COSTS)
 
     def __post_init__(self) -> None:
         self.pairs = grid_pairs(self.pairs)
@@ -218,6 +255,7 @@ class EvalConfig:
         if self.sim == "csls" and self.csls_k > self.n:
             raise BackretrievalError(f"csls_k={self.csls_k} is larger than n={self.n}: CSLS takes at most N neighbours")
         self.corr_boot = check_count(self.corr_boot, "corr_boot", 2, MAX_CORR_BOOT, zero=True)
+        self.margin = check_margin(self.margin)
         if not isinstance(self.dataset_options, dict):
             raise BackretrievalError(
                 f"dataset_options must be a dict of loader options, got {type(self.dataset_options).__name__}")
@@ -227,6 +265,10 @@ class EvalConfig:
             raise BackretrievalError(
                 f"models={self.models!r}: give model specs ('use-m,random' or ['use-m', 'random']) or a dict name -> model")
         check_grid_size(len(self.models), len(self.pairs), len(self.seeds), len(self.image_models))
+        if not isinstance(self.cost, str) or self.cost not in COSTS:
+            raise BackretrievalError(f"cost={self.cost!r}: use one of {', '.join(COSTS)}")
+        if not isinstance(self.measure_speed, bool):
+            raise BackretrievalError(f"measure_speed={self.measure_speed!r} must be True or False")
 
     @property
     def image_models(self) -> list[str]:
@@ -254,15 +296,17 @@ class EvalConfig:
 
         ``approx`` and ``approx_target`` enter the key only when ``approx`` is set, so exact runs
         keep the keys they had before approximate search existed; ``approx_cost_check`` only
-        when it is False. ``reuse_stale`` says how to treat stored records, not what they are:
-        it never enters the key. The versions records are computed under are part of each
+        when it is False. ``reuse_stale`` says how to treat stored records, not what they are,
+        and ``margin`` how they are judged: neither enters the key, nor do ``measure_speed`` and
+        ``cost`` (what the run says of the models' price, not what the records hold). The versions records are computed under are part of each
         record's own key (see :mod:`.records`).
 
         Returns:
             8 hex characters: a content hash of the remaining fields as sorted JSON (values
             that are not JSON, such as Python objects in ``dataset_options``, by ``str``).
         """
-        grid = ("pairs", "models", "seeds", "image_model", "extra_image_models", "reuse_stale")
+        grid = ("pairs", "models", "seeds", "image_model", "extra_image_models", "reuse_stale", "margin", "measure_speed",
+                "cost")
         # the fields one by one, not dataclasses.asdict: that would deep-copy the models' objects
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in grid}
         if d["approx"] is None:  # exact runs keep the keys they had before --approx existed

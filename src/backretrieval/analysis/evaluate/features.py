@@ -36,7 +36,7 @@ class Samples:
     bkr: tuple[np.ndarray, np.ndarray] | None
 
 
-def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
+def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int, fitting: bool = False) -> Samples:
     """The samples of one pair and seed: matching rows for XLR, non-matching rows for BkR.
 
     Args:
@@ -44,12 +44,16 @@ def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
         src, tgt: the two languages.
         n: the sample size.
         seed: the sampling seed.
+        fitting: a sample that cannot be drawn at ``n`` is None instead of an error (the grid
+            decides per metric family, :func:`~.power.plan_samples`).
 
     Returns:
-        The samples; a part is None when the pair lacks what it needs (links, images).
+        The samples; a part is None when the pair lacks what it needs (links, images), or with
+        ``fitting`` when N is more than it allows.
 
     Raises:
-        DataError: the pair has neither cross-lingual links nor images.
+        DataError: the pair has neither cross-lingual links nor images; without ``fitting``, a
+            sample that cannot be drawn at ``n``.
     """
     s, t = ds[src], ds[tgt]
     has_links = s.has_concepts and t.has_concepts
@@ -58,10 +62,17 @@ def draw_samples(ds: Dataset, src: str, tgt: str, n: int, seed: int) -> Samples:
         raise DataError(
             f"{ds.name} {src}-{tgt}: nothing to evaluate: no cross-lingual links (for XLR) and no images (for BkR)"
         )
-    return Samples(
-        matching(s, t, n, seed) if has_links else None,
-        non_matching(s, t, n, seed) if has_images else None,
-    )
+    def draw(sampler, has: bool):
+        if not has:
+            return None
+        try:
+            return sampler(s, t, n, seed)
+        except DataError:
+            if not fitting:
+                raise
+            return None
+
+    return Samples(draw(matching, has_links), draw(non_matching, has_images))
 
 
 def check_image_model(spec: Any, corpora: Iterable[Any], dataset: str | None = None) -> None:
@@ -95,6 +106,16 @@ def check_image_model(spec: Any, corpora: Iterable[Any], dataset: str | None = N
                 f"image features ({c.image_features}): use image model 'precomputed' (or 'precomputed@noise=S' for a "
                 "weaker g)"
             )
+
+
+def _takes_ids(fit: Callable[..., Any]) -> bool:
+    """Whether a model's ``fit`` takes ``ids_by_lang`` (language -> the ids of its texts)."""
+    import inspect
+
+    try:
+        return "ids_by_lang" in inspect.signature(fit).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class Features:
@@ -185,7 +206,9 @@ class Features:
         """
         corpora = self.corpora
         if hasattr(model, "fit") and callable(model.fit):
-            model.fit({lang: c.texts for lang, c in corpora.items()})
+            # a fit that reads the vectors of a model looked up by id (a variant of precomputed:) gets the ids too
+            by_id = {"ids_by_lang": {lang: c.ids for lang, c in corpora.items()}} if _takes_ids(model.fit) else {}
+            model.fit({lang: c.texts for lang, c in corpora.items()}, **by_id)
         wanted = tuple(getattr(model, "wants_extra", ()) or ())
         out = {}
         for lang, c in corpora.items():
@@ -313,3 +336,35 @@ def same_sample_note(samples: dict[tuple[str, str, int], Samples], cfg: EvalConf
         f"{len(cfg.seeds)} seeds differ only in the order of the items and their spread (sd 0) measures nothing; "
         "give a smaller N for a spread over samples"
     )
+
+
+def same_text_notes(ds: Dataset, samples: dict[tuple[str, str, int], Samples],
+                    log: Callable[[str], None] = lambda msg: None) -> list[str]:
+    """One sentence (said through ``log``) per language whose sampled texts are all the same
+    text: every text model gives them the same vector, so every model ties, ranks every item
+    last (ties count against the model) and scores at or below chance.
+
+    Args:
+        ds: the dataset.
+        samples: (src, tgt, seed) -> its samples.
+        log: receives each sentence.
+
+    Returns:
+        The sentences, one per such language.
+    """
+    rows: dict[str, set[int]] = {}
+    for (s, t, _), sm in samples.items():
+        for part in (sm.xlr, sm.bkr):
+            if part is not None:
+                rows.setdefault(s, set()).update(part[0].tolist())
+                rows.setdefault(t, set()).update(part[1].tolist())
+    out = []
+    for lang, used in rows.items():
+        texts = {ds[lang].texts[i] for i in used}
+        if len(used) > 1 and len(texts) == 1:
+            text = next(iter(texts))
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            out.append(f"every sampled {lang} text is the same text ({shown!r}, {len(used)} items): no text model can "
+                       f"tell these items apart, so every model ties and scores at or below chance")
+            log(out[-1])
+    return out

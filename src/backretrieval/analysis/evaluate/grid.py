@@ -32,12 +32,13 @@ from ``OUT/.partial`` nor stored there; the run says so once per kind.
 
 ``OUT/results.jsonl`` and ``OUT/results.csv`` are written at the end, atomically, with
 ``OUT/run.json``: the configuration, the input fingerprints, the software environment
-(:func:`backretrieval.core.env.environment`) and, per model encoded in the run, ``encoding``
-(:func:`encoding_facts`: texts needed and encoded, seconds, items per second, and what the model
-reports of itself -- a hub model's commit and prompts, an embedding API's tokens used). Before
-an embedding API (a model with ``estimate``) sends anything, the log says how many texts,
-requests and tokens it will send and what that costs (:func:`send_estimate`; ``--dry-run``:
-:func:`estimate` alone).
+(:func:`backretrieval.core.env.environment`) and, per model, ``encoding``
+(:func:`~.pricing.price_facts`: texts needed and encoded in the run, seconds, the vector size,
+the throughput recorded on this machine, tokens per item and price, and what the model reports
+of itself -- a hub model's commit and prompts, an embedding API's tokens used). Before an
+embedding API (a model with ``estimate``) sends anything, the log says how many texts, requests
+and tokens it will send and what that costs (:func:`~.pricing.send_estimate`; ``--dry-run``:
+:func:`~.pricing.estimate` alone).
 
 What the output says is what was computed: every record's ``image_model`` is the model that
 produced its image features (a model that encodes image files is refused on a dataset that has
@@ -58,18 +59,19 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...core import BackretrievalError, DataError
+from ...core import BackretrievalError
 from ...core.io import check_writable_dir, folder_lock
 from ...data import load_dataset
 from ...encoders.cache import CachedTextEncoder
-from ..models import grid_image_models, grid_models, image_run_only, run_only_note
+from ..models import grid_image_models, grid_models, image_run_only, model_spec, run_only_note
 from . import tasks as _tasks
 from .config import EvalConfig
-from .power import check_n, power_note, sample_limits
-from .features import check_needs, draw_samples, Features, same_sample_note, Samples
+from .power import plan_samples, power_facts, power_note, sample_limits
+from .features import check_needs, Features, same_sample_note, same_text_notes, Samples
 from .records import NOT_RECORDED, RecordSlot, RecordStore, fingerprint_inputs, with_identity, run_info, write_results
 from .result import EvalResult, slug
 from .queries import MATCHING, NON_MATCHING, sample_items
+from .pricing import estimate_line, model_estimate, model_identity, price_facts, send_estimate, speed_identity
 from .tasks import SampleTask, check_approx
 
 Sample = tuple[str, str, int]  # (src, tgt, seed)
@@ -136,6 +138,9 @@ class _Run:
     run_only_g: list[str]
     feats: Features
     inputs: Any
+    sims: dict[str, str]  # the models scored otherwise than cfg.sim (tasks.model_similarities)
+    specs: dict[str, str]  # name -> the model's full spec (the records' model_spec)
+    power: dict[str, Any]  # pair -> its power facts (power.power_facts)
     store: Any = None  # the RecordStore
     found: dict[RecordSlot, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
     todo: dict[Sample, list[str]] = dataclasses.field(default_factory=dict)
@@ -174,6 +179,8 @@ def _draw(cfg: EvalConfig, *, progress: bool, log: Callable[[str], None], needs:
     # build and check every model before loading anything
     models = grid_models(cfg.models)
     names = list(models)
+    sims = _tasks.model_similarities(cfg, {name: m.encoder for name, m in models.items()})
+    specs = {name: model_spec(m.spec if m.spec is not None else m.encoder) for name, m in models.items()}
     g_models = grid_image_models(cfg.image_model, cfg.extra_image_models)
     run_only = [name for name, m in models.items() if m.run_only]
     if run_only:
@@ -182,18 +189,20 @@ def _draw(cfg: EvalConfig, *, progress: bool, log: Callable[[str], None], needs:
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
     for lang in langs:
         ds[lang]  # unknown language -> clear error before any work
-    try:
-        samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
-    except DataError:
-        check_n(ds, cfg.pairs, cfg.n, cfg.seeds)  # an N too large: the error names the largest N that works
-        raise
-    check_needs(cfg.dataset, samples, needs, purpose)
+    check_needs(cfg.dataset, {(s, t, 0): _families(ds, s, t) for s, t in cfg.pairs}, needs, purpose)
+    # each metric family at N where its sample fits (an N too large for what is needed: the error names its limit)
+    samples, left_out = plan_samples(ds, cfg.pairs, cfg.n, cfg.seeds, needs, purpose=purpose)
     has_bkr = any(sm.bkr is not None for sm in samples.values())
     notes: list[str] = []
-    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, len(cfg.seeds))  # said once every input has passed its checks
-    if weak:
+    for note in left_out:
+        log(note)
+        notes.append(note)
+    notes += same_text_notes(ds, samples, log)
+    power = power_facts(ds, cfg.pairs, cfg.n, cfg.k, cfg.seeds, cfg.margin, len(cfg.models)) if has_bkr else {}
+    weak = power_note(ds, cfg.pairs, cfg.n, cfg.k, cfg.seeds, cfg.margin, models=len(cfg.models), facts=power)
+    if weak:  # said once every input has passed its checks
         notes.append(weak)
-    if not has_bkr:
+    if not has_bkr and not left_out:
         log(f"{ds.name} has no images: BkR and CORR need images; reporting XLR only")
     same = same_sample_note(samples, cfg)
     if same:
@@ -206,7 +215,8 @@ def _draw(cfg: EvalConfig, *, progress: bool, log: Callable[[str], None], needs:
     feats = Features(ds, _needed_rows(samples, langs), {g: g_models[g] for g in image_models if g}, progress, log,
                      cfg.dataset, cfg.reuse_stale, notes=[weak] if weak else [])
     inputs = fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
-    return _Run(cfg, log, models, names, run_only, ds, samples, has_bkr, notes, image_models, run_only_g, feats, inputs)
+    return _Run(cfg, log, models, names, run_only, ds, samples, has_bkr, notes, image_models, run_only_g, feats, inputs,
+                sims, specs, power)
 
 
 def _resume(run: _Run, out_dir: str | Path | None) -> None:
@@ -253,10 +263,13 @@ def _resume(run: _Run, out_dir: str | Path | None) -> None:
 
 
 def _encode(run: _Run, ex: Any, progress: bool) -> None:
-    """Encode every model that has work left (through the cache): ``run.text``, its seconds and
-    facts; a model's pairs with a language it cannot embed leave ``run.todo``."""
-    cfg, log, feats, todo = run.cfg, run.log, run.feats, run.todo
-    text, encode_s, encoding = run.text, run.encode_s, run.encoding
+    """Encode every model that has work left (through the cache): ``run.text``, its seconds, and
+    every model's price facts (``run.encoding``, whether it encoded in this run or not); a model's
+    pairs with a language it cannot embed leave ``run.todo``."""
+    cfg, log, feats, todo, inputs = run.cfg, run.log, run.feats, run.todo, run.inputs
+    text, encode_s = run.text, run.encode_s
+    used: dict[str, CachedTextEncoder] = {}
+    speed_ids = {name: speed_identity(m.encoder, inputs.models[name]) for name, m in run.models.items()}
     for name in dict.fromkeys(name for todo_names in todo.values() for name in todo_names):
         t0 = time.perf_counter()
         m = run.models[name]  # a Python object encodes here, with every executor (it is never pickled)
@@ -267,7 +280,10 @@ def _encode(run: _Run, ex: Any, progress: bool) -> None:
             log(estimate_line(name, est))
         text[name] = feats.text(cached, name)
         encode_s[name] = round(time.perf_counter() - t0, 3)
-        encoding[name] = encoding_facts(cached, feats.corpora, encode_s[name], enc)
+        used[name] = cached
+    run.encoding = {name: price_facts(name, m.encoder, used.get(name), feats.corpora, inputs.models[name], speed_ids[name],
+                                      seconds=encode_s.get(name, 0.0), measure=cfg.measure_speed, run_only=m.run_only, log=log)
+                    for name, m in run.models.items()}  # every model's price, whether it encoded in this run or not
     for name, langs_missing in feats.unsupported.items():
         for lang, why in langs_missing.items():
             log(f"skipping {name} for the pairs with {lang!r}: {why}")
@@ -280,15 +296,16 @@ def _run_tasks(run: _Run, ex: Any, progress: bool) -> None:
     cfg, found, inputs, ds, encode_s, store = run.cfg, run.found, run.inputs, run.ds, run.encode_s, run.store
     n_runs = sum(len(todo_names) for todo_names in run.todo.values()) * len(run.image_models)
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
-    tasks = _sample_tasks(cfg, run.samples, run.todo, run.text, run.feats, run.image_models, ex)
+    tasks = _sample_tasks(cfg, run.samples, run.todo, run.text, run.feats, run.image_models, ex, run.sims)
     for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, tasks):
         for name, g, values, ranks in runs:
             slot = (name, g, s, t, seed)
             if slot in found:
                 continue
             rec: dict[str, Any] = {
-                "model": name, "model_identity": inputs.models[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
-                "n": cfg.n, "k": cfg.k, "sim": cfg.sim, **values, "encode_seconds": encode_s[name],
+                "model": name, "model_identity": inputs.models[name], "model_spec": run.specs[name], "image_model": g,
+                "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "n": cfg.n, "k": cfg.k, "sim": run.sims.get(name, cfg.sim), **values, "encode_seconds": encode_s[name],
             }
             if g is None:  # no images: no image fields
                 del rec["image_model"]
@@ -309,20 +326,23 @@ def _results(run: _Run, ex: Any, out_dir: str | Path | None) -> EvalResult:
     info = run_info(cfg, ds, run.feats, inputs, ex.name, nodes)
     info["encoding"] = run.encoding
     order = {m: i for i, m in enumerate(run.names)}
-    largest = {f"{s}->{t}": sample_limits(ds, s, t, cfg.seeds) for s, t in dict.fromkeys(cfg.pairs)}
+    power = run.power
+    largest = {f"{s}->{t}": power[f"{s}->{t}"]["largest_n"] if f"{s}->{t}" in power else sample_limits(ds, s, t, cfg.seeds)
+               for s, t in dict.fromkeys(cfg.pairs)}
     pair_order = {pair: i for i, pair in reversed(list(enumerate(cfg.pairs)))}  # records keep the pairs' order as given
     results = {}
     for g in image_models:
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], pair_order[k[2], k[3]], k[4]))
         results[g] = EvalResult(
             cfg,
-            [with_identity(found[k][0], inputs.models[k[0]]) for k in keys_g],
+            [with_identity(found[k][0], inputs.models[k[0]], run.specs[k[0]]) for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
             run=info,
             text_only=not run.has_bkr,
             notes=list(run.notes),
             items=items,
             largest_n=largest,
+            power=power,
         )
     main, *rest = image_models
     result = results[main]
@@ -334,99 +354,25 @@ def _results(run: _Run, ex: Any, out_dir: str | Path | None) -> EvalResult:
     return result
 
 
-def send_estimate(cached: CachedTextEncoder, corpora: dict[str, Any]) -> dict[str, Any] | None:
-    """What a model with ``estimate`` (an embedding API) would send for the texts of ``corpora``
-    that the cache lacks; None for any other model.
-
-    Args:
-        cached: the model behind its cache.
-        corpora: language -> the corpus whose texts are encoded.
-
-    Returns:
-        The model's estimate (``texts``, ``requests``, ``tokens``, ``tokenizer``, ``cost``, ...)
-        summed over the languages, with ``cached``: the texts already in the cache.
-    """
-    estimate = getattr(cached.encoder, "estimate", None)
-    if not callable(estimate):
-        return None
-    total: dict[str, Any] = {"texts": 0, "requests": 0, "tokens": 0, "cached": 0}
-    for lang, c in corpora.items():
-        todo = cached.missing(c.texts, lang)
-        est = estimate(todo)
-        total["cached"] += len(set(c.texts)) - len(todo)
-        for k, v in est.items():
-            total[k] = total[k] + v if k in ("texts", "requests", "tokens") else v
-    if total.get("price_per_1m_tokens") is not None:
-        total["cost"] = total["tokens"] / 1e6 * total["price_per_1m_tokens"]
-    return total
-
-
-def estimate_line(name: str, est: dict[str, Any]) -> str:
-    """The one line that says what model ``name`` will send (see :func:`send_estimate`).
-
-    Args:
-        name: the model's name in the records.
-        est: its estimate.
-
-    Returns:
-        ``"openai:x: 1,200 texts to send in 19 requests (300 already cached), about 9,400 tokens
-        (approximation: ...), about $0.0002 at $0.02 per 1M tokens"``.
-    """
-    cost = (f", about ${est['cost']:.4f} at ${est['price_per_1m_tokens']:g} per 1M tokens"
-            if est.get("cost") is not None else ", cost unknown (no price_per_1m_tokens option)")
-    return (f"{name}: {est['texts']:,} texts to send in {est['requests']:,} requests ({est['cached']:,} already "
-            f"cached), about {est['tokens']:,} tokens ({est['tokenizer']}){cost}")
-
-
-def encoding_facts(cached: CachedTextEncoder, corpora: dict[str, Any], seconds: float, enc: Any) -> dict[str, Any]:
-    """What ``run.json`` records of one model's encoding in this run: the distinct texts it
-    needed, how many the model encoded (the rest came from the cache), the seconds it took,
-    the items per second of the encoding that ran (None when everything was cached), and what
-    the model itself reports (``run_details``: a hub model's commit and prompts, an API's tokens).
-
-    Args:
-        cached: the model behind its cache, after encoding.
-        corpora: language -> the corpus whose texts were encoded.
-        seconds: the encoding's wall time.
-        enc: the model.
-
-    Returns:
-        ``{"texts", "encoded", "seconds", "dim", "items_per_second", ...}``.
-    """
-    texts = sum(len(set(c.texts)) for c in corpora.values())
-    encoded = int(cached.n_encoded)
-    dim = getattr(enc, "dim", None)
-    out: dict[str, Any] = {"texts": texts, "encoded": encoded, "seconds": seconds,
-                           "dim": int(dim) if isinstance(dim, int) else None,
-                           "items_per_second": round(encoded / seconds, 2) if encoded and seconds > 0 else None}
-    details = getattr(enc, "run_details", None)
-    if isinstance(details, dict):
-        out.update(details)
-    return out
-
-
 def estimate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
-    """What an evaluation of ``cfg`` would send to each embedding API among its models, without
-    sending anything (``--dry-run``): the samples are drawn and the cache is read, nothing is
-    encoded.
+    """What an evaluation of ``cfg`` would encode and send per model, and how long it would take on
+    this machine, without encoding or sending anything (``--dry-run``): the samples are drawn and
+    the cache and the price book are read.
 
     Args:
         cfg: the grid.
 
     Returns:
-        model name -> :func:`send_estimate` (only the models with an ``estimate``).
+        model label -> :func:`~.pricing.model_estimate` (with an embedding API's
+        :func:`~.pricing.send_estimate`).
     """
     models = grid_models(cfg.models)
     langs = list(dict.fromkeys(lang for pair in cfg.pairs for lang in pair))
     ds = load_dataset(cfg.dataset, langs=langs, **cfg.dataset_options)
-    samples = {(s, t, seed): draw_samples(ds, s, t, cfg.n, seed) for s, t in cfg.pairs for seed in cfg.seeds}
+    samples, _ = plan_samples(ds, cfg.pairs, cfg.n, cfg.seeds)  # each metric family where its sample fits
     corpora = {lang: ds[lang].subset(rows) for lang, rows in _needed_rows(samples, langs).items()}
-    out = {}
-    for name, m in models.items():
-        est = send_estimate(CachedTextEncoder(m.encoder), corpora)
-        if est is not None:
-            out[name] = est
-    return out
+    return {name: model_estimate(name, m.encoder, corpora, model_identity(m.encoder, corpora), run_only=m.run_only)
+            for name, m in models.items()}
 
 
 def _say_stale(stale: dict[str, int], n_reused: int, out_dir: str | Path | None, log: Callable[[str], None]) -> None:
@@ -448,6 +394,14 @@ def _say_stale(stale: dict[str, int], n_reused: int, out_dir: str | Path | None,
             log(f"{change} since the records in {out_dir} were computed: recomputing {records}")
 
 
+def _families(ds: Any, src: str, tgt: str) -> Samples:
+    """What a pair has for each metric family, as :func:`~.features.check_needs` reads it: a
+    marker where it has links (XLR) or images (BkR), else None."""
+    s, t = ds[src], ds[tgt]
+    has = ((s.has_concepts and t.has_concepts), (s.has_images and t.has_images))
+    return Samples(*(() if x else None for x in has))  # type: ignore[arg-type]
+
+
 def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[str, np.ndarray]:
     """Per language, the sorted rows some sample uses (the only ones encoded)."""
     needed: dict[str, set[int]] = {lang: set() for lang in langs}
@@ -461,9 +415,10 @@ def _needed_rows(samples: dict[Sample, Samples], langs: Sequence[str]) -> dict[s
 
 def _sample_tasks(
     cfg: EvalConfig, samples: dict[Sample, Samples], todo: dict[Sample, list[str]], text: dict[str, dict[str, np.ndarray]],
-    feats: Features, image_models: Sequence[str | None], executor: Any = None,
+    feats: Features, image_models: Sequence[str | None], executor: Any = None, sims: dict[str, str] | None = None,
 ) -> Iterator[SampleTask]:
-    """One task per sample with work left: the rows of its models' embeddings and of its images.
+    """One task per sample with work left: the rows of its models' embeddings and of its images
+    (``sims``: the models scored otherwise than ``cfg.sim``, :func:`~.tasks.model_similarities`).
     An executor with ``rows_of(matrix, rows)`` (Ray) gets each matrix once and tasks that refer
     to it; the others get the rows as arrays."""
     rows_of = getattr(executor, "rows_of", None)
@@ -486,4 +441,5 @@ def _sample_tasks(
             None if sm.xlr is None else {m: rows(sm.xlr, m) for m in todo_names},
             None if sm.bkr is None else {m: rows(sm.bkr, m) for m in todo_names},
             images, cfg.corr_boot, cfg.approx, cfg.approx_target, cfg.approx_cost_check,
+            {m: sims[m] for m in todo_names if m in (sims or {})},
         )

@@ -401,21 +401,25 @@ def run_info(cfg: EvalConfig, ds: Dataset, feats: "Features", inputs: _Inputs, e
     return info
 
 
-def with_identity(rec: dict[str, Any], identity: str) -> dict[str, Any]:
-    """A record as the results give it: ``model_identity`` after ``model`` (records stored before
-    the field existed get it from their key, which includes it), no empty ``image_model``.
+def with_identity(rec: dict[str, Any], identity: str, spec: str | None = None) -> dict[str, Any]:
+    """A record as the results give it: ``model_identity`` and ``model_spec`` after ``model``
+    (records stored before the fields existed get them from the run: the identity is part of
+    their key), no empty ``image_model``.
 
     Args:
         rec: a stored record.
         identity: the model's identity.
+        spec: the model's full spec string (``python:<module.Class>`` for an object); None: the
+            record's own, if any.
 
     Returns:
-        The record with ``model_identity`` second.
+        The record with ``model_identity`` second and ``model_spec`` third.
     """
     out = {"model": rec["model"], "model_identity": identity}
+    if spec is not None or "model_spec" in rec:
+        out["model_spec"] = spec if spec is not None else rec["model_spec"]
     out.update((f, v) for f, v in rec.items() if f not in out and not (f == "image_model" and v is None))
     return out
-
 
 
 def write_results(records: Sequence[dict[str, Any]], out_dir: Path, run: dict[str, Any] | None = None) -> None:

@@ -40,6 +40,10 @@ class EvalResult:
             matching sample (``"xlr"``) and the non-matching one (``"bkr"``); None where that
             sample is not drawn (:func:`~.power.sample_limits`). A verdict advises more queries
             only where there are more.
+        power: per pair label whose languages have images, what N, K and the seeds let BkR@K
+            detect, said before the run (:func:`~.power.power_facts`: chance, distinct queries,
+            the detectable gap between the best model and each other model, the queries a gap
+            of the margin needs, the data's limits); the note in :attr:`notes` says it in words.
     """
 
     config: EvalConfig
@@ -51,6 +55,7 @@ class EvalResult:
     notes: list[str] = dataclasses.field(default_factory=list)  # what a summary of the records must say
     items: dict[tuple[str, str, int], dict[str, Any]] = dataclasses.field(default_factory=dict)
     largest_n: dict[str, dict[str, int | None]] = dataclasses.field(default_factory=dict)
+    power: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> pd.DataFrame:
         """The summary table of the records (``summary.md`` renders it): per pair and model, the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class SampleTask:
         seed: the sample's seed; also seeds CORR's pair subsample and bootstrap.
         n: the sample size N (``bkr_chance`` = K / N; Recall@K for K > N is not reported).
         k: the K of BkR@K and hubness.
-        sim: ``"cosine"`` or ``"csls"``.
+        sim: ``"cosine"``, ``"csls"`` or ``"dot"``.
         csls_k: neighbours of the CSLS penalty.
         models: the names of the models to evaluate (keys of ``xlr`` / ``bkr``), in record order.
         xlr: model -> (source, target) embeddings of the matching sample, row i of one the
@@ -41,6 +41,8 @@ class SampleTask:
         approx: None, ``"hnsw"`` or ``"ivf"`` (see ``EvalConfig.approx``).
         approx_target: the calibration target with ``approx``.
         approx_cost_check: with ``approx``, exact search where the cost model says it is cheaper.
+        model_sims: model -> the similarity its records are computed with where it is not
+            ``sim`` (a serving form: ``"dot"``, see :func:`model_similarities`).
     """
 
     src: str
@@ -58,6 +60,18 @@ class SampleTask:
     approx: str | None = None  # "hnsw" / "ivf": XLR@K and BkR@K from calibrated FAISS top-K lists
     approx_target: float = 0.99
     approx_cost_check: bool = True
+    model_sims: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def sim_of(self, model: str) -> str:
+        """The similarity ``model``'s records are computed with.
+
+        Args:
+            model: one of :attr:`models`.
+
+        Returns:
+            Its entry of :attr:`model_sims`, else :attr:`sim`.
+        """
+        return self.model_sims.get(model, self.sim)
 
     @property
     def label(self) -> str:
@@ -99,7 +113,6 @@ def run_sample_task(task: SampleTask) -> TaskResult:
     """
     if task.approx is not None:
         return _run_approx_task(task)
-    opts = {"sim": task.sim, "csls_k": task.csls_k}
     boot = task.corr_boot if task.bkr is not None else 0
     image_sides = (
         {g: image_side(si, ti, seed=task.seed, keep_order=boot > 0) for g, (si, ti) in task.images.items()}
@@ -107,10 +120,12 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         else {}
     )
     # the CORR bootstrap resamples every model with the same weights, so all text halves are needed at once
-    text_sides = {m: text_side(*task.bkr[m], seed=task.seed, keep_order=True) for m in task.models} if boot else {}
+    text_sides = {m: text_side(*task.bkr[m], seed=task.seed, keep_order=True, sim=_corr_sim(task.sim_of(m)))
+                  for m in task.models} if boot else {}
     out: list[Run] = []
     for model in task.models:
         t0 = time.perf_counter()
+        opts = {"sim": task.sim_of(model), "csls_k": task.csls_k}
         shared: dict[str, Any] = {}
         shared_ranks: dict[str, np.ndarray] = {}
         if task.xlr is not None:
@@ -125,7 +140,7 @@ def run_sample_task(task: SampleTask) -> TaskResult:
             continue
         st, tt = task.bkr[model]
         shared.update(text_values(st, tt, task.k, **opts))
-        text_corr = text_sides[model] if boot else text_side(st, tt, seed=task.seed)
+        text_corr = text_sides[model] if boot else text_side(st, tt, seed=task.seed, sim=_corr_sim(opts["sim"]))
         for g, (si, ti) in task.images.items():
             values, ranks = dict(shared), dict(shared_ranks)
             ranks["bkr"], ranks["bkr_retrieved_offsets"], ranks["bkr_retrieved_flat"] = bkr_ranks(
@@ -144,6 +159,45 @@ def run_sample_task(task: SampleTask) -> TaskResult:
         for model, g, _, ranks in out:
             ranks["corr_boot"] = reps[g][model]
     return (task.src, task.tgt, task.seed), out
+
+
+def _corr_sim(sim: str) -> str:
+    """CORR's text distances for a record of similarity ``sim``: cosine (also under CSLS), or the
+    raw dot product of a serving form's codes."""
+    return "dot" if sim == "dot" else "cosine"
+
+
+def model_similarities(cfg: EvalConfig, encoders: Mapping[str, Any]) -> dict[str, str]:
+    """The similarity of each model whose records are not computed with ``cfg.sim``: a serving
+    form (a model with ``scoring = "dot"``: ``use-m@int8``, ``use-m@binary``) is ranked by the
+    raw dot product of its codes, as a vector store ranks it (the integer dot product of int8
+    codes; for ±1 sign bits ``d - 2 * hamming``, the Hamming order). Checked before any work.
+
+    Args:
+        cfg: the configuration (its ``sim`` and ``approx``).
+        encoders: model name -> its text model.
+
+    Returns:
+        model name -> ``"dot"``, for the serving forms.
+
+    Raises:
+        BackretrievalError: a serving form with ``sim="csls"`` or with ``approx`` (naming it).
+    """
+    out = {}
+    for name, enc in encoders.items():
+        if getattr(enc, "scoring", "cosine") != "dot":
+            continue
+        form = getattr(enc, "form", None) or "quantised"
+        why = (f"{name} is a serving form ({form} codes), ranked by the dot product of its codes as a vector store "
+               "ranks them")
+        if cfg.approx is not None:
+            raise BackretrievalError(f"{why}; approximate search (--approx) ranks float vectors by cosine: "
+                                     f"evaluate {name} with exact search (no --approx)")
+        if cfg.sim == "csls":
+            raise BackretrievalError(f"{why}; CSLS (--sim csls) rescales cosine similarities, which a vector store "
+                                     f"of {form} codes does not compute: evaluate {name} with --sim cosine")
+        out[name] = "dot"
+    return out
 
 
 APPROX_METHODS = ("hnsw", "ivf")

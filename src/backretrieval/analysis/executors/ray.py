@@ -39,17 +39,41 @@ R = TypeVar("R")
 CONNECT_TIMEOUT_S = 10  # a cluster's head (HOST:PORT) must accept a TCP connection within this
 
 
+# HTTP/2's client connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5)
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4  # the frame type every HTTP/2 server sends first
+
+
+def _first_frame(sock: Any, timeout: float) -> bytes:
+    """The first 9 bytes the server sends after the HTTP/2 preface (fewer where it closes)."""
+    import time
+
+    sock.sendall(_H2_PREFACE)
+    got = b""
+    end = time.monotonic() + timeout
+    while len(got) < 9:
+        sock.settimeout(max(0.01, end - time.monotonic()))
+        chunk = sock.recv(9 - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def check_address(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """A ``HOST:PORT`` cluster address accepts a connection within ``timeout`` seconds (Ray's
-    own client retries an address where nothing listens for minutes). ``None``, ``"auto"``,
-    ``"local"`` and ``ray://`` addresses (Ray Client fails at once by itself) are not checked.
+    """A ``HOST:PORT`` cluster address is a Ray head's: it accepts a connection and answers the
+    HTTP/2 preface with a SETTINGS frame, as the head's gRPC server (GCS) does, all within
+    ``timeout`` seconds. Ray's own client retries an address where nothing listens for minutes,
+    and one where another program listens for ever. ``None``, ``"auto"``, ``"local"`` and
+    ``ray://`` addresses (Ray Client fails at once by itself) are not checked.
 
     Args:
         address: the address as given to :func:`ray_init`.
-        timeout: seconds to wait for the connection.
+        timeout: seconds to wait for the connection and for the answer.
 
     Raises:
-        BackretrievalError: nothing accepts the connection (the address and the reason named).
+        BackretrievalError: nothing accepts the connection, or what does is not a gRPC server
+            (the address and what it did named).
     """
     import socket
 
@@ -59,11 +83,22 @@ def check_address(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> No
     if not sep or not port.isdigit():
         return  # not HOST:PORT: Ray says what is wrong with it
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            try:
+                frame = _first_frame(sock, timeout)
+            except OSError as e:
+                frame = b"" if not isinstance(e, TimeoutError) else None
     except OSError as e:
         why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
         raise BackretrievalError(f"cannot reach Ray at {address} within {timeout:g} s ({why}): is the cluster's head "
                                  "running there (`ray start --head`)?") from None
+    if frame is not None and len(frame) == 9 and frame[3] == _H2_SETTINGS:
+        return
+    did = ("accepts connections but did not answer within " f"{timeout:g} s" if frame is None
+           else "closed the connection without answering" if not frame
+           else f"answers {frame[:9]!r}, not gRPC (HTTP/2)")
+    raise BackretrievalError(f"{address} is not a Ray cluster's head: the program listening there {did}; give the "
+                             "head's address (`ray start --head` prints it; port 6379 by default)")
 NO_RAY = "executor 'ray' needs Ray: pip install 'backretrieval[ray]' (or: pip install 'ray[data,client]')"
 
 

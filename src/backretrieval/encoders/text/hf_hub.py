@@ -19,9 +19,12 @@ truncation, one engine per core), without hashing the files again.
 
 The model's own usage. Its prompts (``config_sentence_transformers.json``: ``prompts``,
 ``default_prompt_name``) decide what is put before every text: option ``prompt_name`` names one;
-by default the model's ``default_prompt_name``, else its ``query`` prompt (the texts compared
-across languages are short and symmetric, the case the e5 / bge / gte authors give
-``query`` for), else none; ``prompt_name=none`` switches prompts off. Where the optional
+``prompt_name=auto`` (the default) takes the model's ``default_prompt_name``, else its ``query``
+prompt (the texts compared across languages are short and symmetric, the case the e5 / bge / gte
+authors give ``query`` for), else none; ``prompt_name=none`` switches prompts off, in a spec string
+as in Python (the option is a string: ``none`` is the value "no prompt", not "not given"). A
+prompt that fills the model's whole window (no token left for the texts, which would all get
+one vector) is refused when the first texts are encoded. Where the optional
 ``mteb`` package is installed and knows the model (``mteb.get_model_meta``), its prompts and
 maximum number of tokens are used instead of the model folder's. The prompt is part of the
 ``version``, and ``run_details`` names the prompt each language's texts got. Maximum length:
@@ -31,19 +34,29 @@ L2-normalised besides (as ``st:``) unless ``normalize=false``.
 
 Remote code. A model whose files need ``trust_remote_code`` runs Python from the hub on this
 machine; it is refused unless option ``trust_remote_code=true`` says the user has read that code.
+A model that fails to load (with or without its own code) is one EncoderError naming it.
+
+Bad names. A revision is a branch, tag or commit hash (letters, digits, ``.``, ``_``, ``-``,
+``/``); anything else is refused before the cache is read, and the command an error suggests
+quotes what it repeats. A model missing from the cache gets "did you mean" among the models the
+cache holds (an organisation's typo: ``sentence-transformer/all-MiniLM-L6-v2``). A JSON file of
+the model nested too deeply to read is an error naming the file.
 
 Options: ``revision``, ``prompt_name``, ``trust_remote_code``, ``cache_dir``, ``normalize``,
-``batch_size`` (64), ``progress``, ``device``, ``threads``.
+``batch_size`` (64), ``progress``, ``device``, ``threads``, ``runtime`` (``torch``, ``onnx``,
+``onnx-int8``: see :mod:`.st_onnx`).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 from ...core import EncoderError, content_hash
+from ...core.hints import did_you_mean
 from ..base import Example
 from ..registry import register_text
 from .batching import require
@@ -51,7 +64,9 @@ from .sentence_transformers_dir import SentenceTransformerEncoder
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 NO_PROMPT = "none"
+AUTO_PROMPT = "auto"
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -82,9 +97,51 @@ def offline() -> bool:
 
 
 def fetch_command(repo: str, revision: str | None) -> str:
-    """The shell command that puts ``repo`` (at ``revision``) into the Hugging Face cache."""
-    rev = f" --revision {revision}" if revision and revision != "main" else ""
-    return f"hf download {repo}{rev}"
+    """The shell command that puts ``repo`` (at ``revision``) into the Hugging Face cache, each
+    argument quoted for the shell."""
+    rev = f" --revision {shlex.quote(revision)}" if revision and revision != "main" else ""
+    return f"hf download {shlex.quote(repo)}{rev}"
+
+
+def check_revision(revision: str | None, spec: str) -> str | None:
+    """``revision`` when it can name a branch, tag or commit (:data:`REVISION`, no ``..``).
+
+    Raises:
+        EncoderError: anything else (a space, ``;``, a quote, ``..``), before the cache is read.
+    """
+    if revision is None or (REVISION.match(revision) and ".." not in revision and not revision.endswith("/")):
+        return revision
+    raise EncoderError(f"{spec}: revision {revision!r} is not a branch, tag or commit hash (letters, digits and "
+                       "'.', '_', '-', '/', at most 200)")
+
+
+def cached_models(cache: Path) -> list[str]:
+    """The ``ORG/NAME`` of every model the hub cache ``cache`` holds a folder of."""
+    try:
+        folders = [p.name for p in cache.iterdir() if p.name.startswith("models--")]
+    except OSError:
+        return []
+    return sorted(name[len("models--"):].replace("--", "/", 1) for name in folders if name.count("--") >= 2)
+
+
+def model_folder(repo: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The hub cache's folder of ``repo`` (``models--ORG--NAME``: its snapshots and files)."""
+    return hub_cache(cache_dir) / ("models--" + repo.replace("/", "--"))
+
+
+def read_json(path: Path, spec: str) -> Any:
+    """The JSON of the model's file ``path``; None when it is missing or not JSON.
+
+    Raises:
+        EncoderError: the file is nested too deeply to read (arrays or objects inside each other).
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except RecursionError:
+        raise EncoderError(f"{spec}: cannot read {path}: JSON nested too deeply (arrays or objects inside each "
+                           "other)") from None
+    except (ValueError, OSError):
+        return None
 
 
 def resolve_snapshot(repo: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None,
@@ -116,8 +173,9 @@ def resolve_snapshot(repo: str, revision: str | None = None, cache_dir: str | os
         at = f" at revision {revision!r}" if revision else ""
         why = " (HF_HUB_OFFLINE is set, so nothing is downloaded)" if local else ""
         cmd = fetch_command(repo, revision)
+        hint = did_you_mean(repo, [m for m in cached_models(cache) if m != repo])
         raise EncoderError(
-            f"{spec}: hub model {repo!r}{at} is not in the Hugging Face cache {cache}{why}: fetch it with "
+            f"{spec}: hub model {repo!r}{at} is not in the Hugging Face cache {cache}{why}{hint}: fetch it with "
             f"`{cmd}` (older clients: `huggingface-cli {cmd[3:]}`) where the hub can be reached, or give "
             "its folder as st:PATH"
         ) from None
@@ -130,25 +188,21 @@ def resolve_snapshot(repo: str, revision: str | None = None, cache_dir: str | os
     return folder, commit
 
 
-def needs_remote_code(folder: Path) -> bool:
+def needs_remote_code(folder: Path, spec: str = "hf:") -> bool:
     """Whether the model in ``folder`` declares code of its own (``auto_map`` in its configs, or a
-    module of ``modules.json`` that is not sentence-transformers' own)."""
+    module of ``modules.json`` that is not sentence-transformers' own).
+
+    Raises:
+        EncoderError: one of those files is nested too deeply to read.
+    """
     for name in ("config.json", "tokenizer_config.json"):
-        f = folder / name
-        if f.is_file():
-            try:
-                if "auto_map" in json.loads(f.read_text(encoding="utf-8")):
-                    return True
-            except (ValueError, OSError):
-                pass
-    f = folder / "modules.json"
-    if f.is_file():
-        try:
-            mods = json.loads(f.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            return False
-        return any(not str(m.get("type", "")).startswith("sentence_transformers.") for m in mods if isinstance(m, dict))
-    return False
+        cfg = read_json(folder / name, spec)
+        if isinstance(cfg, dict) and "auto_map" in cfg:
+            return True
+    mods = read_json(folder / "modules.json", spec)
+    if not isinstance(mods, list):
+        return False
+    return any(not str(m.get("type", "")).startswith("sentence_transformers.") for m in mods if isinstance(m, dict))
 
 
 def mteb_meta(repo: str) -> tuple[dict[str, str] | None, int | None]:
@@ -170,31 +224,29 @@ def mteb_meta(repo: str) -> tuple[dict[str, str] | None, int | None]:
     return prompts, max_tokens
 
 
-def model_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
+def model_prompts(folder: Path, spec: str = "hf:") -> tuple[dict[str, str], str | None]:
     """The prompts and default prompt name of the model in ``folder`` (``config_sentence_transformers.json``)."""
-    f = folder / "config_sentence_transformers.json"
-    try:
-        cfg = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    except (ValueError, OSError):
-        cfg = {}
+    cfg = read_json(folder / "config_sentence_transformers.json", spec)
+    cfg = cfg if isinstance(cfg, dict) else {}
     prompts = cfg.get("prompts") if isinstance(cfg.get("prompts"), dict) else {}
     default = cfg.get("default_prompt_name")
     return {str(k): str(v or "") for k, v in prompts.items()}, (str(default) if default else None)
 
 
 def choose_prompt(prompts: dict[str, str], default: str | None, prompt_name: str | None, spec: str) -> tuple[str | None, str]:
-    """``(prompt name, prompt text)`` the texts get (see the module docstring); ``(None, "")`` for none.
+    """``(prompt name, prompt text)`` the texts get (see the module docstring); ``(None, "")`` for
+    none. ``prompt_name`` is a prompt's name, ``none`` or ``auto`` (None: ``auto``).
 
     Raises:
         EncoderError: ``prompt_name`` is not one of the model's prompts.
     """
-    if prompt_name is not None:
+    if prompt_name is not None and str(prompt_name).lower() != AUTO_PROMPT:
         if str(prompt_name).lower() == NO_PROMPT:
             return None, ""
         if prompt_name not in prompts:
             known = ", ".join(sorted(prompts)) or "none"
             raise EncoderError(f"{spec}: the model has no prompt {prompt_name!r} (its prompts: {known}; "
-                               f"prompt_name={NO_PROMPT} for no prompt)")
+                               f"prompt_name={NO_PROMPT} for no prompt, {AUTO_PROMPT} for the model's choice)")
         return prompt_name, prompts[prompt_name]
     for name in (default, "query"):
         if name and name in prompts:
@@ -205,21 +257,21 @@ def choose_prompt(prompts: dict[str, str], default: str | None, prompt_name: str
 class HubEncoder(SentenceTransformerEncoder):
     """A hub model's snapshot, loaded as ``st:`` loads a folder, keyed by its commit hash and prompt."""
 
-    def __init__(self, repo: str, *, revision: str | None = None, prompt_name: str | None = None,
+    def __init__(self, repo: str, *, revision: str | None = None, prompt_name: str | None = AUTO_PROMPT,
                  trust_remote_code: bool = False, cache_dir: str | None = None, **options: Any) -> None:
         spec = f"hf:{repo}"
         if not REPO_ID.match(repo or ""):
             raise EncoderError(f"{spec}: a hub model is named ORG/NAME, e.g. hf:sentence-transformers/LaBSE (got {repo!r})")
-        folder, commit = resolve_snapshot(repo, revision, cache_dir, spec)
+        folder, commit = resolve_snapshot(repo, check_revision(revision, spec), cache_dir, spec)
         self.repo, self.revision, self.commit = repo, revision or "main", commit
         self.trust_remote_code = truthy(trust_remote_code)
-        if needs_remote_code(folder) and not self.trust_remote_code:
+        if needs_remote_code(folder, spec) and not self.trust_remote_code:
             raise EncoderError(
                 f"{spec}: the model brings its own Python code (trust_remote_code), which would run on this machine "
                 "with your permissions; read it in the model's repository, then ask for it with the option "
                 "trust_remote_code=true"
             )
-        prompts, default = model_prompts(folder)
+        prompts, default = model_prompts(folder, spec)
         known_prompts, max_tokens = mteb_meta(repo)
         self.prompt_source = "mteb" if known_prompts else "model"
         self.prompt_name, prompt = choose_prompt(known_prompts or prompts, default, prompt_name, spec)
@@ -236,9 +288,27 @@ class HubEncoder(SentenceTransformerEncoder):
         # the user asked for the model's own code: load it with trust_remote_code
         from sentence_transformers import SentenceTransformer
 
-        model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True, trust_remote_code=True)
+        try:
+            model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True,
+                                        trust_remote_code=True)
+        except Exception as e:  # noqa: BLE001 -- the model's own code may raise anything
+            raise EncoderError(f"{self.name}: cannot load the model with its own code (trust_remote_code) from "
+                               f"{self.path}: {type(e).__name__}: {e}") from e
         model.eval()
         return model
+
+    def _cut_tokens(self, texts: list[str]) -> list[str]:
+        """The texts cut to fit the window after the prompt; a prompt that fills the window is refused."""
+        limit, tok = self._token_limit()
+        if self.prompt and limit is not None and tok is not None:
+            used = len(tok(self.prompt, add_special_tokens=False, verbose=False)["input_ids"])
+            specials = tok.num_special_tokens_to_add(pair=False)
+            if used + specials >= limit:
+                raise EncoderError(
+                    f"{self.name}: the prompt {self.prompt_name!r} ({used} tokens, with {specials} special tokens) "
+                    f"fills the model's window of {limit} tokens: no token is left for the texts, so every text "
+                    f"would get the same vector; choose another prompt_name, or prompt_name={NO_PROMPT}")
+        return super()._cut_tokens(texts)
 
     def encode(self, texts: Any, lang: str, **kw: Any) -> Any:
         """The vectors of ``texts`` (in ``lang``), each text after the model's prompt."""
@@ -311,7 +381,7 @@ def hub_model(
     repo: str,
     *,
     revision: str | None = None,
-    prompt_name: str | None = None,
+    prompt_name: str = AUTO_PROMPT,
     trust_remote_code: bool = False,
     cache_dir: str | None = None,
     normalize: bool = True,
@@ -319,8 +389,9 @@ def hub_model(
     progress: bool = False,
     device: str | None = None,
     threads: int | None = None,
+    runtime: str = "torch",
 ) -> HubEncoder:
     """The hub model ``repo`` (``hf:ORG/NAME``; options: see the module doc)."""
     return HubEncoder(repo, revision=revision, prompt_name=prompt_name, trust_remote_code=trust_remote_code,
                       cache_dir=cache_dir, normalize=normalize, batch_size=batch_size, progress=progress,
-                      device=device, threads=threads)
+                      device=device, threads=threads, runtime=runtime)

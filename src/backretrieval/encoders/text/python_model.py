@@ -61,6 +61,13 @@ class PythonTextModel:
 
         return encoder_versions(self.model)
 
+    @property
+    def bytes_per_item(self) -> int | None:
+        """The model object's own ``bytes_per_item`` (the bytes a vector store holds per item, for a
+        model whose vectors are not stored as float32) when it declares a positive integer; else None."""
+        v = getattr(self.model, "bytes_per_item", None)
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
     def encode(self, texts: Sequence[str], lang: str, *, ids: Sequence[str] | None = None) -> np.ndarray:
         """float32 (n, dim) embeddings of ``texts`` (in ``lang``), in order, checked row by row.
 

@@ -29,7 +29,11 @@ threads do not change its vector; the ``version`` names torch's version and the 
 ``versions`` (the cache and record keys) the installed sentence-transformers, transformers,
 tokenizers and torch, ``chars per token`` and ``torch threads``.
 
-Options: ``batch_size`` (64), ``progress``, ``normalize``, ``device``, ``threads``.
+Runtime. Option ``runtime`` (``torch``, the default; ``onnx``; ``onnx-int8``) runs the model
+through ONNX Runtime instead of torch, fp32 or with int8 weights (:mod:`.st_onnx`: exported once
+and cached, its own ``version`` and ``versions``; on the CPU only).
+
+Options: ``batch_size`` (64), ``progress``, ``normalize``, ``device``, ``threads``, ``runtime``.
 :mod:`.minilm` reuses :class:`SentenceTransformerEncoder`.
 """
 from __future__ import annotations
@@ -37,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +49,9 @@ import numpy as np
 
 from ...core import EncoderError
 from ...core.fingerprint import dir_digest
-from ..devices import default_threads, resolve_device, torch_version
+from ..devices import default_threads, requested_device, resolve_device, torch_version
 from .batching import CHARS_PER_TOKEN, BatchedTextEncoder, positive_int, require
+from .st_onnx import OnnxSentenceRunner, check_runtime, runtime_settings, runtime_tag
 from ..base import Example
 from ..registry import register_text
 
@@ -83,7 +88,6 @@ def offline_hub() -> None:
 class SentenceTransformerEncoder(BatchedTextEncoder):
     """A sentence-transformers model directory, on CPU, L2-normalised by default."""
 
-    libraries = ("sentence-transformers", "transformers", "tokenizers", "torch")
     cut_per_token = True
 
     def __init__(
@@ -101,11 +105,20 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         threads: int | None = None,
         prompt: str | None = None,
         max_tokens: int | None = None,
+        runtime: str = "torch",
     ) -> None:
         self.name = name or f"st:{path}"
         require("sentence_transformers", "sentence-transformers")
         self.path = check_model_dir(path, self.name)
         super().__init__(batch_size=batch_size, progress=progress)
+        self.runtime = check_runtime(runtime, self.name)
+        if self.runtime != "torch":
+            require("onnxruntime", "onnxruntime")
+            require("onnx", "onnx")
+            if requested_device(device, self.name) == "cuda":
+                raise EncoderError(f"{self.name}: runtime={self.runtime} runs on the CPU; use runtime=torch on a GPU")
+            device = "cpu"
+        self._runner: OnnxSentenceRunner | None = None
         self.device = resolve_device(device, "torch", self.name)
         self.threads = default_threads() if threads is None else positive_int(threads, "threads", self.name)
         self._torch_threads: int | None = None  # torch's thread count while engines run
@@ -119,19 +132,25 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
         # model's default prompt if it names one; "": none) and a cap on max_seq_length
         self.prompt = prompt
         self.max_tokens = max_tokens
+        self._tokenize_lock = threading.Lock()  # a fast tokenizer must not be called from two threads at once
 
     @property
     def unit_norm(self) -> bool:
         """Whether every row has unit L2 norm (the ``normalize`` option)."""
         return self.normalize
 
+    def _identity(self) -> str:
+        """What identifies the model's files: the version given, else their content hash."""
+        return self._given_version or f"st-dir-{dir_fingerprint(self.path)}"
+
     @property
     def version(self) -> str:  # type: ignore[override]
         """``st-dir-<content hash>/l2/pt<torch>-<device>`` (hashed on first use), or the version
-        given in place of ``st-dir-<content hash>``."""
+        given in place of ``st-dir-<content hash>``; with an ONNX runtime
+        ``.../l2/ort<onnxruntime>/onnx-opset<N>-rev<N>[-qint8]-cpu``."""
         if self._version is None:
-            base = self._given_version or f"st-dir-{dir_fingerprint(self.path)}"
-            self._version = f"{base}/{'l2' if self.normalize else 'raw'}/pt{torch_version()}-{self.device}"
+            engine = f"pt{torch_version()}" if self.runtime == "torch" else runtime_tag(self.runtime)
+            self._version = f"{self._identity()}/{'l2' if self.normalize else 'raw'}/{engine}-{self.device}"
         return self._version
 
     # -- maximum length
@@ -183,6 +202,28 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
                     keep -= 1
         return out
 
+    tokens_counted_by = "the model's own tokenizer"
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """The tokens the model reads of ``texts``: each after its prompt, with the special tokens,
+        at most ``max_seq_length`` (what the price book records as tokens per item).
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            The total over ``texts``.
+        """
+        model = self._get_model()
+        tok, limit = model.tokenizer, self._token_limit()[0]
+        total = 0
+        for start in range(0, len(texts), 1024):
+            chunk = [(self.prompt or "") + t for t in texts[start : start + 1024]]
+            ids = tok(chunk, add_special_tokens=True, truncation=limit is not None, max_length=limit,
+                      verbose=False)["input_ids"]
+            total += sum(map(len, ids))
+        return total
+
     def _load_model(self) -> Any:
         offline_hub()
         from sentence_transformers import SentenceTransformer
@@ -204,7 +245,7 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
             if hf_logging is not None and bar_was_on:
                 hf_logging.enable_progress_bar()
         model.eval()
-        tokenize, lock = model.tokenize, threading.Lock()
+        tokenize, lock = model.tokenize, self._tokenize_lock
 
         def locked_tokenize(*args: Any, **kw: Any) -> Any:
             with lock:
@@ -227,11 +268,36 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
             self.dim = int(dim)
         return model
 
+    def _get_model(self) -> Any:
+        model = super()._get_model()
+        if self.runtime != "torch" and self._runner is None:  # exported (or read from the cache) once
+            self._runner = OnnxSentenceRunner(model, self._identity(), self.runtime, self.name, self.prompt,
+                                              self._tokenize_lock)
+        return model
+
+    @property
+    def onnx_runner(self) -> OnnxSentenceRunner | None:
+        """The ONNX Runtime runner of an ONNX runtime (the model loaded and its graph exported or
+        read from the cache on first use); None with ``runtime=torch``."""
+        if self.runtime == "torch":
+            return None
+        self._get_model()
+        return self._runner
+
+    @property
+    def libraries(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The distributions that compute the vectors (ONNX Runtime and onnx with an ONNX runtime;
+        torch exports its graph)."""
+        base = ("sentence-transformers", "transformers", "tokenizers", "torch")
+        return base if self.runtime == "torch" else (*base, "onnx", "onnxruntime")
+
     def _workers(self) -> int:
         return self.threads if self.device == "cpu" else 1
 
     def _settings(self) -> dict[str, str]:
         # on the CPU every batch runs with one torch thread (engines, or one batch after another)
+        if self.runtime != "torch":
+            return runtime_settings(self.runtime)
         return {"torch threads": "1"} if self.device == "cpu" else {}
 
     @contextlib.contextmanager
@@ -246,6 +312,8 @@ class SentenceTransformerEncoder(BatchedTextEncoder):
             torch.set_num_threads(before)
 
     def _encode_batch(self, model: Any, texts: list[str]) -> np.ndarray:
+        if self._runner is not None:
+            return self._runner.encode(texts, self.normalize)
         import torch
 
         # one torch thread on the CPU also when batches run one after another (engines set it
@@ -286,8 +354,10 @@ def sentence_transformers_dir(
     progress: bool = False,
     device: str | None = None,
     threads: int | None = None,
+    runtime: str = "torch",
 ) -> SentenceTransformerEncoder:
     """The sentence-transformers model directory ``path`` (``st:PATH``; options: see the module doc)."""
     return SentenceTransformerEncoder(
-        path, normalize=normalize, batch_size=batch_size, progress=progress, device=device, threads=threads
+        path, normalize=normalize, batch_size=batch_size, progress=progress, device=device, threads=threads,
+        runtime=runtime,
     )

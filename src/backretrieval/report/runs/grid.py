@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from ...analysis.compare import check_metric, compare_models
 from ...analysis.comparison import Comparison
+from ...analysis.costs import cost_basis
 from ...analysis.evaluate import EvalConfig, EvalResult, run_grid
 from ...analysis.evaluate.result import slug
 from ...analysis.evaluate.queries import write_queries
@@ -28,9 +29,8 @@ from ...analysis.evaluate.records import write_results
 from ...analysis.verdict import lead_and_check
 from ...core import atomic_write_text
 from ...core.io import check_writable_dir, folder_lock
-from ...core.text import one_line
 from ...metrics.table import chance_level, shown_columns
-from ..table import approx_note, format_comparison, format_summary
+from ..table import approx_note, format_comparison, format_summary, format_verdict, md_text
 
 SUMMARY = "summary.md"
 COMPARE_MD = "compare.md"
@@ -49,27 +49,34 @@ def summary_markdown(result: EvalResult) -> str:
         The Markdown, ending in a newline.
     """
     cfg = result.config
-    what = "text only (no images): XLR only" if result.text_only else f"image model={cfg.image_model_name}"
-    lines = [f"# {one_line(str(cfg.dataset))}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
+    images = any(v.get("bkr") is not None for v in result.largest_n.values())  # BkR left out at this N, not for want of images
+    what = ("XLR only (BkR's samples do not fit at this N)" if images else "text only (no images): XLR only") \
+        if result.text_only else f"image model={cfg.image_model_name}"
+    lines = [f"# {md_text(cfg.dataset)}: N={cfg.n}, seeds={len(cfg.seeds)}, sim={cfg.sim}, {what}", ""]
     if result.text_only:
-        lines.append("Mean ± sd over seeds. The dataset has no images, so BkR and CORR were not computed.")
+        lines.append("Mean ± sd over seeds. " + ("BkR and CORR were not computed: N is more than their samples allow "
+                                                 "(see the note)." if images else
+                                                 "The dataset has no images, so BkR and CORR were not computed."))
     else:
         lines.append(f"Mean ± sd over seeds. Chance level of BkR@{cfg.k} is about K/N = {chance_level(f'bkr@{cfg.k}', cfg.n):.4f}.")
     note = approx_note(result.records)
-    for extra in ([note] if note else []) + [f"Note: {n}." for n in result.notes]:
+    for extra in ([note] if note else []) + [f"Note: {md_text(n)}." for n in result.notes]:
         lines += ["", extra]
     table = format_summary(result.summary(), shown_columns(cfg.k, cfg.approx_depth))
     return "\n".join(lines) + "\n\n" + table + "\n"
 
 
 def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
-    """``compare.md``: the verdict paragraph, then the rankings, the ground truth's first where
-    the records hold it (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the
-    check says per pair.
+    """``compare.md``: the verdict (:func:`~.table.format_verdict`: overall, per pair with its
+    power note, the check, the four answers and the margin) and, where the verdict tests
+    equivalence, the cheapest model as good as the best (:attr:`Comparison.cheapest`), the notes
+    of the run, then the rankings, the ground truth's first where the records hold it
+    (:func:`~backretrieval.analysis.verdict.lead_and_check`), and what the check says per pair.
 
     Args:
         c: the finished comparison.
-        result: the evaluation behind it, for the note on approximate search (None: no note).
+        result: the evaluation behind it, for its notes and the note on approximate search
+            (None: no notes).
 
     Returns:
         The Markdown, ending in a newline.
@@ -80,40 +87,64 @@ def comparison_markdown(c: Comparison, result: EvalResult | None = None) -> str:
     if note:
         parts.append(note)
     if c.verdict:
-        parts.append(f"## Verdict\n\n{c.verdict['text']}")
+        parts.append(format_verdict(c.verdict))
+        if getattr(c, "cheapest", None):
+            parts.append(f"**The cheapest model as good as the best** ({cost_basis(c.cheapest['cost'])}): "
+                         f"{md_text(c.cheapest['text'])}")
+    if result is not None and result.notes:
+        parts.append("\n".join(f"Note: {md_text(n)}." for n in result.notes))
     parts.append(format_comparison(lead))
     if check is not None:
         parts.append(format_comparison(check))
     agree = c.verdict.get("agreement") if c.verdict else None
     if agree:
         lines = [f"## {check.metric} against the ground truth {lead.metric}", ""]
-        lines += [f"* {a['pair']}: {a['text']}" for a in agree]
+        lines += [f"* {md_text(a['pair'])}: {md_text(a['text'])}" for a in agree]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 
 
-# files a grid command writes only when asked (file name, the option that asks for it)
-OPTIONAL_OUTPUTS = (("queries.parquet", "--save-queries"), ("report.html", "--report"), ("report.json", "--report"))
+# what a grid command writes only when asked: (file or folder name, the option that asks for it,
+# the keyword that asks for it in Python)
+OPTIONAL_OUTPUTS = (("queries.parquet", "--save-queries", "save_queries=True"), ("report.html", "--report", "report=True"),
+                    ("report.json", "--report", "report=True"), ("figures", "--report", "report=True"))
 
 
-def remove_earlier_outputs(out: str | Path, written: Sequence[str] = (), log: Callable[[str], None] = lambda msg: None) -> None:
-    """Once a run's results are written: remove the optional files in ``out`` (and below
-    ``out/image-models``) the run did not write (``written``), saying so through ``log``, so
-    that a queries.parquet or report.html of an earlier run with another configuration is never
-    taken for this run's.
+class RemovedOutputWarning(UserWarning):
+    """An earlier run's optional output (``report.html``, ``figures/``, ...) was removed from the
+    output folder because this run wrote none (:func:`remove_earlier_outputs`)."""
+
+
+def remove_earlier_outputs(out: str | Path, written: Sequence[str] = (), log: Callable[[str], None] | None = None) -> None:
+    """Once a run's results are written: remove the optional files and folders in ``out`` (and
+    below ``out/image-models``) the run did not write (``written``), saying so, so that a
+    queries.parquet, report.html or figures/ of an earlier run with another configuration is
+    never taken for this run's.
 
     Args:
         out: the output folder.
-        written: the optional files (:data:`OPTIONAL_OUTPUTS`) this run wrote.
-        log: receives one line per file removed.
+        written: the optional outputs (:data:`OPTIONAL_OUTPUTS`) this run wrote.
+        log: receives one line per file or folder removed, naming the command-line option; None:
+            a :class:`RemovedOutputWarning` per removal, naming the Python keyword.
     """
+    import shutil
+    import warnings
+
     o = Path(out)
-    for name, flag in OPTIONAL_OUTPUTS:
+    for name, flag, keyword in OPTIONAL_OUTPUTS:
         if name in written:
             continue
         for p in [o / name, *sorted(o.glob(f"image-models/*/{name}"))]:
             if p.is_file():
                 p.unlink()
+            elif name == "figures" and p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                continue
+            if log is None:
+                warnings.warn(f"removed {p}, an earlier run's (this run wrote no {name}: {keyword})", RemovedOutputWarning,
+                              stacklevel=4)
+            else:
                 log(f"removed {p}, an earlier run's (this run wrote no {name}: {flag})")
 
 
@@ -136,7 +167,7 @@ def write_query_files(result: EvalResult, out_dir: str | Path) -> list[Path]:
 
 
 def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: bool = False,
-                     log: Callable[[str], None] = lambda msg: None) -> list[Path]:
+                     log: Callable[[str], None] | None = None) -> list[Path]:
     """What ``evaluate`` writes beside the records: ``summary.md`` (and ``queries.parquet``); an
     earlier run's optional files this run did not write are removed (:func:`remove_earlier_outputs`).
 
@@ -144,7 +175,7 @@ def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: b
         result: a finished evaluation.
         out_dir: the folder.
         save_queries: also write what each query retrieved (:func:`write_query_files`).
-        log: receives a line per earlier file removed.
+        log: receives a line per earlier file removed (None: a :class:`RemovedOutputWarning` each).
 
     Returns:
         The files written.
@@ -158,7 +189,7 @@ def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: b
 
 def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, report: bool = False,
                      save_queries: bool = False, command: str | Sequence[str] | None = None,
-                     log: Callable[[str], None] = lambda msg: None) -> list[Path]:
+                     log: Callable[[str], None] | None = None) -> list[Path]:
     """What ``compare`` writes beside the records: ``compare.md``, ``compare.json`` (and
     ``queries.parquet``; with ``report`` the page, ``report.json`` and the figures); an earlier
     run's optional files this run did not write are removed (:func:`remove_earlier_outputs`).
@@ -170,7 +201,7 @@ def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, 
         report: also write the report (:func:`~backretrieval.report.compare_report.write_compare_report`).
         save_queries: also write what each query retrieved (:func:`write_query_files`).
         command: the provenance the report shows (default: the Python call).
-        log: receives a line per earlier file removed.
+        log: receives a line per earlier file or folder removed (None: a :class:`RemovedOutputWarning` each).
 
     Returns:
         The files written (``report.html`` last).
@@ -185,7 +216,7 @@ def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, 
         from ..compare_report import write_compare_report
 
         paths.append(write_compare_report(c, result, out, command=command))
-    remove_earlier_outputs(out, [QUERIES] * save_queries + ["report.html", "report.json"] * report, log)
+    remove_earlier_outputs(out, [QUERIES] * save_queries + ["report.html", "report.json", "figures"] * report, log)
     return paths
 
 
@@ -195,7 +226,7 @@ def evaluate(
     *,
     save_queries: bool = False,
     progress: bool = True,
-    log: Callable[[str], None] = lambda msg: None,
+    log: Callable[[str], None] | None = None,
     executor: Any = None,
 ) -> EvalResult:
     """Run the evaluation grid and, with ``out_dir``, write what ``backretrieval evaluate`` writes.
@@ -206,7 +237,8 @@ def evaluate(
             and with ``save_queries`` ``queries.parquet``; None: nothing is written.
         save_queries: also write what each query retrieved (exact search only).
         progress: show progress bars.
-        log: receives the notable events (resumed records, changed inputs, ...).
+        log: receives the notable events (resumed records, changed inputs, an earlier run's file
+            removed, ...); None: they are not shown, except each removal, a :class:`RemovedOutputWarning`.
         executor: where the per-sample tasks run (:mod:`backretrieval.analysis.executors`).
 
     Returns:
@@ -218,13 +250,18 @@ def evaluate(
             ``save_queries``, records of approximate search (before anything is computed).
     """
     _check_save_queries(cfg, save_queries)
+    say = _quiet if log is None else log
     if out_dir is None:
-        return run_grid(cfg, None, progress=progress, log=log, executor=executor)
+        return run_grid(cfg, None, progress=progress, log=say, executor=executor)
     check_writable_dir(out_dir, "output folder")
     with folder_lock(out_dir, "output folder"):
-        result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor)
+        result = run_grid(cfg, out_dir, progress=progress, log=say, executor=executor)
         write_evaluation(result, out_dir, save_queries=save_queries, log=log)
     return result
+
+
+def _quiet(msg: str) -> None:
+    """The events of a grid a Python caller did not ask to see."""
 
 
 def compare(
@@ -239,10 +276,11 @@ def compare(
     level: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    margin: float | None = None,
     command: str | Sequence[str] | None = None,
     executor: Any = None,
     progress: bool = False,
-    log: Callable[[str], None] = lambda msg: None,
+    log: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Rank the models per pair (:func:`backretrieval.analysis.compare.compare_models`) and, with
     ``out_dir``, write what ``backretrieval compare`` writes.
@@ -261,10 +299,13 @@ def compare(
         level: confidence level of the intervals.
         alpha: significance level of the gaps (Holm-adjusted).
         seed: the resampling seed.
+        margin: the verdict's equivalence margin (None: the configuration's, 0.05 unless set).
         command: the provenance the report shows (default: this Python call).
         executor: for a configuration, where its per-sample tasks run.
         progress: for a configuration, show progress bars.
-        log: for a configuration, receives the notable events of the evaluation.
+        log: receives the notable events of the evaluation (for a configuration) and a line per
+            earlier file or folder removed; None: they are not shown, except each removal, a
+            :class:`RemovedOutputWarning`.
 
     Returns:
         The finished :class:`~backretrieval.analysis.comparison.Comparison`: what ``compare.json``
@@ -280,23 +321,26 @@ def compare(
     if out_dir is None and (report or save_queries):
         raise BackretrievalError(f"{'report' if report else 'save_queries'} needs out_dir: the folder to write into")
     _check_save_queries(cfg, save_queries)
-    stats = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed)
+    stats = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed, margin=margin)
+    say = _quiet if log is None else log
     if out_dir is None:
-        return compare_models(result, metric, executor=executor, progress=progress, log=log, **stats)
+        return compare_models(result, metric, executor=executor, progress=progress, log=say, **stats)
     metric = f"bkr@{cfg.k}" if metric is None else metric
     check_metric(metric, approx_depth=cfg.approx_depth)  # before the folder is touched
     if command is None:
         command = (f"Python: backretrieval.compare(..., metric={metric!r}, out_dir={str(out_dir)!r}, report={report}, "
-                   f"n_boot={n_boot}, level={level}, alpha={alpha})")
+                   f"n_boot={n_boot}, level={level}, alpha={alpha}, margin={margin})")
     check_writable_dir(out_dir, "output folder")
     with folder_lock(out_dir, "output folder"):
         if isinstance(result, EvalConfig):
             spec, _ = check_metric(metric)
-            if spec.outcome is None and cfg.corr_boot == 0:
-                import dataclasses
+            import dataclasses
 
+            if spec.outcome is None and cfg.corr_boot == 0:
                 cfg = dataclasses.replace(cfg, corr_boot=200)
-            result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor,
+            if margin is not None:  # the note before the run measures against the same margin
+                cfg = dataclasses.replace(cfg, margin=margin)
+            result = run_grid(cfg, out_dir, progress=progress, log=say, executor=executor,
                               needs=("xlr",) if spec.needs_truth else ("bkr",), purpose=f"compare --metric {metric}")
         else:
             write_results(result.records, Path(out_dir), result.run)

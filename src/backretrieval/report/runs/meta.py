@@ -21,7 +21,7 @@ def meta(
     candidates: Sequence[str] | None = None,
     report: bool = True,
     progress: bool = True,
-    log: Callable[[str], None] = lambda msg: None,
+    log: Callable[[str], None] | None = None,
     executor: Any = None,
 ) -> MetaResult:
     """Meta-evaluate the candidate proxies against the ground truth XLR@10 and, with ``out_dir``,
@@ -41,7 +41,9 @@ def meta(
         candidates: the candidate proxies judged (metric keys; None: BkR at ``cfg.k`` and CORR).
         report: also write the figures and ``report.html`` (needs ``out_dir``).
         progress: show progress bars.
-        log: receives the notable events (resumed records, removed earlier files, ...).
+        log: receives the notable events (resumed records, removed earlier files, ...); None:
+            they are not shown, except each removal, a
+            :class:`~backretrieval.report.runs.grid.RemovedOutputWarning`.
         executor: where the grid's per-sample tasks run (:mod:`backretrieval.analysis.executors`).
 
     Returns:
@@ -53,7 +55,8 @@ def meta(
             cannot be written or that another run is writing.
     """
     datasets = list(datasets) if datasets is not None else [(cfg.dataset, dict(cfg.dataset_options))]
-    kw = dict(image_models=image_models, candidates=candidates, progress=progress, log=log, executor=executor)
+    say = log if log is not None else (lambda msg: None)
+    kw = dict(image_models=image_models, candidates=candidates, progress=progress, log=say, executor=executor)
     if out_dir is None:
         return run_meta_datasets(cfg, datasets, None, **kw)
     check_writable_dir(out_dir, "output folder")

@@ -3,7 +3,7 @@ estimator (:mod:`.estimator`), the ridge system and its sparse solver (:mod:`.pr
 :mod:`.spectral`, :mod:`.solver`), concept-level splits and training regimes (:mod:`.splits`), the rules between the training
 options (:mod:`.plan`) and the retrieval measures with lambda selection (:mod:`.retrieval`); a whole
 split-train-evaluate run is :mod:`backretrieval.analysis.trained.cr5`. The method, its solver and its
-results: docs/cr5.md; the equations as implemented: the docstring of :mod:`.estimator`.
+results: docs/cr5.md and docs/cr5-results.md; the equations as implemented: the docstring of :mod:`.estimator`.
 """
 from .estimator import Cr5
 from .retrieval import (

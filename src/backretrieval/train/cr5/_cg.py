@@ -5,7 +5,7 @@ Why hand-written: scipy's ``cg`` is a Python loop around a ``LinearOperator`` wi
 preconditioner interface, BLAS dot products (whose summation order depends on the BLAS build and
 thread count) and fresh temporaries per iteration, while Cr5's per-language systems need only
 tens of cheap iterations, so the overhead around each product matters (timings in BENCHMARKS.md,
-"Training and study timings"). Here
+"The solver's kernels"). Here
 
 * ``X^T X v + lam v`` is applied by one of two equivalent products, chosen per block by its
   number of stored entries (:data:`COMPILED_MAX_NNZ`):

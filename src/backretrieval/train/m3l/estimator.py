@@ -73,7 +73,8 @@ from ...data import Dataset
 from ...encoders.registry import get_cached_text_encoder
 from ...encoders.trained.m3l import forward as numpy_forward, load_model, save_model
 from ..base import (
-    NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
+    NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, check_widths,
+    fit_context,
 )
 from .data import SPLIT_CODE, SPLITS, ImageTextData, check_fracs, collect_images
 from .loop import LoopData, LoopSettings, train_mapping
@@ -230,6 +231,10 @@ class M3L(Estimator):
             raise HyperParameterError(
                 f"The 'widths' parameter of {name} must be two positive hidden widths (the last is the image dimension), got {self.widths!r}"
             )
+        try:
+            check_widths(self.widths)
+        except HyperParameterError as e:
+            raise HyperParameterError(f"The 'widths' parameter of {name}: {e}") from None
         if len(self.dropout) != 3 or any(not isinstance(p, numbers.Real) or not 0.0 <= float(p) < 1.0 for p in self.dropout):
             raise HyperParameterError(f"The 'dropout' parameter of {name} must be three rates in [0, 1), got {self.dropout!r}")
         try:

@@ -2,7 +2,8 @@
 title/body pairs on top of a frozen multilingual encoder, never reading cross-lingual links. The
 package holds the :class:`Triplet` estimator (:mod:`.estimator`), its data (:mod:`.data`), losses
 (:mod:`.losses`), neighbour search (:mod:`.neighbours`), tower (:mod:`.tower`) and training loop
-(:mod:`.loop`). The method and its results: docs/triplet.md; model, losses and neighbours in
+(:mod:`.loop`). The method: docs/triplet.md, its results:
+docs/triplet-results.md; model, losses and neighbours in
 detail: the docstring of :mod:`.estimator`.
 """
 from .data import TitleBodyData, assert_no_links, embed_title_body

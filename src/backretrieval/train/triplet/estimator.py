@@ -63,14 +63,14 @@ from ...data import Dataset
 from ...encoders.devices import default_threads
 from ...encoders.trained.triplet import METHODS, TOWERS, head_forward, load_model, represent, save_model
 from ..base import (
-    NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, fit_context,
+    MAX_WIDTH, NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions,
+    check_widths, fit_context,
 )
 from .data import TitleBodyData, assert_no_links, embed_title_body
 from .loop import LoopData, LoopSettings, train_tower
 from .tower import params_of
 
 NEGATIVES = ("batch", "language")
-MAX_WIDTH = 16_384  # units of one tower layer: a 16,384 x 16,384 layer is 1 GiB of float32 weights
 MAX_LAYERS = 16
 
 
@@ -92,9 +92,7 @@ def check_layers(layers: Sequence[Any]) -> list[int]:
         raise HyperParameterError(f"must be positive integer widths, got {layers!r}")
     if len(widths) > MAX_LAYERS:
         raise HyperParameterError(f"{len(widths)} layers; at most {MAX_LAYERS}")
-    big = next((w for w in widths if w > MAX_WIDTH), None)
-    if big is not None:
-        raise HyperParameterError(f"a layer of {big:,} units; at most {MAX_WIDTH:,} per layer")
+    check_widths(widths)
     return [int(w) for w in widths]
 # The parameters in the checkpoint's resume key (``epochs`` is left out so that a run with more
 # epochs resumes; ``negatives`` and ``tower`` join only away from their defaults, so checkpoints
