@@ -136,7 +136,7 @@ def test_a_server_that_reports_no_usage_is_priced_unknown_not_zero(api, tmp_path
 
     api.plan = [mangled(no_usage)] * 50
     spec = "openai:use-m?price_per_1m_tokens=0.02"
-    evaluate(cfg_for([spec]), tmp_path / "out", progress=False)
+    run_grid(cfg_for([spec]), tmp_path / "out", progress=False)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     enc = run["encoding"]["openai:use-m"]
     assert enc["texts_sent"] > 0 and enc["tokens_used"] is None and enc["tokens_per_item"] is None

@@ -283,7 +283,7 @@ def test_the_same_model_from_two_folders_has_one_label(tmp_path):
 
     a, b = "hf:org/name?cache_dir=/tmp/one", "hf:org/name?cache_dir=/tmp/two"
     assert model_names([a]) == model_names([b]) == ["name"]
-    res = evaluate(cfg_for(["r16=random?dim=16", "random?dim=8&batch_size=4"], seeds=[0]), tmp_path / "out",
+    res = run_grid(cfg_for(["r16=random?dim=16", "random?dim=8&batch_size=4"], seeds=[0]), tmp_path / "out",
                    progress=False)
     assert [r["model"] for r in res.records] == ["r16", "random?dim=8"]
     assert [r["model_spec"] for r in res.records] == ["random?dim=16", "random?dim=8&batch_size=4"]
@@ -293,8 +293,8 @@ def test_the_same_model_from_two_folders_has_one_label(tmp_path):
 
 def test_labels_that_meet_or_are_too_long_are_refused():
     with pytest.raises(BackretrievalError, match="would both be labelled 'random'.*--models 'a=random"):
-        evaluate(cfg_for(["random?batch_size=4", "random?batch_size=8"]), None, progress=False)
+        run_grid(cfg_for(["random?batch_size=4", "random?batch_size=8"]), None, progress=False)
     with pytest.raises(BackretrievalError, match="at most 39"):
-        evaluate(cfg_for({"x" * 40: "random"}), None, progress=False)
+        run_grid(cfg_for({"x" * 40: "random"}), None, progress=False)
     with pytest.raises(BackretrievalError, match="model 'random' is given twice"):
-        evaluate(cfg_for(["random", "random"]), None, progress=False)
+        run_grid(cfg_for(["random", "random"]), None, progress=False)

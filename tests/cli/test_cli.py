@@ -191,7 +191,7 @@ def test_serving_forms_run_through_the_grid(tmp_path):
     models = ["emb", "emb@int8", "emb@trunc=16@binary"]  # the labels the records use (LABEL=SPEC)
     cfg = EvalConfig(dataset=str(data), dataset_options={"image_features": str(tmp_path / "feats.npy")}, pairs=[("en", "de")],
                      models=dict(zip(models, specs)), image_model="precomputed", n=30, k=5, seeds=[0])
-    res = evaluate(cfg, tmp_path / "out", progress=False)
+    res = run_grid(cfg, tmp_path / "out", progress=False)
     assert {r["model"]: r["sim"] for r in res.records} == dict(zip(models, ["cosine", "dot", "dot"]))
     encoding = json.loads((tmp_path / "out" / "run.json").read_text())["encoding"]
     assert [encoding[m]["bytes_per_item"] for m in models] == [160, 40, 2]
@@ -203,7 +203,7 @@ def test_serving_forms_run_through_the_grid(tmp_path):
     assert got["xlr"].tolist() == fwd.tolist() and got["xlr_t2s"].tolist() == bwd.tolist()
     for option, message in (({"sim": "csls"}, "--sim csls"), ({"approx": "hnsw"}, "--approx")):
         with pytest.raises(BackretrievalError, match=f"serving form \\(int8 codes\\).*{message}"):
-            evaluate(dataclasses.replace(cfg, **option), None, progress=False)
+            run_grid(dataclasses.replace(cfg, **option), None, progress=False)
 
 
 # ------------------------------------------------------------------------------- bad input
