@@ -89,12 +89,17 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
 
 def test_dry_run_sends_nothing(api, tmp_path):
     res = CliRunner().invoke(main, [
-        "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "openai:use-m?price_per_1m_tokens=0.1",
+        "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models",
+        "openai:use-m?price_per_1m_tokens=0.1,openai:use-m?price_per_1m_tokens=0.1@int8",
         "--image-model", "color-hist", "--n", str(N), "--seeds", "2", "--out", str(tmp_path / "dry"), "--dry-run",
     ], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert "openai:use-m: " in res.output and "already cached), about" in res.output
-    assert "approximation: 1 token per 4 bytes of UTF-8" in res.output and "at $0.1 per 1M tokens" in res.output
+    lines = {line.split(": ")[0]: line for line in res.output.splitlines() if line.startswith("openai:")}
+    assert set(lines) == {"openai:use-m", "openai:use-m@int8"}, res.output
+    for line in lines.values():  # the serving form sends what its model sends
+        assert "already cached), about" in line and "at $0.1 per 1M tokens" in line, line
+        assert "approximation: 1 token per 4 bytes of UTF-8" in line, line
+    assert lines["openai:use-m"].split(": ", 1)[1] == lines["openai:use-m@int8"].split(": ", 1)[1]
     assert api.requests == [] and not (tmp_path / "dry" / "results.jsonl").exists()
 
 
