@@ -25,10 +25,10 @@ Both parts run the code of ``backretrieval compare``: the planted part calls
   the reference; at N = 50..800, each seed's own verdict (one seed each) is set against it.
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/bench_verdict_calibration.py --real /tmp/verdict-real --seeds 40
-    nice -n 10 python bench/bench_verdict_calibration.py --planted --reps 1000 --n-boot 100 --k-values 1 \\
-        --params /tmp/verdict-real/params.json --out /tmp/verdict-k1.jsonl      # and --k-values 10 beside it
-    python bench/bench_verdict_calibration.py --write --params /tmp/verdict-real/params.json \\
-        --planted-json /tmp/verdict-k1.jsonl,/tmp/verdict-k10.jsonl --real-json /tmp/verdict-real/real.json
+    OMP_NUM_THREADS=1 nice -n 10 python bench/bench_verdict_calibration.py --planted --reps 1000 --n-boot 100 \\
+        --out /tmp/verdict-planted.jsonl     # PARAMS, or --params /tmp/verdict-real/params.json
+    python bench/bench_verdict_calibration.py --write --planted-json /tmp/verdict-planted.jsonl \\
+        --real-json /tmp/verdict-real/real.json
     python bench/bench_verdict_calibration.py --examples /tmp/verdict-examples   # the four answers in the docs
 """
 from __future__ import annotations
@@ -270,126 +270,142 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
 
 
-def tables(planted_rows: list[dict], real_rows: list[dict], params: dict) -> dict[str, str]:
-    """The Markdown tables: false ship, power against the prediction, equivalence, real data, parameters."""
+def _answer_text(ref) -> str:
+    return ref[0] + (f" {ref[1]}" if ref[0] == "ship" else f" ({', '.join(ref[1])})" if ref[0] == "equivalent" else "")
+
+
+def real_tables(real_rows: list[dict]) -> dict[str, str]:
+    """The real part's tables: compact (false ship / the reference's answer / an answer it bears
+    out, per metric, pair and N) and every row."""
+    out = {}
+    seeds = sorted({r["seeds"] for r in real_rows})
+    lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | N | ships a model the reference calls worse | ships "
+             "the reference's pick | 'equivalent' with a model the reference puts beyond the margin | the reference's "
+             "answer | an answer the reference bears out | not enough data | seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in real_rows:
+        undecided = 1 - r["ship"] - r["equivalent"] - r["at_chance"]
+        lines.append(f"| {r['metric']} | {r['pair']} | {_answer_text(r['reference'])} | {r['n']:,} | {_pct(r['false_ship'])} "
+                     f"| {_pct(r['ship_ref'])} | {_pct(r['false_equiv'])} | {_pct(r['same'])} | {_pct(r['compatible'])} "
+                     f"| {_pct(undecided)} | {r['seeds']} |")
+    out["real_full"] = "\n".join(lines)
+    ns = sorted({r["n"] for r in real_rows})
+    lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | " + " | ".join(f"N = {n:,}" for n in ns) + " |",
+             "|---|---|---|" + "---|" * len(ns)]
+    by = {}
+    for r in real_rows:
+        by.setdefault((r["metric"], r["pair"]), {"ref": r["reference"]})[r["n"]] = r
+    for (metric, pair), row in by.items():
+        lines.append(f"| {metric} | {pair} | {_answer_text(row['ref'])} | "
+                     + " | ".join(f"{_pct(row[n]['false_ship'])} / {_pct(row[n]['same'])} / {_pct(row[n]['compatible'])}"
+                                  if n in row else "-" for n in ns) + " |")
+    out["real"] = "\n".join(lines)
+    worst = max(real_rows, key=lambda r: r["false_ship"])
+    out["real_summary"] = (f"{'/'.join(map(str, seeds))} seeds per N (Monte-Carlo standard error at most "
+                           f"{100 * mc_se(0.5, min(seeds)):.1f} points); the largest false-ship rate "
+                           f"{_pct(worst['false_ship'])} % ({worst['metric']}, {worst['pair']}, N = {worst['n']:,}); "
+                           f"'equivalent' with a model the reference puts beyond the margin: at most "
+                           f"{_pct(max(r['false_equiv'] for r in real_rows))} %")
+    return out
+
+
+def tables(planted_rows: list[dict], real_rows: list[dict]) -> dict[str, str]:
+    """The Markdown tables: false ship and equivalence, power against the prediction (compact and
+    every cell), real data (compact and every row)."""
     import pandas as pd
 
     df = pd.DataFrame([{**r, **predictions(r["gap"], r["n"], r["k"], r["sd_note"], r["sd_true"])} for r in planted_rows])
     reps = int(df["reps"].max())
-    plain = df[~df["identical"]]
+    plain, ident = df[~df["identical"]], df[df["identical"]]
     out = {}
-    lines = ["| K | N | p0 | rho | " + " | ".join(f"k={k}, gap 0" for k in MODELS_K) + " | largest over gaps > 0 (k, gap) |",
-             "|---|---|---|---|" + "---|" * len(MODELS_K) + "---|"]
+    lines = ["| K | N | p0 | rho | false ship at gap 0, " + " / ".join(f"k={k}" for k in MODELS_K)
+             + " | false ship at gap > 0, largest (k, gap) | equal models equivalent, k=2 / k=6 | identical models "
+             "equivalent, k=2 / k=6 | 'equivalent' with a model 0.05 / 0.1 behind, largest over k |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (K, n), g in plain.groupby(["K", "n"]):
         zero = {r.k: r.ship_other for r in g[g["gap"] == 0].itertuples()}
         pos = g[g["gap"] > 0]
         worst = pos.loc[pos["ship_other"].idxmax()]
+        z = g[g["gap"] == 0].set_index("k")
+        i = ident[(ident["K"] == K) & (ident["n"] == n)].set_index("k")
+        eq = {k: _pct(z.loc[k, "equivalent"]) if k in z.index else "-" for k in (2, 6)}
+        ie = {k: _pct(i.loc[k, "equivalent"]) if k in i.index else "-" for k in (2, 6)}
         lines.append(f"| {K} | {n:,} | {g['p0'].iloc[0]:.3f} | {g['rho'].iloc[0]:.2f} | "
-                     + " | ".join(_pct(zero.get(k)) for k in MODELS_K)
-                     + f" | {_pct(worst['ship_other'])} ({int(worst['k'])}, {worst['gap']:g}) |")
+                     + " / ".join(_pct(zero.get(k)) for k in MODELS_K)
+                     + f" | {_pct(worst['ship_other'])} ({int(worst['k'])}, {worst['gap']:g}) | {eq[2]} / {eq[6]} | "
+                     f"{ie[2]} / {ie[6]} | {_pct(g[g['gap'] == 0.05]['eq_far'].max())} / {_pct(g[g['gap'] == 0.1]['eq_far'].max())} |")
     out["false_ship"] = "\n".join(lines)
     pos = plain[plain["gap"] > 0].copy()
     pos["err"] = pos["ship_best"] - pos["predicted_note"]
-    lines = ["| K | N | k | " + " | ".join(f"gap {g:g}: shipped / note" for g in GAPS if g > 0) + " |",
-             "|---|---|---|" + "---|" * (len(GAPS) - 1)]
+    gaps = [g for g in GAPS if g > 0]
+    lines = ["| K | N | k | " + " | ".join(f"gap {g:g}: shipped / note" for g in gaps) + " |", "|---|---|---|" + "---|" * len(gaps)]
     for (K, n, k), g in pos.groupby(["K", "n", "k"]):
         cells = {r.gap: f"{_pct(r.ship_best)} / {_pct(r.predicted_note)}" for r in g.itertuples()}
-        lines.append(f"| {K} | {n:,} | {k} | " + " | ".join(cells.get(gap, "-") for gap in GAPS if gap > 0) + " |")
+        lines.append(f"| {K} | {n:,} | {k} | " + " | ".join(cells.get(gap, "-") for gap in gaps) + " |")
+    out["power_full"] = "\n".join(lines)
+    lines = ["| K | N | " + " | ".join(f"gap {g:g}, k=2 / k=6" for g in gaps) + " | largest \\|shipped - note\\| (k, gap) |",
+             "|---|---|" + "---|" * (len(gaps) + 1)]
+    for (K, n), g in pos.groupby(["K", "n"]):
+        cell = {(r.k, r.gap): f"{_pct(r.ship_best)}/{_pct(r.predicted_note)}" for r in g.itertuples()}
+        w = g.loc[g["err"].abs().idxmax()]
+        lines.append(f"| {K} | {n:,} | " + " | ".join(f"{cell.get((2, gap), '-')} · {cell.get((6, gap), '-')}" for gap in gaps)
+                     + f" | {100 * w['err']:+.1f} ({int(w['k'])}, {w['gap']:g}) |")
     out["power"] = "\n".join(lines)
     within = (pos["err"].abs() <= 0.05).mean()
+    worst = pos.loc[pos["err"].abs().idxmax()]
     out["power_summary"] = (f"{int((pos['err'].abs() <= 0.05).sum())} of {len(pos)} cells ({100 * within:.0f}%) within 5 points of "
-                            f"the note; the largest difference {100 * pos['err'].abs().max():.1f} points "
-                            f"(measured {'above' if pos.loc[pos['err'].abs().idxmax(), 'err'] > 0 else 'below'} the note); "
-                            f"mean difference {100 * pos['err'].mean():+.1f} points. The note before a run (independent "
-                            f"hits, sd 0.71) predicted {100 * (pos['ship_best'] - pos['predicted_before_run']).mean():+.1f} "
-                            f"points less than measured on average: a bound, not an estimate.")
-    ident = df[df["identical"]]
-    lines = ["| K | N | equal models called equivalent, k=2 / k=6 (gap 0) | identical models equivalent, k=2 / k=6 | "
-             "'equivalent' at gap 0.05 (the margin), largest over k | at gap 0.1, largest over k |",
-             "|---|---|---|---|---|---|"]
-    for (K, n), g in plain.groupby(["K", "n"]):
-        z = g[g["gap"] == 0].set_index("k")
-        i = ident[(ident["K"] == K) & (ident["n"] == n)].set_index("k")
-        at05, at10 = g[g["gap"] == 0.05]["eq_far"].max(), g[g["gap"] == 0.1]["eq_far"].max()
-        lines.append(f"| {K} | {n:,} | {_pct(z.loc[2, 'equivalent'])} / {_pct(z.loc[6, 'equivalent'])} | "
-                     f"{_pct(i.loc[2, 'equivalent'])} / {_pct(i.loc[6, 'equivalent'])} | {_pct(at05)} | {_pct(at10)} |")
-    out["equivalence"] = "\n".join(lines)
+                            f"the note; the largest difference {100 * abs(worst['err']):.1f} points (measured "
+                            f"{'above' if worst['err'] > 0 else 'below'} the note; K = {int(worst['K'])}, N = {int(worst['n']):,}, "
+                            f"k = {int(worst['k'])}, gap {worst['gap']:g}); mean difference {100 * pos['err'].mean():+.1f} points. "
+                            f"The note before a run (independent hits, sd 0.71) predicted "
+                            f"{100 * (pos['ship_best'] - pos['predicted_before_run']).mean():.1f} points less than measured on "
+                            f"average: a bound, not an estimate")
     out["mc"] = (f"{reps:,} repetitions per cell: Monte-Carlo standard error {100 * mc_se(0.05, reps):.1f} points at a rate "
                  f"of 5 %, at most {100 * mc_se(0.5, reps):.1f} points (rate 50 %)")
     if real_rows:
-        lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | N | ships a model the reference calls worse | ships "
-                 "the reference's pick | 'equivalent' with a model the reference puts beyond the margin | the reference's "
-                 "answer | an answer the reference bears out | not enough data | seeds |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in real_rows:
-            ref = r["reference"]
-            said = ref[0] + (f" {ref[1]}" if ref[0] == "ship" else f" ({', '.join(ref[1])})" if ref[0] == "equivalent" else "")
-            undecided = 1 - r["ship"] - r["equivalent"] - r["at_chance"]
-            lines.append(f"| {r['metric']} | {r['pair']} | {said} | {r['n']:,} | {_pct(r['false_ship'])} | {_pct(r['ship_ref'])} "
-                         f"| {_pct(r['false_equiv'])} | {_pct(r['same'])} | {_pct(r['compatible'])} | {_pct(undecided)} "
-                         f"| {r['seeds']} |")
-        out["real"] = "\n".join(lines)
+        out.update(real_tables(real_rows))
     return out
 
 
 def section(t: dict[str, str], machine: str, command: str) -> str:
-    """The BENCHMARKS.md section."""
+    """The BENCHMARKS.md section (compact: every cell of the power table and every real row are in
+    docs/how-much-data.md)."""
     real = t.get("real", "(not run)")
     return f"""## The verdict's error rates (planted gaps and real data)
 
 Command: `{command}`. Machine: {machine}; a machine shared with other work.
 
-The code of `compare` on outcomes whose truth is known (bench/bench_verdict_calibration.py): alpha =
-{ALPHA:g}, margin = {MARGIN:g}, the best model against each other model with Holm over the k - 1
-comparisons. Planted: k models answer N queries (one seed); the best hits with probability p0, each
-other model with p0 - gap; hits correlated through a shared per-query difficulty (latent correlation
-rho); p0 and rho per K and N measured on the real runs below (BkR@K of the best model; the median
-latent correlation of the real models' hits). {t['mc']}.
-
-**False ship** (%: a model that is not the best shipped; at gap 0 every model is equal, so any ship
-is false; must stay at or below alpha = 5 % up to the Monte-Carlo error):
+The code of `compare` (`decide_outcomes`, only the tests the decision needs) where the truth is known (bench/bench_verdict_calibration.py): alpha = {ALPHA:g}, margin = {MARGIN:g}, the best model against each other model, Holm over the k - 1 comparisons. Planted: k models answer N queries (one seed); the best hits with probability p0, each other model with p0 - gap, hits correlated through a shared per-query difficulty (latent correlation rho); p0 and rho per K and N measured on the real runs below (BkR@K of the best model; the median latent correlation of the real models' hits). {t['mc']}. Rates in %. **False ship** (a model that is not the best shipped; at gap 0 any ship is false) and **"equivalent" with a model 0.05 or 0.1 behind** must stay at or below alpha = 5 % up to the Monte-Carlo error; equal models (gap 0, hit for hit different) and identical ones (every paired difference 0) should be called equivalent:
 
 {t['false_ship']}
 
-**Power against the note** (%: the best shipped when it leads each other model by the gap; "note":
-what the verdict's power note predicts from the spread of the per-query differences it sees,
-`ship_power`, median over the repetitions). {t['power_summary']}
+**Power against the note**: the best shipped when it leads each other model by the gap, against what the verdict's power note predicts from the spread it sees (`ship_power`, median over the repetitions), "shipped/note" for k = 2 · k = 6 (every k in docs/how-much-data.md). {t['power_summary']}.
 
 {t['power']}
 
-**Equivalence** (%): equal models (gap 0, each other model hit for hit different) and identical
-models (every paired difference 0) called equivalent; "equivalent" said of the best and a model
-the gap behind, at the margin (gap 0.05) and beyond it (0.1), which must stay at or below alpha:
-
-{t['equivalence']}
-
-**Real data, subsampled**: emoji-cldr, image model efficientnet-lite0, models
-{', '.join(REAL_MODELS)}. The reference is the verdict at N = 1,500 over 5 seeds; at each smaller N
-every seed's own verdict (one seed, `compare` itself) is set against it. "Ships a model the
-reference calls worse" must stay at or below alpha:
+**Real data, subsampled**: emoji-cldr, image model efficientnet-lite0, models {', '.join(REAL_MODELS)}; the reference is the verdict at N = 1,500 over 5 seeds; at each smaller N every seed's own verdict (one seed, `compare` itself) is set against it: "ships a model the reference calls significantly worse / reaches the reference's answer / gives an answer the reference bears out" (a shipped model or an equivalent group within the reference's margin of its best); {t.get('real_summary', 'not run')}. Every row, with the undecided share: docs/how-much-data.md.
 
 {real}
 """
 
 
 def docs_section(t: dict[str, str]) -> str:
-    """The tables docs/how-much-data.md shows (the full power table is in BENCHMARKS.md)."""
-    return f"""False ship (%; at gap 0 any ship is false; must stay at or below 5 %):
+    """The tables docs/how-much-data.md shows: the same as BENCHMARKS.md, every cell of the power
+    table and every real row."""
+    return f"""False ship and equivalence (%; {t['mc']}; at gap 0 any ship is false; false ship and "equivalent" with a model 0.05 or 0.1 behind must stay at or below 5 %):
 
 {t['false_ship']}
 
-Equivalence (%):
+Power: {t['power_summary']}. The best model shipped (%) against the note's prediction:
 
-{t['equivalence']}
+{t['power_full']}
 
-Power: {t['power_summary']} ({t['mc']}; every cell in BENCHMARKS.md.)
+Real data (emoji-cldr; the reference is the verdict at N = 1,500 over 5 seeds; one seed's verdict at each N, %):
 
-Real data (emoji-cldr; the reference is the verdict at N = 1,500 over 5 seeds; one seed's verdict at each N):
-
-{t.get('real', '(not run)')}
+{t.get('real_full', '(not run)')}
 """
 
 
@@ -472,11 +488,10 @@ def main() -> None:
     if args.write:
         from _md import machine, write_section
 
-        params = json.loads(Path(args.params).read_text()) if args.params else PARAMS
         planted_rows = [json.loads(line) for f in args.planted_json.split(",")
                         for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
         real_rows = json.loads(Path(args.real_json).read_text()) if args.real_json else []
-        t = tables(planted_rows, real_rows, params)
+        t = tables(planted_rows, real_rows)
         write_section(SECTION, section(t, machine(), args.command))
         write_marked(ROOT / "docs" / "how-much-data.md", SECTION, docs_section(t))
 
