@@ -54,9 +54,13 @@ REAL_MODELS = ("use-m", "minilm-en", "tfidf-char", "random", "use-m@noise=0.5", 
                "use-m@trunc=16", "minilm-en@noise=1", "minilm-en@trunc=384")
 REAL_PAIRS = (("en", "de"), ("en", "ja"))
 SECTION = "verdict-calibration"
-# p0 (BkR@K of the best model) and rho (median latent correlation of the models' hits) per (K, N),
-# estimated by --params from the real runs of --real on emoji-cldr en-de and en-ja (mean of the two pairs)
-PARAMS: dict[str, dict[str, float]] = {}
+# p0 (BkR@K of the best model) and rho (median latent correlation of the models' hits) per (K, N), measured by --real
+# on emoji-cldr en-de and en-ja (40 seeds per N, 5 at N = 1,500; params.json, the mean of the two pairs)
+PARAMS: dict[str, dict[str, float]] = {f"{K}/{n}": {"p0": p0, "rho": rho} for K, n, p0, rho in (
+    (1, 50, 0.213, 0.64), (1, 100, 0.199, 0.67), (1, 200, 0.210, 0.67), (1, 400, 0.202, 0.66),
+    (1, 800, 0.185, 0.62), (1, 1500, 0.152, 0.59), (10, 50, 0.558, 0.54), (10, 100, 0.531, 0.55),
+    (10, 200, 0.521, 0.51), (10, 400, 0.518, 0.44), (10, 800, 0.516, 0.43), (10, 1500, 0.502, 0.45),
+)}
 
 
 def planted(rng: np.random.Generator, k: int, gap: float, n: int, p0: float, rho: float,
@@ -211,11 +215,7 @@ def estimate_params(results: dict) -> dict:
                          if (m, src, tgt, s) in res.ranks}
                     p0s.append(max(v.mean() for m, v in h.items() if m not in skip))
                     models = [m for m in h if m not in skip]
-                    for i, a in enumerate(models):
-                        for b in models[i + 1:]:
-                            r = latent_rho(h[a], h[b])
-                            if r is not None:
-                                rhos.append(r)
+                    rhos += [r for i, a in enumerate(models) for b in models[i + 1:] if (r := latent_rho(h[a], h[b])) is not None]
             out[f"{K}/{n}"] = {"p0": float(np.mean(p0s)), "rho": float(np.median(rhos)) if rhos else 0.5}
     return out
 

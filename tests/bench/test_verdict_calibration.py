@@ -17,7 +17,7 @@ REPS = 300
 ALPHA = 0.05
 # BkR@1 of the best model and the latent correlation of the models' hits on emoji-cldr at N = 200
 # (the bench script's PARAMS, measured on the real runs)
-P0, RHO = 0.6, 0.5
+P0, RHO = 0.21, 0.67
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,7 @@ def at_most(rate: float, bound: float, reps: int = REPS) -> bool:
 
 
 def test_the_planted_outcomes_have_the_rates_and_the_correlation_asked_for(bench):
+    assert bench.PARAMS["1/200"] == {"p0": P0, "rho": RHO}
     rng = np.random.default_rng(0)
     hits = bench.planted(rng, 3, 0.1, 200_000, 0.6, 0.5)
     assert hits["m0"].mean() == pytest.approx(0.6, abs=0.005) and hits["m2"].mean() == pytest.approx(0.5, abs=0.005)
@@ -77,7 +78,7 @@ def test_the_tables_hold_every_cell_run_and_mark_the_cells_not_run(bench):
     def body(name: str) -> list[str]:
         return t[name].splitlines()[2:]  # below the header
 
-    assert len(body("false_ship")) == 1 and body("false_ship")[0].startswith("| 1 | 50 | 0.600 | 0.50 |")
+    assert len(body("false_ship")) == 1 and body("false_ship")[0].startswith(f"| 1 | 50 | {P0:.3f} | {RHO:.2f} |")
     assert "- / - / -" in body("false_ship")[0]  # k = 3, 4, 5 not run
     assert [line.split(" | ")[2] for line in body("power_full")] == ["2", "6"]
     assert len(body("power")) == 1 and "(2, 0.1) " not in body("power")[0]
