@@ -45,11 +45,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _verdict_tables import (ALPHA, GAPS, MARGIN, MODELS_K, docs_section, mc_se, predictions,  # noqa: E402
+                            section, tables)
+
 KS = (1, 10)
 NS = (50, 100, 200, 400, 800, 1500)
-GAPS = (0.0, 0.01, 0.02, 0.05, 0.1)
-MODELS_K = (2, 3, 4, 5, 6)
-MARGIN, ALPHA = 0.05, 0.05
 REAL_MODELS = ("use-m", "minilm-en", "tfidf-char", "random", "use-m@noise=0.5", "use-m@noise=1", "use-m@noise=2",
                "use-m@trunc=16", "minilm-en@noise=1", "minilm-en@trunc=384")
 REAL_PAIRS = (("en", "de"), ("en", "ja"))
@@ -119,18 +119,6 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
             **predictions(gap, n, k, note_sd, sd)}
 
 
-def predictions(gap: float, n: int, k: int, note_sd: float, sd: float) -> dict:
-    """What the notes predict of a cell's power: the verdict's note (the spread it sees), the
-    same with the true spread, and the note before a run (independent hits: a bound)."""
-    from backretrieval.analysis.evaluate.sensitivity import SD_INDEPENDENT, ship_power
-
-    if gap <= 0:
-        return {"predicted_note": None, "predicted_true": None, "predicted_before_run": None}
-    return {"predicted_note": ship_power(gap, n, note_sd, k - 1, ALPHA, discrete=True),
-            "predicted_true": ship_power(gap, n, sd, k - 1, ALPHA, discrete=True),
-            "predicted_before_run": ship_power(gap, n, SD_INDEPENDENT, k - 1, ALPHA, discrete=True)}
-
-
 def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, gaps=GAPS, ns=NS, kk=KS,
                  progress: bool = True, out: Path | None = None) -> list[dict]:
     """Every cell of the planted grid (and the identical-models cells: k in 2 and 6); with
@@ -158,11 +146,6 @@ def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, g
             print(f"[{i + 1}/{len(cells)}] k={k} gap={g} N={n} K={K}{' identical' if ident else ''}: ship {rows[-1]['ship']:.3f} "
                   f"equivalent {rows[-1]['equivalent']:.3f} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     return rows
-
-
-def mc_se(rate: float, reps: int) -> float:
-    """The Monte-Carlo standard error of a rate from ``reps`` repetitions."""
-    return math.sqrt(max(rate * (1 - rate), 0.25 / reps) / reps)
 
 
 def real_results(out: Path, seeds: int, progress: bool = False) -> dict:
@@ -269,146 +252,6 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
     return rows
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
-
-
-def _answer_text(ref) -> str:
-    return ref[0] + (f" {ref[1]}" if ref[0] == "ship" else f" ({', '.join(ref[1])})" if ref[0] == "equivalent" else "")
-
-
-def real_tables(real_rows: list[dict]) -> dict[str, str]:
-    """The real part's tables: compact (false ship / the reference's answer / an answer it bears
-    out, per metric, pair and N) and every row."""
-    out = {}
-    seeds = sorted({r["seeds"] for r in real_rows})
-    lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | N | ships a model the reference calls worse | ships "
-             "the reference's pick | 'equivalent' with a model the reference puts beyond the margin | the reference's "
-             "answer | an answer the reference bears out | not enough data | seeds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in real_rows:
-        undecided = 1 - r["ship"] - r["equivalent"] - r["at_chance"]
-        lines.append(f"| {r['metric']} | {r['pair']} | {_answer_text(r['reference'])} | {r['n']:,} | {_pct(r['false_ship'])} "
-                     f"| {_pct(r['ship_ref'])} | {_pct(r['false_equiv'])} | {_pct(r['same'])} | {_pct(r['compatible'])} "
-                     f"| {_pct(undecided)} | {r['seeds']} |")
-    out["real_full"] = "\n".join(lines)
-    ns = sorted({r["n"] for r in real_rows})
-    lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | " + " | ".join(f"N = {n:,}" for n in ns) + " |",
-             "|---|---|---|" + "---|" * len(ns)]
-    by = {}
-    for r in real_rows:
-        by.setdefault((r["metric"], r["pair"]), {"ref": r["reference"]})[r["n"]] = r
-    for (metric, pair), row in by.items():
-        lines.append(f"| {metric} | {pair} | {_answer_text(row['ref'])} | "
-                     + " | ".join(f"{_pct(row[n]['false_ship'])} / {_pct(row[n]['same'])} / {_pct(row[n]['compatible'])}"
-                                  if n in row else "-" for n in ns) + " |")
-    out["real"] = "\n".join(lines)
-    worst = max(real_rows, key=lambda r: r["false_ship"])
-    out["real_summary"] = (f"{'/'.join(map(str, seeds))} seeds per N (Monte-Carlo standard error at most "
-                           f"{100 * mc_se(0.5, min(seeds)):.1f} points); the largest false-ship rate "
-                           f"{_pct(worst['false_ship'])} % ({worst['metric']}, {worst['pair']}, N = {worst['n']:,}); "
-                           f"'equivalent' with a model the reference puts beyond the margin: at most "
-                           f"{_pct(max(r['false_equiv'] for r in real_rows))} %")
-    return out
-
-
-def tables(planted_rows: list[dict], real_rows: list[dict]) -> dict[str, str]:
-    """The Markdown tables: false ship and equivalence, power against the prediction (compact and
-    every cell), real data (compact and every row)."""
-    import pandas as pd
-
-    df = pd.DataFrame([{**r, **predictions(r["gap"], r["n"], r["k"], r["sd_note"], r["sd_true"])} for r in planted_rows])
-    reps = int(df["reps"].max())
-    plain, ident = df[~df["identical"]], df[df["identical"]]
-    out = {}
-    lines = ["| K | N | p0 | rho | false ship at gap 0, " + " / ".join(f"k={k}" for k in MODELS_K)
-             + " | false ship at gap > 0, largest (k, gap) | equal models equivalent, k=2 / k=6 | identical models "
-             "equivalent, k=2 / k=6 | 'equivalent' with a model 0.05 / 0.1 behind, largest over k |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for (K, n), g in plain.groupby(["K", "n"]):
-        zero = {r.k: r.ship_other for r in g[g["gap"] == 0].itertuples()}
-        pos = g[g["gap"] > 0]
-        worst = pos.loc[pos["ship_other"].idxmax()]
-        z = g[g["gap"] == 0].set_index("k")
-        i = ident[(ident["K"] == K) & (ident["n"] == n)].set_index("k")
-        eq = {k: _pct(z.loc[k, "equivalent"]) if k in z.index else "-" for k in (2, 6)}
-        ie = {k: _pct(i.loc[k, "equivalent"]) if k in i.index else "-" for k in (2, 6)}
-        lines.append(f"| {K} | {n:,} | {g['p0'].iloc[0]:.3f} | {g['rho'].iloc[0]:.2f} | "
-                     + " / ".join(_pct(zero.get(k)) for k in MODELS_K)
-                     + f" | {_pct(worst['ship_other'])} ({int(worst['k'])}, {worst['gap']:g}) | {eq[2]} / {eq[6]} | "
-                     f"{ie[2]} / {ie[6]} | {_pct(g[g['gap'] == 0.05]['eq_far'].max())} / {_pct(g[g['gap'] == 0.1]['eq_far'].max())} |")
-    out["false_ship"] = "\n".join(lines)
-    pos = plain[plain["gap"] > 0].copy()
-    pos["err"] = pos["ship_best"] - pos["predicted_note"]
-    gaps = [g for g in GAPS if g > 0]
-    lines = ["| K | N | k | " + " | ".join(f"gap {g:g}: shipped / note" for g in gaps) + " |", "|---|---|---|" + "---|" * len(gaps)]
-    for (K, n, k), g in pos.groupby(["K", "n", "k"]):
-        cells = {r.gap: f"{_pct(r.ship_best)} / {_pct(r.predicted_note)}" for r in g.itertuples()}
-        lines.append(f"| {K} | {n:,} | {k} | " + " | ".join(cells.get(gap, "-") for gap in gaps) + " |")
-    out["power_full"] = "\n".join(lines)
-    lines = ["| K | N | " + " | ".join(f"gap {g:g}, k=2 / k=6" for g in gaps) + " | largest \\|shipped - note\\| (k, gap) |",
-             "|---|---|" + "---|" * (len(gaps) + 1)]
-    for (K, n), g in pos.groupby(["K", "n"]):
-        cell = {(r.k, r.gap): f"{_pct(r.ship_best)}/{_pct(r.predicted_note)}" for r in g.itertuples()}
-        w = g.loc[g["err"].abs().idxmax()]
-        lines.append(f"| {K} | {n:,} | " + " | ".join(f"{cell.get((2, gap), '-')} · {cell.get((6, gap), '-')}" for gap in gaps)
-                     + f" | {100 * w['err']:+.1f} ({int(w['k'])}, {w['gap']:g}) |")
-    out["power"] = "\n".join(lines)
-    within = (pos["err"].abs() <= 0.05).mean()
-    worst = pos.loc[pos["err"].abs().idxmax()]
-    out["power_summary"] = (f"{int((pos['err'].abs() <= 0.05).sum())} of {len(pos)} cells ({100 * within:.0f}%) within 5 points of "
-                            f"the note; the largest difference {100 * abs(worst['err']):.1f} points (measured "
-                            f"{'above' if worst['err'] > 0 else 'below'} the note; K = {int(worst['K'])}, N = {int(worst['n']):,}, "
-                            f"k = {int(worst['k'])}, gap {worst['gap']:g}); mean difference {100 * pos['err'].mean():+.1f} points. "
-                            f"The note before a run (independent hits, sd 0.71) predicted "
-                            f"{100 * (pos['ship_best'] - pos['predicted_before_run']).mean():.1f} points less than measured on "
-                            f"average: a bound, not an estimate")
-    out["mc"] = (f"{reps:,} repetitions per cell: Monte-Carlo standard error {100 * mc_se(0.05, reps):.1f} points at a rate "
-                 f"of 5 %, at most {100 * mc_se(0.5, reps):.1f} points (rate 50 %)")
-    if real_rows:
-        out.update(real_tables(real_rows))
-    return out
-
-
-def section(t: dict[str, str], machine: str, command: str) -> str:
-    """The BENCHMARKS.md section (compact: every cell of the power table and every real row are in
-    docs/how-much-data.md)."""
-    real = t.get("real", "(not run)")
-    return f"""## The verdict's error rates (planted gaps and real data)
-
-Command: `{command}`. Machine: {machine}; a machine shared with other work.
-
-The code of `compare` (`decide_outcomes`, only the tests the decision needs) where the truth is known (bench/bench_verdict_calibration.py): alpha = {ALPHA:g}, margin = {MARGIN:g}, the best model against each other model, Holm over the k - 1 comparisons. Planted: k models answer N queries (one seed); the best hits with probability p0, each other model with p0 - gap, hits correlated through a shared per-query difficulty (latent correlation rho); p0 and rho per K and N measured on the real runs below (BkR@K of the best model; the median latent correlation of the real models' hits). {t['mc']}. Rates in %. **False ship** (a model that is not the best shipped; at gap 0 any ship is false) and **"equivalent" with a model 0.05 or 0.1 behind** must stay at or below alpha = 5 % up to the Monte-Carlo error; equal models (gap 0, hit for hit different) and identical ones (every paired difference 0) should be called equivalent:
-
-{t['false_ship']}
-
-**Power against the note**: the best shipped when it leads each other model by the gap, against what the verdict's power note predicts from the spread it sees (`ship_power`, median over the repetitions), "shipped/note" for k = 2 · k = 6 (every k in docs/how-much-data.md). {t['power_summary']}.
-
-{t['power']}
-
-**Real data, subsampled**: emoji-cldr, image model efficientnet-lite0, models {', '.join(REAL_MODELS)}; the reference is the verdict at N = 1,500 over 5 seeds; at each smaller N every seed's own verdict (one seed, `compare` itself) is set against it: "ships a model the reference calls significantly worse / reaches the reference's answer / gives an answer the reference bears out" (a shipped model or an equivalent group within the reference's margin of its best); {t.get('real_summary', 'not run')}. Every row, with the undecided share: docs/how-much-data.md.
-
-{real}
-"""
-
-
-def docs_section(t: dict[str, str]) -> str:
-    """The tables docs/how-much-data.md shows: the same as BENCHMARKS.md, every cell of the power
-    table and every real row."""
-    return f"""False ship and equivalence (%; {t['mc']}; at gap 0 any ship is false; false ship and "equivalent" with a model 0.05 or 0.1 behind must stay at or below 5 %):
-
-{t['false_ship']}
-
-Power: {t['power_summary']}. The best model shipped (%) against the note's prediction:
-
-{t['power_full']}
-
-Real data (emoji-cldr; the reference is the verdict at N = 1,500 over 5 seeds; one seed's verdict at each N, %):
-
-{t.get('real_full', '(not run)')}
-"""
-
-
 def write_marked(path: Path, name: str, body: str) -> None:
     """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``."""
     import re
@@ -492,7 +335,7 @@ def main() -> None:
                         for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
         real_rows = json.loads(Path(args.real_json).read_text()) if args.real_json else []
         t = tables(planted_rows, real_rows)
-        write_section(SECTION, section(t, machine(), args.command))
+        write_section(SECTION, section(t, machine(), args.command, REAL_MODELS))
         write_marked(ROOT / "docs" / "how-much-data.md", SECTION, docs_section(t))
 
 

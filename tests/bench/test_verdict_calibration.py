@@ -78,10 +78,12 @@ def test_the_tables_hold_every_cell_run_and_mark_the_cells_not_run(bench):
     def body(name: str) -> list[str]:
         return t[name].splitlines()[2:]  # below the header
 
-    assert len(body("false_ship")) == 1 and body("false_ship")[0].startswith(f"| 1 | 50 | {P0:.3f} | {RHO:.2f} |")
-    assert "- / - / -" in body("false_ship")[0]  # k = 3, 4, 5 not run
+    full = body("false_ship_full")
+    assert len(full) == 1 and full[0].startswith(f"| 1 | 50 | {P0:.3f} | {RHO:.2f} |")
+    assert "- / - / -" in full[0]  # k = 3, 4, 5 not run
+    assert body("false_ship")[0].startswith(f"| 50 | {P0:.2f}/{RHO:.2f} · - |")  # K = 10 not run
     assert [line.split(" | ")[2] for line in body("power_full")] == ["2", "6"]
-    assert len(body("power")) == 1 and "(2, 0.1) " not in body("power")[0]
-    assert body("real") == ["| bkr@10 | en->de | ship use-m | 25.0 / 25.0 / 25.0 |"]
+    assert len(body("power")) == 1 and body("power")[0].startswith("| 1 | 0.05 | ")
+    assert body("real") == ["| bkr@10 | ship use-m | 25.0/25.0/25.0 |"]
     assert "4 seeds per N" in t["real_summary"] and "25.0 % (bkr@10, en->de, N = 50)" in t["real_summary"]
     assert "20 repetitions per cell" in t["mc"]
