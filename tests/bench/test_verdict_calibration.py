@@ -85,5 +85,5 @@ def test_the_tables_hold_every_cell_run_and_mark_the_cells_not_run(bench):
     assert [line.split(" | ")[2] for line in body("power_full")] == ["2", "6"]
     assert len(body("power")) == 1 and body("power")[0].startswith("| 1 | 0.05 | ")
     assert body("real") == ["| bkr@10 | ship use-m | 25.0/25.0/25.0 |"]
-    assert "4 seeds per N" in t["real_summary"] and "25.0 % (bkr@10, en->de, N = 50)" in t["real_summary"]
+    assert "4 seeds per N" in t["real_summary"] and "25.0 % (bkr@10, en->de, N = 50; 4 one-seed" in t["real_summary"]
     assert "20 repetitions per cell" in t["mc"]
