@@ -45,8 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _verdict_tables import (ALPHA, GAPS, MARGIN, MODELS_K, docs_section, mc_se, predictions,  # noqa: E402
-                            section, tables)
+from _verdict_tables import ALPHA, GAPS, MARGIN, MODELS_K, docs_section, predictions, section, tables  # noqa: E402
 
 KS = (1, 10)
 NS = (50, 100, 200, 400, 800, 1500)
