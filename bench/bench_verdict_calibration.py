@@ -25,10 +25,10 @@ Both parts run the code of ``backretrieval compare``: the planted part calls
   the reference; at N = 50..800, each seed's own verdict (one seed each) is set against it.
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/bench_verdict_calibration.py --real /tmp/verdict-real --seeds 40
-    nice -n 10 python bench/bench_verdict_calibration.py --planted --reps 1000 --n-boot 100 --k-values 1 \\
-        --params /tmp/verdict-real/params.json --out /tmp/verdict-k1.jsonl      # and --k-values 10 beside it
-    python bench/bench_verdict_calibration.py --write --params /tmp/verdict-real/params.json \\
-        --planted-json /tmp/verdict-k1.jsonl,/tmp/verdict-k10.jsonl --real-json /tmp/verdict-real/real.json
+    OMP_NUM_THREADS=1 nice -n 10 python bench/bench_verdict_calibration.py --planted --reps 1000 --n-boot 100 \\
+        --out /tmp/verdict-planted.jsonl     # PARAMS, or --params /tmp/verdict-real/params.json
+    python bench/bench_verdict_calibration.py --write --planted-json /tmp/verdict-planted.jsonl \\
+        --real-json /tmp/verdict-real/real.json
     python bench/bench_verdict_calibration.py --examples /tmp/verdict-examples   # the four answers in the docs
 """
 from __future__ import annotations
@@ -45,18 +45,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _verdict_tables import ALPHA, GAPS, MARGIN, MODELS_K, docs_section, predictions, section, tables  # noqa: E402
+
 KS = (1, 10)
 NS = (50, 100, 200, 400, 800, 1500)
-GAPS = (0.0, 0.01, 0.02, 0.05, 0.1)
-MODELS_K = (2, 3, 4, 5, 6)
-MARGIN, ALPHA = 0.05, 0.05
 REAL_MODELS = ("use-m", "minilm-en", "tfidf-char", "random", "use-m@noise=0.5", "use-m@noise=1", "use-m@noise=2",
                "use-m@trunc=16", "minilm-en@noise=1", "minilm-en@trunc=384")
 REAL_PAIRS = (("en", "de"), ("en", "ja"))
 SECTION = "verdict-calibration"
-# p0 (BkR@K of the best model) and rho (median latent correlation of the models' hits) per (K, N),
-# estimated by --params from the real runs of --real on emoji-cldr en-de and en-ja (mean of the two pairs)
-PARAMS: dict[str, dict[str, float]] = {}
+# p0 (BkR@K of the best model) and rho (median latent correlation of the models' hits) per (K, N), measured by --real
+# on emoji-cldr en-de and en-ja (40 seeds per N, 5 at N = 1,500; params.json, the mean of the two pairs)
+PARAMS: dict[str, dict[str, float]] = {f"{K}/{n}": {"p0": p0, "rho": rho} for K, n, p0, rho in (
+    (1, 50, 0.213, 0.64), (1, 100, 0.199, 0.67), (1, 200, 0.210, 0.67), (1, 400, 0.202, 0.66),
+    (1, 800, 0.185, 0.62), (1, 1500, 0.152, 0.59), (10, 50, 0.558, 0.54), (10, 100, 0.531, 0.55),
+    (10, 200, 0.521, 0.51), (10, 400, 0.518, 0.44), (10, 800, 0.516, 0.43), (10, 1500, 0.502, 0.45),
+)}
 
 
 def planted(rng: np.random.Generator, k: int, gap: float, n: int, p0: float, rho: float,
@@ -115,18 +118,6 @@ def run_cell(k: int, gap: float, n: int, K: int, p0: float, rho: float, reps: in
             **predictions(gap, n, k, note_sd, sd)}
 
 
-def predictions(gap: float, n: int, k: int, note_sd: float, sd: float) -> dict:
-    """What the notes predict of a cell's power: the verdict's note (the spread it sees), the
-    same with the true spread, and the note before a run (independent hits: a bound)."""
-    from backretrieval.analysis.evaluate.sensitivity import SD_INDEPENDENT, ship_power
-
-    if gap <= 0:
-        return {"predicted_note": None, "predicted_true": None, "predicted_before_run": None}
-    return {"predicted_note": ship_power(gap, n, note_sd, k - 1, ALPHA, discrete=True),
-            "predicted_true": ship_power(gap, n, sd, k - 1, ALPHA, discrete=True),
-            "predicted_before_run": ship_power(gap, n, SD_INDEPENDENT, k - 1, ALPHA, discrete=True)}
-
-
 def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, gaps=GAPS, ns=NS, kk=KS,
                  progress: bool = True, out: Path | None = None) -> list[dict]:
     """Every cell of the planted grid (and the identical-models cells: k in 2 and 6); with
@@ -154,11 +145,6 @@ def planted_grid(params: dict, reps: int, seed: int, n_boot: int, ks=MODELS_K, g
             print(f"[{i + 1}/{len(cells)}] k={k} gap={g} N={n} K={K}{' identical' if ident else ''}: ship {rows[-1]['ship']:.3f} "
                   f"equivalent {rows[-1]['equivalent']:.3f} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     return rows
-
-
-def mc_se(rate: float, reps: int) -> float:
-    """The Monte-Carlo standard error of a rate from ``reps`` repetitions."""
-    return math.sqrt(max(rate * (1 - rate), 0.25 / reps) / reps)
 
 
 def real_results(out: Path, seeds: int, progress: bool = False) -> dict:
@@ -211,11 +197,7 @@ def estimate_params(results: dict) -> dict:
                          if (m, src, tgt, s) in res.ranks}
                     p0s.append(max(v.mean() for m, v in h.items() if m not in skip))
                     models = [m for m in h if m not in skip]
-                    for i, a in enumerate(models):
-                        for b in models[i + 1:]:
-                            r = latent_rho(h[a], h[b])
-                            if r is not None:
-                                rhos.append(r)
+                    rhos += [r for i, a in enumerate(models) for b in models[i + 1:] if (r := latent_rho(h[a], h[b])) is not None]
             out[f"{K}/{n}"] = {"p0": float(np.mean(p0s)), "rho": float(np.median(rhos)) if rhos else 0.5}
     return out
 
@@ -267,130 +249,6 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
                              "reference_text": pv["text"], **{k: x / len(seeds) for k, x in c.items()}})
                 print(f"{metric} {pair} N={n}: {rows[-1]}", file=sys.stderr, flush=True)
     return rows
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
-def tables(planted_rows: list[dict], real_rows: list[dict], params: dict) -> dict[str, str]:
-    """The Markdown tables: false ship, power against the prediction, equivalence, real data, parameters."""
-    import pandas as pd
-
-    df = pd.DataFrame([{**r, **predictions(r["gap"], r["n"], r["k"], r["sd_note"], r["sd_true"])} for r in planted_rows])
-    reps = int(df["reps"].max())
-    plain = df[~df["identical"]]
-    out = {}
-    lines = ["| K | N | p0 | rho | " + " | ".join(f"k={k}, gap 0" for k in MODELS_K) + " | largest over gaps > 0 (k, gap) |",
-             "|---|---|---|---|" + "---|" * len(MODELS_K) + "---|"]
-    for (K, n), g in plain.groupby(["K", "n"]):
-        zero = {r.k: r.ship_other for r in g[g["gap"] == 0].itertuples()}
-        pos = g[g["gap"] > 0]
-        worst = pos.loc[pos["ship_other"].idxmax()]
-        lines.append(f"| {K} | {n:,} | {g['p0'].iloc[0]:.3f} | {g['rho'].iloc[0]:.2f} | "
-                     + " | ".join(_pct(zero.get(k)) for k in MODELS_K)
-                     + f" | {_pct(worst['ship_other'])} ({int(worst['k'])}, {worst['gap']:g}) |")
-    out["false_ship"] = "\n".join(lines)
-    pos = plain[plain["gap"] > 0].copy()
-    pos["err"] = pos["ship_best"] - pos["predicted_note"]
-    lines = ["| K | N | k | " + " | ".join(f"gap {g:g}: shipped / note" for g in GAPS if g > 0) + " |",
-             "|---|---|---|" + "---|" * (len(GAPS) - 1)]
-    for (K, n, k), g in pos.groupby(["K", "n", "k"]):
-        cells = {r.gap: f"{_pct(r.ship_best)} / {_pct(r.predicted_note)}" for r in g.itertuples()}
-        lines.append(f"| {K} | {n:,} | {k} | " + " | ".join(cells.get(gap, "-") for gap in GAPS if gap > 0) + " |")
-    out["power"] = "\n".join(lines)
-    within = (pos["err"].abs() <= 0.05).mean()
-    out["power_summary"] = (f"{int((pos['err'].abs() <= 0.05).sum())} of {len(pos)} cells ({100 * within:.0f}%) within 5 points of "
-                            f"the note; the largest difference {100 * pos['err'].abs().max():.1f} points "
-                            f"(measured {'above' if pos.loc[pos['err'].abs().idxmax(), 'err'] > 0 else 'below'} the note); "
-                            f"mean difference {100 * pos['err'].mean():+.1f} points. The note before a run (independent "
-                            f"hits, sd 0.71) predicted {100 * (pos['ship_best'] - pos['predicted_before_run']).mean():+.1f} "
-                            f"points less than measured on average: a bound, not an estimate.")
-    ident = df[df["identical"]]
-    lines = ["| K | N | equal models called equivalent, k=2 / k=6 (gap 0) | identical models equivalent, k=2 / k=6 | "
-             "'equivalent' at gap 0.05 (the margin), largest over k | at gap 0.1, largest over k |",
-             "|---|---|---|---|---|---|"]
-    for (K, n), g in plain.groupby(["K", "n"]):
-        z = g[g["gap"] == 0].set_index("k")
-        i = ident[(ident["K"] == K) & (ident["n"] == n)].set_index("k")
-        at05, at10 = g[g["gap"] == 0.05]["eq_far"].max(), g[g["gap"] == 0.1]["eq_far"].max()
-        lines.append(f"| {K} | {n:,} | {_pct(z.loc[2, 'equivalent'])} / {_pct(z.loc[6, 'equivalent'])} | "
-                     f"{_pct(i.loc[2, 'equivalent'])} / {_pct(i.loc[6, 'equivalent'])} | {_pct(at05)} | {_pct(at10)} |")
-    out["equivalence"] = "\n".join(lines)
-    out["mc"] = (f"{reps:,} repetitions per cell: Monte-Carlo standard error {100 * mc_se(0.05, reps):.1f} points at a rate "
-                 f"of 5 %, at most {100 * mc_se(0.5, reps):.1f} points (rate 50 %)")
-    if real_rows:
-        lines = ["| metric | pair | reference (N = 1,500, 5 seeds) | N | ships a model the reference calls worse | ships "
-                 "the reference's pick | 'equivalent' with a model the reference puts beyond the margin | the reference's "
-                 "answer | an answer the reference bears out | not enough data | seeds |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in real_rows:
-            ref = r["reference"]
-            said = ref[0] + (f" {ref[1]}" if ref[0] == "ship" else f" ({', '.join(ref[1])})" if ref[0] == "equivalent" else "")
-            undecided = 1 - r["ship"] - r["equivalent"] - r["at_chance"]
-            lines.append(f"| {r['metric']} | {r['pair']} | {said} | {r['n']:,} | {_pct(r['false_ship'])} | {_pct(r['ship_ref'])} "
-                         f"| {_pct(r['false_equiv'])} | {_pct(r['same'])} | {_pct(r['compatible'])} | {_pct(undecided)} "
-                         f"| {r['seeds']} |")
-        out["real"] = "\n".join(lines)
-    return out
-
-
-def section(t: dict[str, str], machine: str, command: str) -> str:
-    """The BENCHMARKS.md section."""
-    real = t.get("real", "(not run)")
-    return f"""## The verdict's error rates (planted gaps and real data)
-
-Command: `{command}`. Machine: {machine}; a machine shared with other work.
-
-The code of `compare` on outcomes whose truth is known (bench/bench_verdict_calibration.py): alpha =
-{ALPHA:g}, margin = {MARGIN:g}, the best model against each other model with Holm over the k - 1
-comparisons. Planted: k models answer N queries (one seed); the best hits with probability p0, each
-other model with p0 - gap; hits correlated through a shared per-query difficulty (latent correlation
-rho); p0 and rho per K and N measured on the real runs below (BkR@K of the best model; the median
-latent correlation of the real models' hits). {t['mc']}.
-
-**False ship** (%: a model that is not the best shipped; at gap 0 every model is equal, so any ship
-is false; must stay at or below alpha = 5 % up to the Monte-Carlo error):
-
-{t['false_ship']}
-
-**Power against the note** (%: the best shipped when it leads each other model by the gap; "note":
-what the verdict's power note predicts from the spread of the per-query differences it sees,
-`ship_power`, median over the repetitions). {t['power_summary']}
-
-{t['power']}
-
-**Equivalence** (%): equal models (gap 0, each other model hit for hit different) and identical
-models (every paired difference 0) called equivalent; "equivalent" said of the best and a model
-the gap behind, at the margin (gap 0.05) and beyond it (0.1), which must stay at or below alpha:
-
-{t['equivalence']}
-
-**Real data, subsampled**: emoji-cldr, image model efficientnet-lite0, models
-{', '.join(REAL_MODELS)}. The reference is the verdict at N = 1,500 over 5 seeds; at each smaller N
-every seed's own verdict (one seed, `compare` itself) is set against it. "Ships a model the
-reference calls worse" must stay at or below alpha:
-
-{real}
-"""
-
-
-def docs_section(t: dict[str, str]) -> str:
-    """The tables docs/how-much-data.md shows (the full power table is in BENCHMARKS.md)."""
-    return f"""False ship (%; at gap 0 any ship is false; must stay at or below 5 %):
-
-{t['false_ship']}
-
-Equivalence (%):
-
-{t['equivalence']}
-
-Power: {t['power_summary']} ({t['mc']}; every cell in BENCHMARKS.md.)
-
-Real data (emoji-cldr; the reference is the verdict at N = 1,500 over 5 seeds; one seed's verdict at each N):
-
-{t.get('real', '(not run)')}
-"""
 
 
 def write_marked(path: Path, name: str, body: str) -> None:
@@ -472,12 +330,11 @@ def main() -> None:
     if args.write:
         from _md import machine, write_section
 
-        params = json.loads(Path(args.params).read_text()) if args.params else PARAMS
         planted_rows = [json.loads(line) for f in args.planted_json.split(",")
                         for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
         real_rows = json.loads(Path(args.real_json).read_text()) if args.real_json else []
-        t = tables(planted_rows, real_rows, params)
-        write_section(SECTION, section(t, machine(), args.command))
+        t = tables(planted_rows, real_rows)
+        write_section(SECTION, section(t, machine(), args.command, REAL_MODELS))
         write_marked(ROOT / "docs" / "how-much-data.md", SECTION, docs_section(t))
 
 

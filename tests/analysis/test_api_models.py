@@ -1,15 +1,10 @@
 """Embedding APIs in the grid, against a real OpenAI-protocol server on 127.0.0.1 serving use-m:
-``openai:use-m`` gives exactly use-m's records; a run killed mid-way and resumed sends only what
-was not answered (counted at the server); the key is written nowhere; the estimate and
+``openai:use-m`` gives exactly use-m's records; the key is written nowhere (a run killed mid-way
+and resumed: tests/e2e/test_probe_api.py); the estimate and
 ``--dry-run`` come before anything is sent; run.json records the tokens used."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -22,7 +17,6 @@ from backretrieval.encoders.registry import get_text_encoder
 KEY = "sk-test-evaluation-KEY-5f3a9c"
 N = 30
 TIMING = {"seconds", "encode_seconds"}
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.fixture(scope="module")
@@ -89,41 +83,18 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
 
 def test_dry_run_sends_nothing(api, tmp_path):
     res = CliRunner().invoke(main, [
-        "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "openai:use-m?price_per_1m_tokens=0.1",
+        "compare", "--dataset", "emoji-cldr", "--pairs", "en-de", "--models",
+        "openai:use-m?price_per_1m_tokens=0.1,openai:use-m?price_per_1m_tokens=0.1@int8",
         "--image-model", "color-hist", "--n", str(N), "--seeds", "2", "--out", str(tmp_path / "dry"), "--dry-run",
     ], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert "openai:use-m: " in res.output and "already cached), about" in res.output
-    assert "approximation: 1 token per 4 bytes of UTF-8" in res.output and "at $0.1 per 1M tokens" in res.output
+    lines = {line.split(": ")[0]: line for line in res.output.splitlines() if line.startswith("openai:")}
+    assert set(lines) == {"openai:use-m", "openai:use-m@int8"}, res.output
+    for line in lines.values():  # the serving form sends what its model sends
+        assert "already cached), about" in line and "at $0.1 per 1M tokens" in line, line
+        assert "approximation: 1 token per 4 bytes of UTF-8" in line, line
+    assert lines["openai:use-m"].split(": ", 1)[1] == lines["openai:use-m@int8"].split(": ", 1)[1]
     assert api.requests == [] and not (tmp_path / "dry" / "results.jsonl").exists()
-
-
-def test_a_killed_run_resumes_sending_only_what_was_not_answered(api, tmp_path):
-    cmd = [sys.executable, "-m", "backretrieval.cli", "evaluate", "--dataset", "emoji-cldr", "--pairs", "en-de",
-           "--models", "openai:use-m?batch_size=4", "--image-model", "color-hist", "--n", str(N), "--seeds", "2",
-           "--quiet"]
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    api.hold_after = 5  # the request after these waits: the run is killed with it in flight
-    proc = subprocess.Popen([*cmd, "--out", str(tmp_path / "first")], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    try:
-        while not api.held.wait(0.5):  # until the request after the answered ones arrives
-            assert proc.poll() is None, proc.stderr.read().decode()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        api.release.set()
-    answered = [t for batch in api.answered for t in batch]
-    assert len(api.answered) == 5 and len(answered) == 20
-    api.reset()
-    done = subprocess.run([*cmd, "--out", str(tmp_path / "second")], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    resent = [t for r in api.requests for t in r["texts"]]
-    assert resent and not set(resent) & set(answered)  # nothing answered before is sent again
-    run = json.loads((tmp_path / "second" / "run.json").read_text())
-    assert run["encoding"]["openai:use-m"]["encoded"] == len(resent)
-    assert run["encoding"]["openai:use-m"]["texts"] == len(resent) + len(answered)
 
 
 def test_a_server_that_reports_no_usage_is_priced_unknown_not_zero(api, tmp_path):

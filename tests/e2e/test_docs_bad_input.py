@@ -608,8 +608,8 @@ TRIGGERS: dict[str, Callable[..., Said | list[Said]]] = {
     "`--pairs en-en` / `--pairs ,`": lambda x: [said_by(x.grid("evaluate", "--pairs", "en-en")), said_by(x.grid("evaluate", "--pairs", ","))],
     "`--n 0`, `--k 0`, `--csls-k 0`": lambda x: said_by(x.grid("evaluate", "--n", "0")),
     "`--k` above `--n`": lambda x: said_by(x.grid("evaluate", "--k", "30")),
-    "`--n` larger than the data allows": lambda x: said_by(grid("evaluate", _three_langs(x), x.path("out"), "--pairs", "en-de,en-es",
-                                                                "--n", "50")),
+    "`--n` larger than the data allows": lambda x: said_by(grid("compare", _three_langs(x), x.path("out"), "--pairs", "en-de,en-es",
+                                                                "--n", "50", "--k", "10")),
     "`--sim csls` with `--csls-k` above `--n`": lambda x: said_by(x.grid("evaluate", "--sim", "csls", "--csls-k", "30")),
     "`--executor threads`": lambda x: said_by(x.grid("evaluate", "--executor", "threads")),
     "`--executor local:3` / `processes:0`": lambda x: [said_by(x.grid("evaluate", "--executor", "local:3")),
@@ -761,7 +761,18 @@ def _busy_port(study: Path) -> Said:
         return said_by(["study", "serve", study, "--port", busy.getsockname()[1]])
 
 
+def _encoder(spec: str, **options) -> Callable[[], object]:
+    return lambda: __import__("backretrieval.encoders", fromlist=["x"]).get_text_encoder(spec, **options)
+
+
 TRIGGERS.update({
+    "a serving form that is not the last": lambda x: said_by(x.grid("evaluate", "--models", "use-m@int8@trunc=64")),
+    "a serving form with `--sim csls`": lambda x: said_by(x.grid("evaluate", "--models", "use-m@int8", "--sim", "csls")),
+    "a serving form with `--approx`": lambda x: said_by(x.grid("evaluate", "--models", "use-m@binary", "--approx", "hnsw")),
+    "of an `@int8` (or `@pca=D`) variant before `fit`": lambda x: raised(lambda: _encoder("use-m@int8")().encode(["a"], "en")),
+    "`runtime` other than": lambda x: said_by(x.grid("evaluate", "--models", "minilm-en?runtime=tensorrt")),
+    "an ONNX runtime on a GPU": lambda x: raised(_encoder("minilm-en?runtime=onnx", device="cuda")),
+    "`compare --margin 0`": lambda x: [said_by(x.grid("compare", "--margin", "0")), raised(lambda: _eval_config(margin=1.5))],
     "a `triplet:DIR` / `tripletxl:DIR` model whose base names the model itself": _self_based_triplet,
     "`study analyze --bkr-n 1000000000`": lambda x, study_db: said_by(["study", "analyze", study_db, "--bkr-n", "1000000000",
                                                                         "--image-model", "precomputed", "--out", x.path("a")]),

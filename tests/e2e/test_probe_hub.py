@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from commands import assert_refused, cli, grid, nothing_encoded, write_feature_items
 
+from backretrieval.analysis.models import derive_label
 from backretrieval.core import EncoderError
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.text.hf_hub import EXAMPLE_COMMITS, EXAMPLE_REPO, fetch_command, lay_out_snapshot, model_folder
@@ -66,7 +67,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def strip(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in {"model", "model_identity", "seconds", "encode_seconds"}}
+    return {k: v for k, v in record.items() if k not in {"model", "model_identity", "model_spec", "seconds", "encode_seconds"}}
 
 
 def test_prompt_name_none_switches_the_prompt_off_through_every_entry_point(data, tmp_path):
@@ -78,11 +79,14 @@ def test_prompt_name_none_switches_the_prompt_off_through_every_entry_point(data
     res = cli(grid("evaluate", data, out, "--models", f"{none},{prompted},minilm-en"))
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    by = {m: [strip(r) for r in records if r["model"] == m] for m in (none, prompted, "minilm-en")}
+    label = {m: derive_label(m) for m in (none, prompted, "minilm-en")}
+    assert label[none] == "e5-like?prompt_name=none" and label[prompted] == "e5-like"  # the label says no prompt ran
+    by = {m: [strip(r) for r in records if r["model"] == label[m]] for m in label}
     assert by[none] and by[none] == by["minilm-en"] and by[none] != by[prompted]
     run = json.loads((out / "run.json").read_text())
-    assert run["encoding"][none]["prompt"] == "" and run["encoding"][none]["prompts"] == {"en": "", "de": ""}
-    assert run["encoding"][none]["prompt_name"] is None and run["encoding"][prompted]["prompt_name"] == "query"
+    encoding = {m: run["encoding"][label[m]] for m in (none, prompted)}
+    assert encoding[none]["prompt"] == "" and encoding[none]["prompts"] == {"en": "", "de": ""}
+    assert encoding[none]["prompt_name"] is None and encoding[prompted]["prompt_name"] == "query"
     by_spec, by_keyword = get_text_encoder(none), get_text_encoder(prompted, prompt_name="none")
     assert by_spec.version == by_keyword.version != get_text_encoder(prompted).version
     assert by_spec.name == by_keyword.name == none and by_spec.prompt == ""

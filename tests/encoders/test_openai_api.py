@@ -95,14 +95,15 @@ def test_retries_are_bounded_with_one_clear_error(srv):
 
 
 def test_a_slow_answer_is_a_timeout_then_retried(srv, usem):
-    srv.plan = [slow(1.5)]
-    enc = model(srv, timeout=0.5, backoff=0.01)
+    # the timeout is well above what a right answer takes on a busy machine (use-m on 2 texts)
+    srv.plan = [slow(4.5)]
+    enc = model(srv, timeout=2, backoff=0.01)
     np.testing.assert_array_equal(enc.encode(TEXTS[:2], "en"), usem.encode(TEXTS[:2], "en"))
     assert enc.usage["retries"] == 1
     srv.reset()
-    srv.plan = [slow(1.5), slow(1.5)]
+    srv.plan = [slow(4.5), slow(4.5)]
     with pytest.raises(EncoderError, match="last status: timeout"):
-        model(srv, timeout=0.5, max_retries=1, backoff=0.01).encode(TEXTS[:2], "en")
+        model(srv, timeout=2, max_retries=1, backoff=0.01).encode(TEXTS[:2], "en")
 
 
 @pytest.mark.parametrize("fault,says", [
@@ -241,3 +242,18 @@ def test_urls_in_errors_lose_user_query_and_fragment():
     assert shown_url("ftp://me:pw@host:21/x?key=1#f") == "'ftp://host:21/x'"
     assert endpoint_of("http://[::1]:8000/v1/?a=b") == "http://[::1]:8000/v1"
     assert max_answer_bytes(64) == (1 << 20) + 64 * 16_384 * 32
+
+
+def test_options_that_never_change_the_vectors_find_the_cached_ones(srv, tmp_path, usem):
+    """A rerun with another batch size, retry count or timeout in the spec sends nothing: the
+    cache files vectors under the spec without them (encoders.options.vector_spec)."""
+    first = CachedTextEncoder(get_text_encoder(f"openai:use-m?base_url={srv.url}&batch_size=4"), root=tmp_path)
+    vectors = first.encode(TEXTS, "en")
+    assert first.n_encoded == len(TEXTS)
+    srv.reset()
+    again = CachedTextEncoder(get_text_encoder(f"openai:use-m?max_retries=1&base_url={srv.url}&timeout=5&batch_size=2"), root=tmp_path)
+    np.testing.assert_array_equal(again.encode(TEXTS, "en"), vectors)
+    assert again.n_encoded == 0 and not srv.requests
+    other = CachedTextEncoder(get_text_encoder(f"openai:use-m?base_url={srv.url}&dimensions=64"), root=tmp_path)
+    other.encode(TEXTS[:2], "en")
+    assert other.n_encoded == 2 and len(srv.requests) == 1  # dimensions change the vectors: sent

@@ -113,3 +113,16 @@ def test_an_at_sign_inside_an_option_value_is_not_a_variant():
     assert split_variants("openai:m?base_url=http://u@host:1/v1") == ("openai:m?base_url=http://u@host:1/v1", [])
     assert split_variants("use-m?batch_size=8@trunc=64@noise=0.5") == ("use-m?batch_size=8", ["trunc=64", "noise=0.5"])
     assert parse_variant("precomputed:a@b.parquet@noise=1") == ("precomputed:a@b.parquet", [("noise", 1.0)])
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("minilm-en", "minilm-en"),
+    ("minilm-en?batch_size=8&threads=2", "minilm-en"),
+    ("openai:m?max_retries=1&dimensions=64&timeout=5&base_url=http://h/v1", "openai:m?dimensions=64"),
+    ("hf:acme/e5?prompt_name=query&cache_dir=/x", "hf:acme/e5?prompt_name=query"),
+    ("random?seed", "random?seed"),  # unreadable options: the spec as it is (building the model names the fault)
+])
+def test_vector_spec_keeps_only_the_options_that_change_vectors(spec, expected):
+    from backretrieval.encoders.options import vector_spec
+
+    assert vector_spec(spec) == expected

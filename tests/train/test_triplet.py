@@ -296,14 +296,14 @@ def test_trained_model_in_the_evaluation_grid(emoji_model, tmp_path):
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "ja")], models=["use-m", f"tripletxl:{out}"], image_model="color-hist", n=80, seeds=[0])
     res = run_grid(cfg, tmp_path / "grid", progress=False)
     recs = {r["model"]: r for r in res.records}
-    assert set(recs) == {"use-m", f"tripletxl:{out}"}
+    assert set(recs) == {"use-m", f"tripletxl:{out.name}"} and recs[f"tripletxl:{out.name}"]["model_spec"] == f"tripletxl:{out}"
     # the records are the means of the per-query ranks the grid keeps
     for name, r in recs.items():
         ranks = res.ranks[(name, "en", "ja", 0)]
         assert r["bkr@10"] == pytest.approx(float((ranks["bkr"] <= 10).mean()))
         assert r["xlr@10"] == pytest.approx(float((ranks["xlr"] <= 10).mean()))
-    assert recs[f"tripletxl:{out}"]["xlr@10"] > 10 / 80  # far above chance on real pairs
-    assert recs[f"tripletxl:{out}"]["bkr@10"] > 2 * 10 / 80  # BkR too: a real cross-lingual signal, not chance
+    assert recs[f"tripletxl:{out.name}"]["xlr@10"] > 10 / 80  # far above chance on real pairs
+    assert recs[f"tripletxl:{out.name}"]["bkr@10"] > 2 * 10 / 80  # BkR too: a real cross-lingual signal, not chance
     assert recs["use-m"]["bkr@10"] > 2 * 10 / 80
 
 

@@ -23,8 +23,10 @@ measured throughput is made of (:mod:`.prices`).
 
 The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
 length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text.batching`) truncates first, so a text and
-its truncation share one entry, and the truncation warning is given here, once per call. The
-namespace ``<version>`` changes whenever the model's files do (encoders hash their files into
+its truncation share one entry, and the truncation warning is given here, once per call. A model's
+folder is its spec without the options that never change vectors (batch size, retries, timeout,
+where its files or endpoint are found: :func:`~.options.vector_spec`), so a rerun with other run
+settings finds its vectors; the namespace ``<version>`` changes whenever the model's files do (encoders hash their files into
 ``version``), and image vectors are keyed by the bytes of the image file.
 
 Versions. Each shard also holds ``versions``: the versions its vectors were computed under --
@@ -54,6 +56,7 @@ from ..core.env import StaleVersionsWarning, describe_changes
 from ..core.locks import held_lock
 from .text.batching import as_texts, warn_truncated
 from .base import check_embeddings, encoder_versions
+from .options import vector_spec
 from .prices import EncodeTimer
 
 DEFAULT_CHUNK = 2048  # texts per shard
@@ -264,7 +267,7 @@ class _Cached:
 
     def store(self, lang: str) -> EmbeddingStore:
         enc = self.encoder
-        path = self.root / self.kind / _safe(enc.name) / _safe(enc.version) / _safe(lang)
+        path = self.root / self.kind / _safe(vector_spec(enc.name)) / _safe(enc.version) / _safe(lang)
         return EmbeddingStore(path, encoder_versions(enc))
 
     def step(self) -> int:

@@ -174,6 +174,26 @@ def split_spec(spec: str) -> tuple[str, list[tuple[str, str]]]:
     return head, pairs
 
 
+def vector_spec(spec: str) -> str:
+    """``spec`` without the options that never change its vectors (:data:`NOT_VECTOR_OPTIONS`):
+    the name the embedding cache files a model's vectors under, so the same model run with another
+    batch size, timeout or retry count finds the vectors it already has (nothing re-sent to a paid
+    API). A spec whose options cannot be read is returned as it is.
+
+    Args:
+        spec: a model's name (a spec string, options in the order written).
+
+    Returns:
+        The spec with the vector-changing options only, in their order.
+    """
+    try:
+        head, written = split_spec(spec)
+    except EncoderError:
+        return spec
+    kept = [f"{k}={v}" for k, v in written if k not in NOT_VECTOR_OPTIONS]
+    return head + ("?" + "&".join(kept) if kept else "")
+
+
 def from_text(text: str, tp: Any) -> Any:
     """The value of ``text`` (as written in a spec) for an option of type ``tp``.
 

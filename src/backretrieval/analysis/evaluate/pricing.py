@@ -226,7 +226,8 @@ def speed_note(rec: Measurement | None, run_only: bool = False, api: bool = Fals
 
 def send_estimate(cached: CachedTextEncoder, corpora: dict[str, Any]) -> dict[str, Any] | None:
     """What a model with ``estimate`` (an embedding API) would send for the texts of ``corpora``
-    that the cache lacks; None for any other model.
+    that the cache lacks; None for any other model. A variant or serving form of an API
+    (``openai:M@int8``) sends what its base model sends.
 
     Args:
         cached: the model behind its cache.
@@ -236,12 +237,13 @@ def send_estimate(cached: CachedTextEncoder, corpora: dict[str, Any]) -> dict[st
         The model's estimate (``texts``, ``requests``, ``tokens``, ``tokenizer``, ``cost``, ...)
         summed over the languages, with ``cached``: the texts already in the cache.
     """
-    estimate = getattr(cached.encoder, "estimate", None)
+    owner, model = speed_parts(cached)
+    estimate = getattr(model, "estimate", None)
     if not callable(estimate):
         return None
     total: dict[str, Any] = {"texts": 0, "requests": 0, "tokens": 0, "cached": 0}
     for lang, c in corpora.items():
-        todo = cached.missing(c.texts, lang)
+        todo = owner.missing(c.texts, lang)
         est = estimate(todo)
         total["cached"] += len(set(c.texts)) - len(todo)
         for k, v in est.items():
