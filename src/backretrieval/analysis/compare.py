@@ -192,12 +192,12 @@ def pairwise(
     exact for 0/1 outcomes); p-values are Holm-adjusted over all ``m(m-1)/2`` gaps of the
     language pair (the table of wins; the verdict's own tests are :attr:`Comparison.equivalence`). For ``corr`` the interval and
     the p-value come from the stored bootstrap replicates (the percentile interval of the
-    replicates' difference; the Wald p-value of :func:`compare`). This is
-    :attr:`Comparison.pairwise` of :func:`compare` with the same arguments.
+    replicates' difference; the Wald p-value of :func:`compare_models`). This is
+    :attr:`Comparison.pairwise` of :func:`compare_models` with the same arguments.
 
     Args:
         result: a finished grid.
-        metric: as for :func:`compare`.
+        metric: as for :func:`compare_models`.
         n_boot: bootstrap resamples of each gap's interval.
         n_perm: permutations of each gap's test.
         level: confidence level of the intervals.

@@ -186,7 +186,7 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
         DataError: an image of the galleries is missing or unreadable (nothing is written).
     """
     if not isinstance(comparison, Comparison):
-        raise BackretrievalError(f"write_compare_report takes one finished Comparison (from compare()), got "
+        raise BackretrievalError(f"write_compare_report takes one finished Comparison (from compare_models()), got "
                                  f"{type(comparison).__name__}")
     lead, check = lead_and_check(comparison)
     cs = [lead] + ([check] if check is not None else [])
