@@ -1,6 +1,6 @@
 """The one file lock (core.locks): exclusive and shared ``flock``s, a busy lock refused at once,
-the holder named from /proc/locks, a waiting lock for a block, and the lock taken on the file
-that is there now when a holder removes it."""
+the holder named from /proc/locks, a waiting lock for a block (saying once that it waits), and
+the lock taken on the file that is there now when a holder removes it."""
 from __future__ import annotations
 
 import os
@@ -65,3 +65,30 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_busy_held_lock_says_so_once_then_waits_for_the_holder(tmp_path):
+    import threading
+
+    path = tmp_path / "busy.lock"
+    holder = take_lock(path)
+    said, inside = [], threading.Event()
+
+    def second():
+        with held_lock(path, on_busy=lambda: said.append("busy")):
+            inside.set()
+
+    t = threading.Thread(target=second)
+    t.start()
+    for _ in range(3000):  # the thread has started and found the lock busy
+        if said:
+            break
+        threading.Event().wait(0.01)
+    assert said == ["busy"] and not inside.is_set()  # told once, and waiting
+    os.close(holder)
+    t.join(30)
+    assert inside.is_set() and said == ["busy"]
+    free = []
+    with held_lock(path, on_busy=lambda: free.append("busy")):
+        pass
+    assert free == []  # a free lock is taken without a word
