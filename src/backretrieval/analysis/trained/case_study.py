@@ -85,7 +85,7 @@ def stacked_hits(result: Any, models: Sequence[str], pairs: Sequence[Pair], key:
         float64 array (pairs, evaluation seeds, N) with values in [0, 1].
     """
     seeds = sorted({r["seed"] for r in result.records})
-    label = {r["model_spec"]: r["model"] for r in result.records}  # the grid's records name a spec by its label
+    label = {r.get("model_spec", r["model"]): r["model"] for r in result.records}  # a spec by the label the grid gave it
     per_model = [
         np.stack([np.stack([hits(result.ranks[(label[m], s, t, seed)][key], k) for seed in seeds]) for s, t in pairs])
         for m in models
