@@ -101,7 +101,7 @@ def cluster_cpu(cluster) -> float:
 
 
 def run_one(cfg, spec, cluster=None) -> dict:
-    from backretrieval.analysis import evaluate
+    from backretrieval.analysis import run_grid
     from backretrieval.analysis.executors import get_executor
 
     ex = Measured(get_executor(spec))
@@ -110,7 +110,7 @@ def run_one(cfg, spec, cluster=None) -> dict:
     before_cluster = cluster_cpu(cluster) if cluster else 0.0
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        res = evaluate(cfg, out, progress=False, executor=ex)
+        res = run_grid(cfg, out, progress=False, executor=ex)
         wall = time.perf_counter() - t0
     after_self = resource.getrusage(resource.RUSAGE_SELF)
     after_kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -156,10 +156,10 @@ def main() -> None:
         from bench_meta import warm_cache
 
         warm_cache(cfg)
-        from backretrieval.analysis import evaluate
+        from backretrieval.analysis import run_grid
 
         with tempfile.TemporaryDirectory() as out:  # the image features and the fitted models' first pass
-            evaluate(EvalConfig(**{**cfg.__dict__, "seeds": [0]}), out, progress=False)
+            run_grid(EvalConfig(**{**cfg.__dict__, "seeds": [0]}), out, progress=False)
 
     rows = []
     timing = {"seconds", "encode_seconds"}

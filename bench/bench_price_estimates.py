@@ -52,7 +52,7 @@ class CountedLikeOpenAI:
 
 
 def run(args) -> list[dict]:
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
     from backretrieval.analysis.evaluate import estimate
     from backretrieval.encoders.registry import get_text_encoder
     from backretrieval.encoders.text.embedding_server import EmbeddingServer
@@ -71,9 +71,9 @@ def run(args) -> list[dict]:
             return EvalConfig(dataset="emoji-cldr", pairs=pairs, models=models, image_model="color-hist", n=args.n,
                               seeds=list(range(args.seeds)))
 
-        evaluate(cfg(args.calibrate_pairs), Path(tmp) / "first", progress=False)
+        run_grid(cfg(args.calibrate_pairs), Path(tmp) / "first", progress=False)
         est = estimate(cfg(args.pairs))
-        evaluate(cfg(args.pairs), Path(tmp) / "second", progress=False)
+        run_grid(cfg(args.pairs), Path(tmp) / "second", progress=False)
         enc = json.loads((Path(tmp) / "second" / "run.json").read_text())["encoding"]
         for name in models:
             e, a = est[name], enc[name]

@@ -213,12 +213,12 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
     holding the reference's best and a model the reference puts beyond the margin (its whole 95 %
     interval), reaches the reference's answer, and gives an answer the reference bears out (ships
     a model of the reference's equivalent_to_best, or calls a group of them equivalent)."""
-    from backretrieval.analysis.compare import compare
+    from backretrieval.analysis.compare import compare_models
     from backretrieval.analysis.evaluate import EvalResult
 
     rows = []
     for metric in metrics:
-        ref = compare(results[1500], metric, beside=False)
+        ref = compare_models(results[1500], metric, beside=False)
         for pv in ref.verdict["pairs"]:
             pair = pv["pair"]
             eq = ref.equivalence[ref.equivalence["pair"] == pair]
@@ -235,7 +235,7 @@ def real_rates(results: dict, metrics=("bkr@10", "xlr@10", "bkr@1"), n_boot: int
                     keep = [r for r in res.records if r["seed"] == s and (r["src_lang"], r["tgt_lang"]) == (src, tgt)]
                     sub = EvalResult(res.config, keep, {k: v for k, v in res.ranks.items() if k[3] == s and k[1:3] == (src, tgt)},
                                      run=res.run, largest_n=res.largest_n)
-                    v = compare(sub, metric, n_boot=n_boot, beside=False).verdict["pairs"][0]
+                    v = compare_models(sub, metric, n_boot=n_boot, beside=False).verdict["pairs"][0]
                     c["ship"] += v["status"] == "ship"
                     c["false_ship"] += v["status"] == "ship" and v["ship"] in worse
                     c["ship_ref"] += v["status"] == "ship" and v["ship"] == pv["best"]["model"]

@@ -9,8 +9,8 @@ loads no numerical library::
     cfg = br.EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "random"], n=300, seeds=[0])
     result = br.evaluate(cfg, "out/api")
 
-Evaluation: :func:`evaluate`, :func:`compare` (given an output folder they write what the
-``evaluate`` and ``compare`` commands write), :func:`meta`, :class:`EvalConfig`,
+Evaluation: :func:`evaluate`, :func:`compare`, :func:`meta` (given an output folder they write
+what the ``evaluate``, ``compare`` and ``meta`` commands write), :class:`EvalConfig`,
 :class:`EvalResult`, :func:`compare_report`. Inputs: :func:`load_dataset`, :func:`text_model`,
 :func:`image_model`, :class:`PythonTextModel`, :class:`PythonImageModel`. Metrics on arrays:
 :func:`xlr`, :func:`bkr`, :func:`corr`, :func:`csls`. Training: :class:`Cr5`, :class:`Triplet`, :class:`M3L`;
@@ -28,9 +28,9 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute in that module)
 _PUBLIC: dict[str, tuple[str, str]] = {
-    "evaluate": ("backretrieval.report.outputs", "evaluate"),
-    "compare": ("backretrieval.report.outputs", "compare"),
-    "meta": ("backretrieval.analysis.meta", "run_meta"),
+    "evaluate": ("backretrieval.report.runs", "evaluate"),
+    "compare": ("backretrieval.report.runs", "compare"),
+    "meta": ("backretrieval.report.runs", "meta"),
     "EvalConfig": ("backretrieval.analysis", "EvalConfig"),
     "EvalResult": ("backretrieval.analysis", "EvalResult"),
     "compare_report": ("backretrieval.report.compare_report", "compare_report"),
@@ -68,13 +68,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from .analysis import EvalConfig, EvalResult, PythonImageModel, PythonTextModel
-    from .analysis.meta import run_meta as meta
     from .data import load_dataset
     from .encoders import get_image_encoder as image_model
     from .encoders import get_text_encoder as text_model
     from .metrics import bkr, corr, csls, xlr
     from .report.compare_report import compare_report
-    from .report.outputs import compare, evaluate
+    from .report.runs import compare, evaluate, meta
     from .train.cr5 import Cr5
     from .train.m3l import M3L
     from .train.st_evaluator import BackretrievalEvaluator

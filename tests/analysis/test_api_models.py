@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from openai_server import TestServer
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.cli import main
 from backretrieval.encoders.registry import get_text_encoder
 
@@ -49,7 +49,7 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
     lines: list[str] = []
     spec, label = "openai:use-m?batch_size=16&price_per_1m_tokens=0.02", "openai:use-m"
     out = tmp_path / "out"
-    result = evaluate(cfg_for(["use-m", spec]), out, progress=False, log=lines.append)
+    result = run_grid(cfg_for(["use-m", spec]), out, progress=False, log=lines.append)
     local = [r for r in result.records if r["model"] == "use-m"]
     remote = [r for r in result.records if r["model"] == label]
     assert {r["model_spec"] for r in remote} == {spec}  # the label is short; the records keep the full spec
@@ -77,7 +77,7 @@ def test_openai_use_m_gives_use_m_records_and_writes_no_key(api, tmp_path):
     assert not any(KEY in x for x in lines)
     # a second run sends nothing: every batch is cached
     api.reset()
-    evaluate(cfg_for([spec]), tmp_path / "again", progress=False)
+    run_grid(cfg_for([spec]), tmp_path / "again", progress=False)
     assert api.requests == []
 
 
@@ -107,7 +107,7 @@ def test_a_server_that_reports_no_usage_is_priced_unknown_not_zero(api, tmp_path
 
     api.plan = [mangled(no_usage)] * 50
     spec = "openai:use-m?price_per_1m_tokens=0.02"
-    evaluate(cfg_for([spec]), tmp_path / "out", progress=False)
+    run_grid(cfg_for([spec]), tmp_path / "out", progress=False)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     enc = run["encoding"]["openai:use-m"]
     assert enc["texts_sent"] > 0 and enc["tokens_used"] is None and enc["tokens_per_item"] is None

@@ -1,4 +1,4 @@
-"""The case-study statistics (analysis/case_study.py) against naive references, and the
+"""The case-study statistics (analysis/trained/case_study.py) against naive references, and the
 Markdown / figure of report/case_study.py on a small synthetic evaluation result."""
 import math
 import statistics
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backretrieval.analysis.case_study import (
+from backretrieval.analysis.trained.case_study import (
     case_study_summary,
     directed_pairs,
     groups_of,

@@ -114,13 +114,13 @@ def test_good_settings_are_kept_as_python_ints():
 
 
 def test_records_and_summaries_keep_the_pairs_in_the_order_given(tmp_path):
-    from backretrieval.analysis import evaluate, summarize
+    from backretrieval.analysis import run_grid, summarize
     from backretrieval.data.generic import write_example
 
     data = write_example(tmp_path / "data")
     c = EvalConfig(dataset=str(data), pairs="en-de,de-en", models=["tfidf-char", "random"], image_model="color-hist",
                    n=1, k=1, seeds=2)
-    res = evaluate(c, None, progress=False)
+    res = run_grid(c, None, progress=False)
     got = [(r["model"], r["src_lang"], r["tgt_lang"], r["seed"]) for r in res.records]
     assert got == [(m, s, t, seed) for m in ("tfidf-char", "random") for s, t in (("en", "de"), ("de", "en")) for seed in (0, 1)]
     assert list(summarize(res.records)["pair"]) == ["en->de", "de->en", "en->de", "de->en"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import backretrieval as br
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.analysis.costs import model_costs
 from backretrieval.analysis.evaluate.pricing import NOT_MEASURED, price_facts
 from backretrieval.encoders.prices import PriceBook
@@ -41,7 +41,7 @@ def price_table(out):
 
 
 def test_the_same_price_on_every_rerun_new_out_and_compare(tmp_path, fresh_cache, shared_data):
-    first = evaluate(cfg_for(), tmp_path / "a", progress=False)
+    first = run_grid(cfg_for(), tmp_path / "a", progress=False)
     table = price_table(tmp_path / "a")
     assert [r["model"] for r in table] == MODELS
     assert all(r["items_per_second"] and r["speed_note"].startswith("measured ") for r in table)
@@ -49,11 +49,11 @@ def test_the_same_price_on_every_rerun_new_out_and_compare(tmp_path, fresh_cache
     assert by["random"]["bytes_per_item"] == 2048 and by["random@trunc=16"]["bytes_per_item"] == 64
     assert by["random@trunc=16"]["items_per_second"] == by["random"]["items_per_second"]  # the base model encodes
     logs: list[str] = []
-    evaluate(cfg_for(), tmp_path / "a", progress=False, log=logs.append)  # every record resumed: nothing encoded
+    run_grid(cfg_for(), tmp_path / "a", progress=False, log=logs.append)  # every record resumed: nothing encoded
     assert any(line.startswith("resuming: 3 finished records") for line in logs)
     assert json.loads((tmp_path / "a" / "run.json").read_text())["encoding"]["random"]["encoded"] == 0
     assert price_table(tmp_path / "a") == table
-    evaluate(cfg_for(), tmp_path / "b", progress=False)
+    run_grid(cfg_for(), tmp_path / "b", progress=False)
     assert price_table(tmp_path / "b") == table
     c = br.compare(first, "xlr@10")  # its rows in the ranking's order
     assert sorted(c.costs.to_dict(orient="records"), key=lambda r: MODELS.index(r["model"])) == table
@@ -61,14 +61,14 @@ def test_the_same_price_on_every_rerun_new_out_and_compare(tmp_path, fresh_cache
 
 def test_a_model_nothing_is_known_of_is_measured_on_a_sample_or_said_not_measured(tmp_path, fresh_cache, shared_data,
                                                                                   monkeypatch):
-    evaluate(cfg_for(["random"]), tmp_path / "a", progress=False)
+    run_grid(cfg_for(["random"]), tmp_path / "a", progress=False)
     monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(tmp_path / "empty"))  # a cache (and price book) that knows nothing
     logs: list[str] = []
-    evaluate(cfg_for(["random"], measure_speed=False), tmp_path / "a", progress=False, log=logs.append)
+    run_grid(cfg_for(["random"], measure_speed=False), tmp_path / "a", progress=False, log=logs.append)
     enc = json.loads((tmp_path / "a" / "run.json").read_text())["encoding"]["random"]
     assert enc["speed"] is None and enc["speed_note"] == NOT_MEASURED and enc["encoded"] == 0
     assert not any("fixed sample" in line for line in logs)
-    evaluate(cfg_for(["random"]), tmp_path / "a", progress=False, log=logs.append)
+    run_grid(cfg_for(["random"]), tmp_path / "a", progress=False, log=logs.append)
     enc = json.loads((tmp_path / "a" / "run.json").read_text())["encoding"]["random"]
     assert enc["speed"]["how"] == "sample" and "on a fixed sample" in enc["speed_note"]
     assert any("measuring its encoding speed on a fixed sample" in line for line in logs)
@@ -94,7 +94,7 @@ def test_the_dry_run_estimates_time_per_model(tmp_path, fresh_cache, shared_data
     cold = cli(["evaluate", *ARGS, "--models", ",".join(MODELS), "--out", str(tmp_path / "dry"), "--dry-run"])
     assert cold.exit_code == 0, cold.output
     assert "random: 158 texts to encode (not cached: computed afresh in every run); time unknown" in cold.output
-    evaluate(cfg_for(), tmp_path / "a", progress=False)
+    run_grid(cfg_for(), tmp_path / "a", progress=False)
     warm = cli(["compare", *ARGS, "--models", ",".join(MODELS), "--out", str(tmp_path / "dry"), "--dry-run"])
     assert warm.exit_code == 0, warm.output
     lines = warm.output.strip().splitlines()

@@ -1,6 +1,8 @@
 """The executors: every row of the executor table holds to one contract (the local executor's
-records, a failing task's error with the task named, nothing left after Ctrl-C), and the
-processes executor's shared matrices are written once per grid, mapped by the workers, tasks
+records, a failing task's error with the task named, nothing left after Ctrl-C), every executor
+module of the package has its row, and a new executor is one module and one row (a scratch
+executor is picked up by the contract and the docs' generator; without its row it is caught);
+the processes executor's shared matrices are written once per grid, mapped by the workers, tasks
 carry row positions, nothing left behind (also after a failing task or a killed grid)."""
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -17,8 +20,9 @@ import numpy as np
 import pytest
 
 import backretrieval
+import backretrieval.analysis.executors as executors
 from backretrieval.analysis.executors import (
-    EXECUTORS, SHARED_PREFIX, ProcessExecutor, RowsRef, executor_usage, get_executor, resolve_rows, task_label,
+    EXECUTORS, SHARED_PREFIX, ExecutorEntry, ProcessExecutor, RowsRef, executor_usage, get_executor, resolve_rows, task_label,
 )
 from backretrieval.core import BackretrievalError
 from commands import default_sigint
@@ -109,6 +113,7 @@ def test_a_matrix_of_objects_is_refused():
 # --------------------------------------------------------------- the contract, for every executor of the table
 TIMING = {"seconds", "encode_seconds"}
 NAMES = [entry.name for entry in EXECUTORS]
+UNKNOWN = "threads"  # no executor of the table is named so
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -135,39 +140,114 @@ def small_data(tmp_path_factory) -> tuple[str, dict[str, str]]:
     return str(d / "items.jsonl"), {"image_features": str(d / "feats.npy")}
 
 
-def test_the_table_names_every_executor():
-    assert executor_usage() == "local, processes[:N] or ray[:ADDRESS]"
-    for entry in EXECUTORS:
-        ex = get_executor(entry.name)
-        assert isinstance(ex, entry.load()) and ex.check() == []
-        assert callable(ex.imap) and callable(ex.text_encoder) and ex.name.startswith(entry.name)
-    with pytest.raises(BackretrievalError, match=r"^unknown executor 'threads': use local, processes\[:N\] or ray\[:ADDRESS\]$"):
-        get_executor("threads")
-    with pytest.raises(BackretrievalError, match="^bad executor 'local:3': local takes no argument$"):
-        get_executor("local:3")
+def _listed(usages: list[str]) -> str:
+    return usages[0] if len(usages) == 1 else f"{', '.join(usages[:-1])} or {usages[-1]}"
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_an_executor_gives_the_local_records(name, small_data, tmp_path):
-    from backretrieval.analysis import EvalConfig, evaluate
+def holds_the_row_contract(entry: ExecutorEntry) -> None:
+    """The row builds its executor by name, which is ready here and has the executor's methods."""
+    ex = get_executor(entry.name)
+    assert isinstance(ex, entry.load()) and ex.check() == []
+    assert callable(ex.imap) and callable(ex.text_encoder) and ex.name.startswith(entry.name)
 
-    dataset, options = small_data
+
+def gives_the_local_records(name: str, data: tuple[str, dict[str, str]]) -> None:
+    """The executor's records equal the local executor's, timings aside."""
+    from backretrieval.analysis import EvalConfig, run_grid
+
+    dataset, options = data
     cfg = EvalConfig(dataset=dataset, dataset_options=options, pairs=[("en", "de"), ("de", "en")],
                      models=["random", "tfidf-char"], image_model="precomputed", n=15, k=5, seeds=[0, 1])
-    local = evaluate(cfg, None, progress=False).records
-    other = evaluate(cfg, None, progress=False, executor=get_executor(name)).records
+    local = run_grid(cfg, None, progress=False).records
+    other = run_grid(cfg, None, progress=False, executor=get_executor(name)).records
     assert len(local) == 2 * 2 * 2 and any(r["bkr@1"] > 0 for r in local)
     strip = lambda recs: [{k: v for k, v in r.items() if k not in TIMING} for r in recs]  # noqa: E731
     assert strip(other) == strip(local)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_an_executor_raises_a_tasks_error_with_the_task_named(name):
+def names_a_failing_task(name: str) -> None:
+    """A task's exception comes out of the executor with the task named."""
     ex = get_executor(name)
     with pytest.raises(ValueError) as e:
         list(ex.imap(float, ["1.5", "2", "oops", "3"]))
     assert "could not convert string to float: 'oops'" in str(e.value)
     assert "in task 'oops'" in getattr(e.value, "__notes__", []), e.value
+
+
+def modules_without_a_row() -> list[str]:
+    """The executors (classes built by name: ``from_arg``) defined in a module of the executors'
+    package that no row of the table names."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    rows = {(e.module, e.class_name) for e in executors.EXECUTORS}
+    missing = []
+    for info in pkgutil.iter_modules(executors.__path__):
+        module = importlib.import_module(f"{executors.__name__}.{info.name}")
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and hasattr(cls, "from_arg") and (info.name, cls_name) not in rows:
+                missing.append(f"{info.name}.{cls_name}")
+    return missing
+
+
+def test_the_table_names_every_executor():
+    usages = [e.usage for e in EXECUTORS]
+    assert executor_usage() == _listed(usages)
+    for entry in EXECUTORS:
+        holds_the_row_contract(entry)
+    with pytest.raises(BackretrievalError, match=f"^{re.escape(f'unknown executor {UNKNOWN!r}: use {_listed(usages)}')}$"):
+        get_executor(UNKNOWN)
+    with pytest.raises(BackretrievalError, match="^bad executor 'local:3': local takes no argument$"):
+        get_executor("local:3")
+
+
+def test_every_executor_module_has_its_row():
+    assert modules_without_a_row() == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_executor_gives_the_local_records(name, small_data):
+    gives_the_local_records(name, small_data)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_executor_raises_a_tasks_error_with_the_task_named(name):
+    names_a_failing_task(name)
+
+
+SCRATCH = '''"""A scratch executor: tasks in this process, as local."""
+from backretrieval.analysis.executors.local import LocalExecutor
+
+
+class ScratchExecutor(LocalExecutor):
+    """The scratch executor."""
+
+    name = "scratch"
+'''
+
+
+def test_a_new_executor_is_one_module_and_one_row(tmp_path, monkeypatch, small_data):
+    """A module in the executors' package (its folder extended by a scratch folder) and one row:
+    the contract runs it and the docs' generator lists it (the docs are out of date until they are
+    regenerated); the module without its row is caught."""
+    from backretrieval.report import catalogue
+
+    (tmp_path / "scratch.py").write_text(SCRATCH, encoding="utf-8")
+    monkeypatch.setattr(executors, "__path__", [*executors.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, f"{executors.__name__}.scratch", raising=False)
+    assert modules_without_a_row() == ["scratch.ScratchExecutor"]  # the module alone is caught
+    row = ExecutorEntry("scratch", "", "scratch", "ScratchExecutor", "tasks in this process, as local")
+    monkeypatch.setattr(executors, "EXECUTORS", (*EXECUTORS, row))
+    assert modules_without_a_row() == []
+    holds_the_row_contract(row)
+    gives_the_local_records("scratch", small_data)
+    names_a_failing_task("scratch")
+    assert executor_usage().endswith(" or scratch")
+    assert "| `scratch` | tasks in this process, as local |" in catalogue.executors_markdown()
+    assert "\\|scratch` |" in catalogue.executor_option_row() and "or scratch` |" in catalogue.unknown_executor_row()
+    scale = (SRC.parent / "docs" / "scale.md").read_text(encoding="utf-8")
+    assert catalogue.generated_block(scale, "executors") != catalogue.executors_markdown()  # the docs' test fails
 
 
 def test_a_grid_task_is_named_by_its_pair_and_seed():
@@ -259,10 +339,3 @@ def test_ctrl_c_ends_the_grid_and_leaves_nothing_behind(name, tmp_path):
             with contextlib.suppress(OSError):
                 if _alive(pid):
                     os.kill(pid, signal.SIGKILL)
-
-
-def test_the_docs_table_is_the_executor_table():
-    text = (SRC.parent / "docs" / "scale.md").read_text(encoding="utf-8")
-    section = text.split("## Executors", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `") and "`--executor`" not in line]
-    assert rows == [f"| `{e.usage}` | {e.description} |" for e in EXECUTORS]

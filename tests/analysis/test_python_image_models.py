@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from backretrieval.analysis import EvalConfig, PythonImageModel, PythonTextModel, compare, evaluate
+from backretrieval.analysis import EvalConfig, PythonImageModel, PythonTextModel, compare_models, run_grid
 from backretrieval.analysis.meta import run_meta
 from backretrieval.core import BackretrievalError, EncoderError
 from backretrieval.data import load_dataset
@@ -108,7 +108,7 @@ def test_efficientnet_by_name_and_as_a_torch_module_give_the_same_records(tmp_pa
     module.train()  # left in training mode by the user: encoded in eval mode, the mode restored
     out = tmp_path / "out"
     cfg = cfg_for("efficientnet-lite0", extra_image_models=[module])
-    res = evaluate(cfg, out, progress=False)
+    res = run_grid(cfg, out, progress=False)
     assert module.training
     by_name, by_object = res.records, res.others["Lite0Features"].records
     assert len(by_name) == len(by_object) == 2
@@ -127,7 +127,7 @@ def test_efficientnet_by_name_and_as_a_torch_module_give_the_same_records(tmp_pa
         == "Lite0Features"
     # keyed by its weights: the same module is resumed; retrained weights are another identity
     logs: list[str] = []
-    evaluate(cfg_for(module), out, progress=False, log=logs.append)
+    run_grid(cfg_for(module), out, progress=False, log=logs.append)
     assert any("resuming: 2 finished records" in m for m in logs), logs
     import torch
 
@@ -142,7 +142,7 @@ def test_a_function_model_gives_the_records_of_its_spec_and_run_only_is_never_re
     versioned, bare = Counting(), Counting()
     cfg = cfg_for("color-hist", extra_image_models=[PythonImageModel("hist-v1", versioned, version="1"), bare, hist])
     logs: list[str] = []
-    res = evaluate(cfg, out, progress=False, log=logs.append)
+    res = run_grid(cfg, out, progress=False, log=logs.append)
     assert list(res.others) == ["hist-v1", "Counting", "hist"]
     for name in res.others:
         assert strip(res.others[name].records, "image_model") == strip(res.records, "image_model")
@@ -158,24 +158,24 @@ def test_a_function_model_gives_the_records_of_its_spec_and_run_only_is_never_re
     first = (versioned.images, bare.images)
     assert 0 < first[0] <= first[1]  # the cache encodes an image shared by two languages once
     logs.clear()
-    again = evaluate(cfg, out, progress=False, log=logs.append)
+    again = run_grid(cfg, out, progress=False, log=logs.append)
     assert any("resuming: 4 finished records" in m for m in logs), logs
     assert versioned.images == first[0]  # cached on disk by its version
     assert bare.images == 2 * first[1]  # run-only: encoded again
     assert strip(again.others["Counting"].records) == strip(res.others["Counting"].records)
     # a new version recomputes, and the log names the image model
     logs.clear()
-    evaluate(cfg_for(PythonImageModel("hist-v1", versioned, version="2")), out, progress=False, log=logs.append)
+    run_grid(cfg_for(PythonImageModel("hist-v1", versioned, version="2")), out, progress=False, log=logs.append)
     assert versioned.images == 2 * first[0]
     assert any("image model hist-v1 changed since the records" in m for m in logs), logs
 
 
 def test_processes_executor_runs_an_unpicklable_image_model_here(tmp_path, emoji):
     model = Unpicklable()
-    local = evaluate(cfg_for(model), None, progress=False)
-    spawned = evaluate(cfg_for(model), None, progress=False, executor="processes:2")
+    local = run_grid(cfg_for(model), None, progress=False)
+    spawned = run_grid(cfg_for(model), None, progress=False, executor="processes:2")
     assert strip(spawned.records) == strip(local.records)
-    assert strip(local.records, "image_model") == strip(evaluate(cfg_for("color-hist"), None, progress=False).records,
+    assert strip(local.records, "image_model") == strip(run_grid(cfg_for("color-hist"), None, progress=False).records,
                                                         "image_model")
 
 
@@ -188,10 +188,10 @@ def test_ray_executor_runs_an_unpicklable_image_model_in_the_driver(tmp_path, em
     cfg = cfg_for(PythonImageModel("mine", model), n=40)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        via_ray = evaluate(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
+        via_ray = run_grid(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
     finally:
         ray.shutdown()
-    local = evaluate(cfg, None, progress=False)
+    local = run_grid(cfg, None, progress=False)
     assert strip(via_ray.records) == strip(local.records)
     assert {r["image_model"] for r in via_ray.records} == {"mine"}
 
@@ -223,22 +223,22 @@ def test_bad_outputs_are_named_with_the_image(emoji):
         PythonImageModel(" ", hist)
     # in the grid the same message reaches the user, naming the model and the image file
     with pytest.raises(EncoderError, match=r"image model 'nan_second': NaN or inf in the features of image .*\.png"):
-        evaluate(cfg_for(nan_second, n=20), None, progress=False)
+        run_grid(cfg_for(nan_second, n=20), None, progress=False)
     with pytest.raises(BackretrievalError, match="two different image models are called 'hist'"):
-        evaluate(cfg_for(hist, extra_image_models=[PythonImageModel("hist", Counting())], n=20), None, progress=False)
+        run_grid(cfg_for(hist, extra_image_models=[PythonImageModel("hist", Counting())], n=20), None, progress=False)
     with pytest.raises(EncoderError, match=r"encode\(images\) method or must be callable"):
-        evaluate(cfg_for(object(), n=20), None, progress=False)
+        run_grid(cfg_for(object(), n=20), None, progress=False)
 
 
 def test_compare_meta_and_the_study_take_image_objects(tmp_path, emoji):
     g = PythonImageModel("hist", Counting(), version="1")
     models = {"tfidf-char": "tfidf-char", "random": "random", "chars": PythonTextModel("chars", chars, version="64-bins")}
-    c = compare(cfg_for(g, models=models, seeds=[0, 1]), "bkr@10", out_dir=tmp_path / "cmp", n_boot=200, n_perm=200)
+    c = compare_models(cfg_for(g, models=models, seeds=[0, 1]), "bkr@10", out_dir=tmp_path / "cmp", n_boot=200, n_perm=200)
     assert set(c.per_pair["model"]) == set(models)
     assert c.run["inputs"]["image_models"] == {"hist": f"python:{__name__}.Counting:1"}
     from backretrieval.report.compare_report import compare_report
 
-    result = evaluate(cfg_for(g, models=models, seeds=[0, 1]), tmp_path / "cmp", progress=False)
+    result = run_grid(cfg_for(g, models=models, seeds=[0, 1]), tmp_path / "cmp", progress=False)
     html = compare_report(result, tmp_path / "report", n_boot=200).read_text(encoding="utf-8")
     assert "image model g = hist" in html
     # the meta-evaluation with the object as the main g and a weaker g beside it ("how weak may g be")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import reference as ref
-from backretrieval.analysis import EvalConfig, PythonTextModel, evaluate
+from backretrieval.analysis import EvalConfig, PythonTextModel, run_grid
 from backretrieval.analysis.evaluate.queries import QUERY_COLUMNS
 from backretrieval.core import BackretrievalError
 
@@ -45,7 +45,7 @@ def run(shared_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("queries")
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=dict(MODELS), image_model="color-hist",
                      n=N, seeds=[0, 1])
-    return cfg, out, evaluate(cfg, out, progress=False)
+    return cfg, out, run_grid(cfg, out, progress=False)
 
 
 def test_columns_and_rows(run):
@@ -117,7 +117,7 @@ def test_filters(run):
 def test_resumed_run_gives_the_same_table(run):
     cfg, out, res = run
     lines = []
-    again = evaluate(cfg, out, progress=False, log=lines.append)
+    again = run_grid(cfg, out, progress=False, log=lines.append)
     assert any("resuming: 4 finished records" in line for line in lines), lines
     pd.testing.assert_frame_equal(again.queries(), res.queries())
 
@@ -130,7 +130,7 @@ def test_text_only_and_approximate_results_say_what_they_lack(run, tmp_path):
     rows = [{"id": f"{lang}-{i}", "lang": lang, "text": t, "concept": f"c{i}"}
             for side, lang in ((items.src, "en"), (items.tgt, "de")) for i, t in enumerate(side.texts)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    text_only = evaluate(EvalConfig(dataset=str(path), pairs=[("en", "de")], models={"counts": MODELS["counts"]}, n=N,
+    text_only = run_grid(EvalConfig(dataset=str(path), pairs=[("en", "de")], models={"counts": MODELS["counts"]}, n=N,
                                     seeds=[0]), progress=False).queries()
     assert set(text_only["sample_kind"]) == {"matching"} and len(text_only) == N
     assert text_only["bkr_rank"].isna().all() and text_only["query_image"].isna().all()
@@ -151,17 +151,17 @@ def test_records_stored_without_retrieved_targets(run, tmp_path, monkeypatch):
     cfg, _, res = run
     out = tmp_path / "old"
     monkeypatch.setattr(env, "METRICS_VERSION", env.METRICS_VERSION - 1)
-    evaluate(cfg, out, progress=False)
+    run_grid(cfg, out, progress=False)
     for npz in (out / ".partial").glob("*.npz"):  # what a record of that version holds: ranks only
         with np.load(npz) as z:
             kept = {k: z[k] for k in z.files if "retrieved" not in k}
         np.savez(npz, **kept)
     monkeypatch.undo()
-    reused = evaluate(dataclasses.replace(cfg, reuse_stale=True), out, progress=False)
+    reused = run_grid(dataclasses.replace(cfg, reuse_stale=True), out, progress=False)
     with pytest.raises(BackretrievalError, match="record ties en->de seed 0 holds no retrieved targets of its non-matching"):
         reused.queries()
     lines = []
-    again = evaluate(cfg, out, progress=False, log=lines.append)
+    again = run_grid(cfg, out, progress=False, log=lines.append)
     assert any(f"metrics version {env.METRICS_VERSION - 1} -> {env.METRICS_VERSION}" in line and "recomputing 4 records" in line
                for line in lines), lines
     pd.testing.assert_frame_equal(again.queries(), res.queries())

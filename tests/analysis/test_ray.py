@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.analysis.executors import RayExecutor
 from backretrieval.encoders.registry import get_text_encoder
 
@@ -28,8 +28,8 @@ def test_ray_grid_equals_local(ray_local, tmp_path, monkeypatch, shared_data):
     monkeypatch.setenv("BACKRETRIEVAL_CACHE", str(tmp_path / "fresh-cache"))  # encoding must really run
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("de", "ja")], models=["use-m", "tfidf-char", "random"],
                      image_model="color-hist", n=150, seeds=[0, 1])
-    via_ray = evaluate(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
-    local = evaluate(cfg, tmp_path / "local", progress=False)
+    via_ray = run_grid(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
+    local = run_grid(cfg, tmp_path / "local", progress=False)
     assert _strip(via_ray.records) == _strip(local.records)
     assert len(via_ray.records) == 3 * 2
 
@@ -66,8 +66,8 @@ def test_ray_runs_python_object_models_in_the_driver(ray_local, tmp_path, shared
     equal the local run's and those of its spec string."""
     models = {"use-m": "use-m", "mine": _Unpicklable(get_text_encoder("use-m"))}
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=models, image_model="color-hist", n=40, seeds=[0])
-    via_ray = evaluate(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
-    local = evaluate(cfg, tmp_path / "local", progress=False)
+    via_ray = run_grid(cfg, tmp_path / "ray", progress=False, executor=RayExecutor())
+    local = run_grid(cfg, tmp_path / "local", progress=False)
     assert _strip(via_ray.records) == _strip(local.records)
     mine, usem = (_strip([r for r in via_ray.records if r["model"] == m]) for m in ("mine", "use-m"))
     for a, b in zip(mine, usem):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.encoders.registry import get_text_encoder
 from commands import default_sigint
 from raycluster import LOOPBACK, LocalCluster, env_without
@@ -64,7 +64,7 @@ def cluster(tmp_path_factory, shared_data):
 @pytest.fixture(scope="module")
 def local_records(tmp_path_factory, shared_data):
     out = tmp_path_factory.mktemp("local")
-    return _strip(evaluate(CFG, out, progress=False).records)
+    return _strip(run_grid(CFG, out, progress=False).records)
 
 
 def _driver_env(cluster: LocalCluster, **extra: str) -> dict[str, str]:
@@ -181,7 +181,7 @@ def test_faults_interrupted_driver_and_killed_worker_node(cluster, tmp_path, sha
     worker node killed mid-grid (its raylet SIGKILLed while it runs a task) costs nothing: the
     grid completes on the other node, or a rerun resumes it, with the local records and no
     half-written file."""
-    expected = _strip(evaluate(FAULT_CFG, tmp_path / "local", progress=False).records)
+    expected = _strip(run_grid(FAULT_CFG, tmp_path / "local", progress=False).records)
     n_records = len(expected)
 
     # 1. SIGINT to the driver while tasks run

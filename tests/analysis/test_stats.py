@@ -177,13 +177,13 @@ def test_calibration_intervals_cover_at_the_nominal_rate():
 
 def test_compare_ranks_corr_with_bootstrap_intervals(tmp_path, shared_data):
     """CORR in `compare`: intervals from resampled queries, paired across models."""
-    from backretrieval.analysis import EvalConfig, evaluate
-    from backretrieval.analysis.compare import compare
+    from backretrieval.analysis import EvalConfig, run_grid
+    from backretrieval.analysis.compare import compare_models
 
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "use-m@noise=3", "random"],
                      image_model="color-hist", n=120, seeds=[0, 1], corr_boot=60)
-    res = evaluate(cfg, None, progress=False)
-    c = compare(res, "corr")
+    res = run_grid(cfg, None, progress=False)
+    c = compare_models(res, "corr")
     rows = c.per_pair.sort_values("rank")
     assert rows["model"].tolist() == ["use-m", "use-m@noise=3", "random"]
     for _, r in rows.iterrows():
@@ -193,7 +193,7 @@ def test_compare_ranks_corr_with_bootstrap_intervals(tmp_path, shared_data):
     assert rnd["ci_low"] < 0.05 and rnd["ci_high"] > -0.05
     # without resamples there is nothing to compare
     with pytest.raises(Exception, match="corr_boot"):
-        compare(evaluate(EvalConfig(**{**cfg.__dict__, "corr_boot": 0}), None, progress=False), "corr")
+        compare_models(run_grid(EvalConfig(**{**cfg.__dict__, "corr_boot": 0}), None, progress=False), "corr")
 
 
 # --------------------------------------------------------------------------- one sign-flip test

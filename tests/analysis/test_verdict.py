@@ -12,7 +12,7 @@ import pytest
 
 from backretrieval.analysis import EvalConfig
 from backretrieval.analysis.check import agreement
-from backretrieval.analysis.compare import compare, outcome_fn
+from backretrieval.analysis.compare import compare_models, outcome_fn
 from backretrieval.analysis.decision import decide_outcomes
 from backretrieval.analysis.evaluate import EvalResult
 from backretrieval.analysis.verdict import lead_and_check, pair_verdict
@@ -50,7 +50,7 @@ def _texts(v):
 
 
 def test_a_clearly_best_model_is_the_one_to_ship():
-    c = compare(grid({"random": RANDOM, "mid": MID, "good": GOOD}), "bkr@10", **STATS)
+    c = compare_models(grid({"random": RANDOM, "mid": MID, "good": GOOD}), "bkr@10", **STATS)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["check"] == "bkr@10"  # the ground truth leads
     assert v["status"] == "ship" and v["ship"] == "good" and v["leading"] == ["good"]
@@ -76,7 +76,7 @@ def test_the_same_model_near_chance_is_still_equivalent():
     same vectors under two names are equivalent all the same (with the caveat said)."""
     hits = np.r_[np.ones(9, int), np.full(11, 20)]
     draws = {"a": lambda rng, n: hits, "a-again": "a"}
-    c = compare(grid(draws, n=20, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@5", **STATS)
+    c = compare_models(grid(draws, n=20, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@5", **STATS)
     p = c.verdict["pairs"][0]
     assert p["best"]["low"] <= 0.25 < p["best"]["estimate"]
     assert p["status"] == "equivalent" and "the same model, of uncertain use" in p["text"]
@@ -85,7 +85,7 @@ def test_the_same_model_near_chance_is_still_equivalent():
 @pytest.mark.parametrize("n", [10, 50, 1500])
 def test_the_same_model_under_two_names_is_equivalent_at_any_n(n):
     """Every paired difference 0: equivalent, whatever N, with the interval [0, 0]."""
-    c = compare(grid({"a": TOP, "a-again": "a"}, n=n, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS)
+    c = compare_models(grid({"a": TOP, "a-again": "a"}, n=n, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS)
     v = c.verdict
     assert v["status"] == "equivalent" and v["ship"] is None and v["equivalent_to_best"] == ["a", "a-again"]
     p = v["pairs"][0]
@@ -100,7 +100,7 @@ def test_models_alike_but_not_the_same_are_not_enough_data_and_never_picked_by_c
     """Two models drawn alike, query by query different: 'not significant' is not 'equal'."""
     res = grid({"a": GOOD, "b": GOOD, "random": RANDOM}, largest_n={"en->de": {"xlr": 5000, "bkr": 2000},
                                                                  "de->ja": {"xlr": 5000, "bkr": 2000}})
-    c = compare(res, "xlr@10", **STATS)
+    c = compare_models(res, "xlr@10", **STATS)
     v = c.verdict
     assert v["status"] == "not enough data" and v["ship"] is None
     for p in v["pairs"]:
@@ -120,7 +120,7 @@ def test_pick_by_cost_only_with_equivalent():
              grid({"a": TOP, "a2": "a", "b": TOP}, n=400, seeds=(0,))]
     seen = set()
     for res in cases:
-        v = compare(res, "xlr@10", **STATS).verdict
+        v = compare_models(res, "xlr@10", **STATS).verdict
         for p in v["pairs"]:
             seen.add(p["status"])
             assert ("by cost or speed" in p["text"]) == (p["status"] == "equivalent"), p["text"]
@@ -136,7 +136,7 @@ def test_partly_equivalent_partly_undecided_is_said_as_such():
     b[np.flatnonzero(a == 1)[:40]] = 2
     b[np.flatnonzero(a == 2)[:30]] = 1
     draws = {"a": lambda rng, n: a, "a2": "a", "b": lambda rng, n: b}
-    c = compare(grid(draws, n=400, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS)
+    c = compare_models(grid(draws, n=400, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS)
     p = c.verdict["pairs"][0]
     assert p["status"] == "not enough data" and p["equivalent_to_best"] == ["a", "a2"]
     assert "b can be neither separated from it nor shown within ±0.05 of it" in p["text"]
@@ -156,7 +156,7 @@ def test_a_gap_whose_interval_excludes_zero_but_holm_does_not_call_significant_s
         r[40 + j] = 1  # wins one query
         others[f"m{j}"] = r
     draws = {"best": lambda rng, n: best, **{m: (lambda r: lambda rng, n: r)(r) for m, r in others.items()}}
-    c = compare(grid(draws, n=n, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS)
+    c = compare_models(grid(draws, n=n, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS)
     eq = c.equivalence
     assert eq["p"].tolist() == pytest.approx([0.021484375] * 3) and eq["p_adj"].tolist() == pytest.approx([0.064453125] * 3)
     assert (eq["diff_low"] > 0).all() and not eq["better"].any()
@@ -167,7 +167,7 @@ def test_a_gap_whose_interval_excludes_zero_but_holm_does_not_call_significant_s
 
 def test_a_check_that_would_ship_another_model_is_never_green():
     draws = {"good": {"xlr": GOOD, "bkr": RANDOM}, "bad": {"xlr": RANDOM, "bkr": GOOD}}
-    c = compare(grid(draws), "bkr@10", **STATS)
+    c = compare_models(grid(draws), "bkr@10", **STATS)
     lead, check = lead_and_check(c)
     assert (lead.metric, check.metric) == ("xlr@10", "bkr@10")
     a = agreement(check, lead)
@@ -183,13 +183,13 @@ def test_a_check_that_would_ship_another_model_is_never_green():
 
 
 def test_one_model_is_the_only_model_and_two_get_a_verdict():
-    c = compare(grid({"only": GOOD}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200)
+    c = compare_models(grid({"only": GOOD}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200)
     v = c.verdict
     assert v["status"] == "only model" and v["ship"] is None and v["equivalent_to_best"] == ["only"]
     assert all(p["status"] == "only model" and p["power"] is None for p in v["pairs"])
     assert not any("significantly" in t or "best on" in t for t in _texts(v))
     assert v["summary"] == "only is the only model (by bkr@10): nothing to compare it with."
-    two = compare(grid({"only": GOOD, "other": RANDOM}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200).verdict
+    two = compare_models(grid({"only": GOOD, "other": RANDOM}, kinds=("bkr",)), "bkr@10", n_boot=100, n_perm=200).verdict
     assert two["status"] == "ship" and two["ship"] == "only"
 
 
@@ -199,7 +199,7 @@ def test_texts_all_equal_are_below_chance_and_no_model_is_named_best():
     from backretrieval.report.compare_report import verdicts
 
     last = lambda rng, n: np.full(n, n)  # noqa: E731
-    c = compare(grid({"a": last, "b": last}, n=30, seeds=(0,), pairs=(("en", "de"),), kinds=("bkr",)), "bkr@5", **STATS)
+    c = compare_models(grid({"a": last, "b": last}, n=30, seeds=(0,), pairs=(("en", "de"),), kinds=("bkr",)), "bkr@5", **STATS)
     v = c.verdict
     assert v["status"] == "at chance" and v["pairs"][0]["status"] == "at chance"
     text = v["pairs"][0]["text"]
@@ -214,14 +214,14 @@ def test_models_at_the_ceiling_get_the_k_that_separates_them():
     """N = 50, K = 10: three models find every translation in their top 10; at K = 1 they differ."""
     draws = {"a": lambda rng, n: np.ones(n, int), "b": lambda rng, n: rng.choice([1, 2], size=n, p=[0.6, 0.4]),
              "c": lambda rng, n: rng.choice([1, 3], size=n, p=[0.3, 0.7])}
-    c = compare(grid(draws, n=50, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@10", **STATS)
+    c = compare_models(grid(draws, n=50, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@10", **STATS)
     p = c.verdict["pairs"][0]
     assert p["status"] == "not enough data"  # every paired difference is 0 at K = 10, but only at the ceiling
     assert "a, b and c are within ±0.05 of the best, a (xlr@10 1.000 [1.000, 1.000]), but only at the metric's ceiling" in p["text"]
     assert "cost" not in p["text"]
     assert "xlr@10 saturates: a, b and c score 1.000 or more at K = 10 (K/N = 0.2)" in p["text"]
     assert "at K = 1 they may separate (xlr@1 ranks the same records: --metric xlr@1)" in p["text"]
-    at1 = compare(grid(draws, n=50, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS).verdict
+    at1 = compare_models(grid(draws, n=50, seeds=(0,), pairs=(("en", "de"),), kinds=("xlr",)), "xlr@1", **STATS).verdict
     assert at1["ship"] == "a"
 
 
@@ -235,7 +235,7 @@ def test_corr_gets_the_same_answers_from_its_replicates():
     corr = {"a": 0.5, "a2": 0.5, "weak": 0.2}
     records = [{"model": m, "src_lang": "en", "tgt_lang": "de", "seed": 0, "corr": corr[m]} for m in boots]
     ranks = {(m, "en", "de", 0): {"corr_boot": b} for m, b in boots.items()}
-    c = compare(EvalResult(config=cfg, records=records, ranks=ranks), "corr")
+    c = compare_models(EvalResult(config=cfg, records=records, ranks=ranks), "corr")
     p = c.verdict["pairs"][0]
     assert p["status"] == "equivalent" and p["equivalent_to_best"] == ["a", "a2"] and "weak is significantly worse" in p["text"]
     assert c.chance is None and p["power"] is not None
@@ -248,7 +248,7 @@ def test_the_calibration_harness_runs_the_verdicts_code(case):
     draws = [{"a": TOP, "a2": "a", "b": TOP}, {"g": GOOD, "m": MID, "r": RANDOM}, {"a": GOOD, "b": GOOD},
              {"a": TOP, "b": RANDOM}][case]
     res = grid(draws, n=120, seeds=(0, 1), kinds=("xlr",))
-    c = compare(res, "xlr@1", **STATS)
+    c = compare_models(res, "xlr@1", **STATS)
     key, fn = outcome_fn("xlr@1")
     for p in c.verdict["pairs"]:
         src, tgt = p["pair"].split("->")
@@ -264,14 +264,14 @@ def test_a_tiny_catalogue_is_at_chance_on_bkr_and_no_advice_it_cannot_follow():
     draws = {"good": {"xlr": lambda rng, n: np.ones(n, int), "bkr": chance},
              "poor": {"xlr": lambda rng, n: rng.integers(15, n + 1, n), "bkr": chance}}
     largest = {p: {"xlr": 30, "bkr": 30} for p in ("en->de", "de->ja")}
-    c = compare(grid(draws, n=30, seeds=(0,), largest_n=largest), "bkr@10", **STATS)
+    c = compare_models(grid(draws, n=30, seeds=(0,), largest_n=largest), "bkr@10", **STATS)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["status"] == "ship" and v["ship"] == "good"
     assert [a["status"] for a in v["agreement"]] == ["not enough data"] * 2
     for a in v["agreement"]:  # no reassurance from a test that could not have failed
         assert a["text"].startswith("not enough data to check: bkr@10 itself is at chance at N = 30")
     assert "on en->de, de->ja there is not enough data to check" in v["check_text"]
-    bkr_alone = compare(grid(draws, n=30, seeds=(0,), largest_n=largest, kinds=("bkr",)), "bkr@10", **STATS)
+    bkr_alone = compare_models(grid(draws, n=30, seeds=(0,), largest_n=largest, kinds=("bkr",)), "bkr@10", **STATS)
     w = bkr_alone.verdict
     assert w["metric"] == "bkr@10" and w["check"] is None and w["status"] == "at chance"
     for p in w["pairs"]:
@@ -289,7 +289,7 @@ def test_a_sixty_product_catalogue_gets_an_xlr_led_verdict_and_a_check_that_cann
     shop = write_catalogue(tmp_path / "shop")
     cfg = EvalConfig(dataset=str(shop), pairs=[("en", "de"), ("en", "es")], models=["tfidf-char", "random"],
                      image_model="color-hist", n=30, seeds=[0, 1])
-    c = compare(cfg, "bkr@10", n_boot=200, n_perm=1000)
+    c = compare_models(cfg, "bkr@10", n_boot=200, n_perm=1000)
     v = c.verdict
     assert v["metric"] == "xlr@10" and v["check"] == "bkr@10"
     assert c.beside.chance == pytest.approx(1 / 3) and c.chance == pytest.approx(1 / 3)

@@ -769,13 +769,13 @@ def test_a_second_run_into_the_same_out_is_refused_while_the_first_writes(tmp_pa
     # the folder is free again; a refused run into a new folder leaves nothing behind
     res = cli(grid("evaluate", feature_data, out, "--k", "3"))
     assert res.exit_code == 0, res.output
-    with folder_lock(out):  # re-entrant in one process: evaluate() inside a command that holds the folder
-        from backretrieval.analysis import EvalConfig, evaluate
+    with folder_lock(out):  # re-entrant in one process: run_grid() inside a command that holds the folder
+        from backretrieval.analysis import EvalConfig, run_grid
 
         cfg = EvalConfig(dataset=str(feature_data), pairs=[("en", "xx")], models=["random"], image_model="precomputed",
                          n=5, k=1, dataset_options={"image_features": str(feature_data.parent / "feats.npy")})
         with pytest.raises(DataError):
-            evaluate(cfg, tmp_path / "new", progress=False)
+            run_grid(cfg, tmp_path / "new", progress=False)
     assert not (tmp_path / "new").exists()
 
 

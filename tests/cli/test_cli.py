@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.cli import main
 from backretrieval.core import BackretrievalError
 from backretrieval.data import load_dataset
@@ -99,7 +99,7 @@ def _cfg(**kw) -> EvalConfig:
 
 
 def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, shared_data):
-    reference = evaluate(_cfg(), tmp_path / "straight", progress=False)
+    reference = run_grid(_cfg(), tmp_path / "straight", progress=False)
     real = tasks_module.run_sample_task
     calls = {"n": 0}
 
@@ -112,26 +112,26 @@ def test_interrupted_grid_resumes_with_identical_results(tmp_path, monkeypatch, 
     out = tmp_path / "interrupted"
     monkeypatch.setattr(tasks_module, "run_sample_task", flaky)
     with pytest.raises(KeyboardInterrupt):
-        evaluate(_cfg(), out, progress=False)
+        run_grid(_cfg(), out, progress=False)
     assert not (out / "results.jsonl").exists()  # nothing half-written
     assert len(list((out / ".partial").glob("*.json"))) == 2  # both models of the first sample
     monkeypatch.setattr(tasks_module, "run_sample_task", real)
     logs: list[str] = []
-    resumed = evaluate(_cfg(), out, progress=False, log=logs.append)
+    resumed = run_grid(_cfg(), out, progress=False, log=logs.append)
     assert any("resuming: 2 finished records" in m for m in logs)
     assert strip_timing(resumed.records) == strip_timing(reference.records)
     for key, ranks in reference.ranks.items():
         for name, arr in ranks.items():
             np.testing.assert_array_equal(resumed.ranks[key][name], arr)
     # a different configuration does not reuse the records
-    other = evaluate(_cfg(k=5), out, progress=False, log=logs.append)
+    other = run_grid(_cfg(k=5), out, progress=False, log=logs.append)
     assert all(r["k"] == 5 for r in other.records)
 
 
 def test_process_executor_and_extra_image_models_match_local(tmp_path, shared_data):
     cfg = _cfg(extra_image_models=["color-hist"])
-    local = evaluate(cfg, tmp_path / "local", progress=False)
-    procs = evaluate(cfg, tmp_path / "procs", progress=False, executor="processes:2")
+    local = run_grid(cfg, tmp_path / "local", progress=False)
+    procs = run_grid(cfg, tmp_path / "procs", progress=False, executor="processes:2")
     assert strip_timing(procs.records) == strip_timing(local.records)
     assert set(local.others) == {"color-hist"}
     assert strip_timing(procs.others["color-hist"].records) == strip_timing(local.others["color-hist"].records)
@@ -141,14 +141,14 @@ def test_process_executor_and_extra_image_models_match_local(tmp_path, shared_da
     assert a["xlr@10"] == b["xlr@10"] and a["hubness_skew@10"] == b["hubness_skew@10"]
     assert a["bkr@10"] != b["bkr@10"] and a["corr"] != b["corr"]
     # one image model on its own gives the same records as inside the joint run
-    alone = evaluate(_cfg(image_model="color-hist"), None, progress=False)
+    alone = run_grid(_cfg(image_model="color-hist"), None, progress=False)
     assert strip_timing(alone.records) == strip_timing(local.others["color-hist"].records)
     assert (tmp_path / "local" / "image-models" / "color-hist" / "results.jsonl").is_file()
 
 
 def test_same_seed_same_numbers_and_seeds_differ(tmp_path, shared_data):
-    a = evaluate(_cfg(seeds=[0, 1]), None, progress=False)
-    b = evaluate(_cfg(seeds=[0, 1]), None, progress=False)
+    a = run_grid(_cfg(seeds=[0, 1]), None, progress=False)
+    b = run_grid(_cfg(seeds=[0, 1]), None, progress=False)
     assert strip_timing(a.records) == strip_timing(b.records)
     # another seed draws other samples: both the matching (XLR) and the non-matching (BkR) queries
     # change, so their per-query ranks do; the same seed repeats them exactly
@@ -159,7 +159,7 @@ def test_same_seed_same_numbers_and_seeds_differ(tmp_path, shared_data):
 
 
 def test_variants_and_csls_run_through_the_grid(tmp_path, shared_data):
-    res = evaluate(
+    res = run_grid(
         _cfg(models=["use-m", "use-m@trunc=64", "use-m@pca=16", "use-m@noise=2", "use-m@mix=1"], seeds=[0], sim="csls"),
         tmp_path,
         progress=False,
@@ -191,7 +191,7 @@ def test_serving_forms_run_through_the_grid(tmp_path):
     models = ["emb", "emb@int8", "emb@trunc=16@binary"]  # the labels the records use (LABEL=SPEC)
     cfg = EvalConfig(dataset=str(data), dataset_options={"image_features": str(tmp_path / "feats.npy")}, pairs=[("en", "de")],
                      models=dict(zip(models, specs)), image_model="precomputed", n=30, k=5, seeds=[0])
-    res = evaluate(cfg, tmp_path / "out", progress=False)
+    res = run_grid(cfg, tmp_path / "out", progress=False)
     assert {r["model"]: r["sim"] for r in res.records} == dict(zip(models, ["cosine", "dot", "dot"]))
     encoding = json.loads((tmp_path / "out" / "run.json").read_text())["encoding"]
     assert [encoding[m]["bytes_per_item"] for m in models] == [160, 40, 2]
@@ -203,7 +203,7 @@ def test_serving_forms_run_through_the_grid(tmp_path):
     assert got["xlr"].tolist() == fwd.tolist() and got["xlr_t2s"].tolist() == bwd.tolist()
     for option, message in (({"sim": "csls"}, "--sim csls"), ({"approx": "hnsw"}, "--approx")):
         with pytest.raises(BackretrievalError, match=f"serving form \\(int8 codes\\).*{message}"):
-            evaluate(dataclasses.replace(cfg, **option), None, progress=False)
+            run_grid(dataclasses.replace(cfg, **option), None, progress=False)
 
 
 # ------------------------------------------------------------------------------- bad input

@@ -58,7 +58,7 @@ def test_format_warning_is_one_short_line():
     line = format_warning(UserWarning("first line\n   second   line"), UserWarning,
                           "/x/lib/python3.11/site-packages/transformers/models/auto.py", 12, "  source = echo()")
     assert line == "warning: first line second line (UserWarning, transformers)\n"
-    long = format_warning("x" * 1000, FutureWarning, "/src/backretrieval/encoders/text_batching.py", 1)
+    long = format_warning("x" * 1000, FutureWarning, "/src/backretrieval/encoders/text/batching.py", 1)
     assert long.count("\n") == 1 and len(long) < 350 and long.endswith("… (FutureWarning, backretrieval)\n")
 
 

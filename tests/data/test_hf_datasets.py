@@ -66,9 +66,9 @@ def test_image_feature_and_saved_dataset_dict(tmp_path):
     test = load_dataset(f"hf:{tmp_path / 'shop'}", split="test", **opts)
     assert test["de"].ids == ["de-g", "de-h"]
     # an evaluation runs on it (XLR through the concept column, BkR through the images)
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
-    res = evaluate(EvalConfig(dataset=f"hf:{tmp_path / 'shop'}", pairs=[("en", "de")], models=["tfidf-char"],
+    res = run_grid(EvalConfig(dataset=f"hf:{tmp_path / 'shop'}", pairs=[("en", "de")], models=["tfidf-char"],
                               image_model="color-hist", n=3, seeds=[0], k=1, dataset_options=opts), progress=False)
     rec = res.records[0]
     assert rec["n"] == 3 and 0 <= rec["xlr@1"] <= 1 and "bkr@1" in rec

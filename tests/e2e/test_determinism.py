@@ -214,11 +214,11 @@ def test_near_ties_really_are_inside_the_window(noisy_blas):
 _GRID = textwrap.dedent(
     """
     import json, sys
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de"), ("de", "ja")],
                      models=["tfidf-char", "use-m", "use-m@noise=0.5"], image_model="color-hist",
                      n=200, seeds=[0, 1], dataset_options={"text": "keywords"})
-    res = evaluate(cfg, sys.argv[1], progress=False, executor=sys.argv[2])
+    res = run_grid(cfg, sys.argv[1], progress=False, executor=sys.argv[2])
     drop = {"seconds", "encode_seconds"}
     json.dump([{k: v for k, v in r.items() if k not in drop} for r in res.records], sys.stdout)
     """

@@ -672,7 +672,7 @@ TRIGGERS: dict[str, Callable[..., Said | list[Said]]] = {
     "`train cr5 --regime transitive --pair de-ja`": lambda x: [said_by(_cr5(x, "--regime", "transitive", "--pair", "de-ja")),
                                                               said_by(_cr5(x, "--regime", "pairwise") + ["--langs", "en,de,ja"])],
     "`train cr5 --min-words 10 --max-words 5`": lambda x: said_by(_cr5(x, "--min-words", "10", "--max-words", "5")),
-    "the same rules in Python, `train.cr5.train_evaluate(...)`": lambda x: raised(
+    "the same rules in Python, `analysis.trained.cr5.train_evaluate(...)`": lambda x: raised(
         lambda: __import__("backretrieval.train.cr5", fromlist=["x"]).plan_training(holdout=False, lams=(1.0, 3.0))),
     "`train ... --out` below a file": lambda x: said_by(["train", "cr5", "--dataset", x.data, "--langs", "en,de", "--out",
                                                          _file_at(x, "results") / "model"]),

@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.cli import main
 
 GRID = ["--dataset", "emoji-cldr", "--pairs", "en-de", "--models", "use-m,random", "--n", "200", "--k", "10",
@@ -26,7 +26,7 @@ def approx_run(tmp_path_factory, shared_data):
     res = cli(["evaluate", *GRID, "--approx", "hnsw", "--approx-always", "--out", out, "--quiet"])
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    exact = evaluate(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "random"], n=200, k=10,
+    exact = run_grid(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["use-m", "random"], n=200, k=10,
                                 seeds=[0, 1]), None, progress=False)
     return out, res.output, records, exact.records
 
@@ -103,7 +103,7 @@ def test_small_n_searches_exactly_where_the_cost_model_says_so(tmp_path, shared_
             else "cost: checked hnsw search takes at least")
         assert r[f"{p}cost_exact"] == 200 * 200 or p == "approx_bkr_image_"  # the image search: distinct queries only
     assert "4 of 4 searches ran as exact search (4 because it was cheaper)" in (tmp_path / "summary.md").read_text()
-    exact = evaluate(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["random"], n=200, k=10, seeds=[0]),
+    exact = run_grid(EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["random"], n=200, k=10, seeds=[0]),
                      None, progress=False).records[0]
     assert [r[f"xlr@{k}"] for k in (1, 5, 10)] == [exact[f"xlr@{k}"] for k in (1, 5, 10)]
     assert [r[f"bkr@{k}"] for k in (1, 5, 10)] == [exact[f"bkr@{k}"] for k in (1, 5, 10)]
@@ -150,9 +150,9 @@ def test_approximate_and_exact_records_are_identical_on_data_with_ties(shared_da
     model takes at N = 1,500 and on the approximate route forced (--approx-always), where HNSW
     finds the exact lists at this size; the tie rule is the exact metrics' on both."""
     kw = dict(dataset="emoji-cldr", pairs=[("en", "ja")], models=["tfidf-char"], n=1500, k=10, seeds=[0])
-    exact = evaluate(EvalConfig(**kw), None, progress=False).records[0]
+    exact = run_grid(EvalConfig(**kw), None, progress=False).records[0]
     for cost_check in (True, False):
-        r = evaluate(EvalConfig(**kw, approx="hnsw", approx_cost_check=cost_check), None, progress=False).records[0]
+        r = run_grid(EvalConfig(**kw, approx="hnsw", approx_cost_check=cost_check), None, progress=False).records[0]
         assert r["approximate"] is (not cost_check)
         keys = [key for key in r if key.split("@")[0] in ("xlr", "xlr_t2s", "bkr")]
         assert len(keys) == 9

@@ -60,11 +60,11 @@ def test_a_variant_shows_its_base_models_bar(every_update, capsys, shared_data):
 
 def test_grid_encoding_bar_moves(every_update, capsys, tmp_path, shared_data):
     """Through the evaluation grid (progress on): the bar of each language moves per batch."""
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de")], models=["minilm-en"], image_model="color-hist",
                      n=100, k=5, seeds=[0])
-    evaluate(cfg, None, progress=True)
+    run_grid(cfg, None, progress=True)
     err = capsys.readouterr().err
     for lang in ("en", "de"):
         frames = _frames(err, f"minilm-en/{lang}")

@@ -7,7 +7,7 @@
 * text-only data: summaries say "text only (no images): XLR only", records carry no image fields;
 * seeds that all draw the same sample (N = everything there is) are said once, with the reason;
 * leftovers A and B: a missing prerequisite (links for XLR, images for BkR) is refused right after
-  sampling, before any encoding; ``evaluate(cfg, out_dir)`` checks ``out_dir`` first.
+  sampling, before any encoding; ``run_grid(cfg, out_dir)`` checks ``out_dir`` first.
 
 "Before any encoding" is checked by giving the run an empty cache folder and asserting that
 nothing was written into it.
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.cli import main
 from backretrieval.core import BackretrievalError
 from backretrieval.data import load_dataset
@@ -111,7 +111,7 @@ def test_precomputed_noise_variant_applies_the_noise(tmp_path, feature_data):
     cfg = EvalConfig(dataset=str(feature_data), pairs=[("en", "de")], models=["random", "tfidf-char"], n=30, k=5,
                      seeds=[0, 1], image_model="precomputed", extra_image_models=["precomputed@noise=4"],
                      dataset_options={"image_features": str(feature_data.parent / "feats.npy")})
-    both = evaluate(cfg, tmp_path / "both", progress=False)
+    both = run_grid(cfg, tmp_path / "both", progress=False)
     plain, noisy = both.records, both.others["precomputed@noise=4"].records
     assert {r["image_model"] for r in plain} == {"precomputed"}
     assert {r["image_model"] for r in noisy} == {"precomputed@noise=4"}
@@ -120,7 +120,7 @@ def test_precomputed_noise_variant_applies_the_noise(tmp_path, feature_data):
         assert a["xlr@10"] == b["xlr@10"]  # text-only parts are shared
         assert a["corr"] != b["corr"]  # the image similarities changed
     # the noise is seeded by the feature vectors: a second run gives the same numbers
-    again = evaluate(cfg, None, progress=False).others["precomputed@noise=4"].records
+    again = run_grid(cfg, None, progress=False).others["precomputed@noise=4"].records
     assert [r["corr"] for r in again] == [r["corr"] for r in noisy]
     # the run on its own equals the plain records of the joint run
     alone = read_jsonl(tmp_path / "out" / "results.jsonl")
@@ -243,5 +243,5 @@ def test_api_evaluate_checks_out_dir_first(tmp_path, text_only, empty_cache):
     blocker.write_text("a file, not a folder")
     cfg = EvalConfig(dataset=str(text_only), pairs=[("en", "de")], models=["minilm-en"], n=20, k=5, seeds=[0])
     with pytest.raises(BackretrievalError, match=r"output folder .*results.*file"):
-        evaluate(cfg, blocker / "run", progress=False)
+        run_grid(cfg, blocker / "run", progress=False)
     assert nothing_encoded(empty_cache)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from backretrieval.analysis import EvalConfig, evaluate
+from backretrieval.analysis import EvalConfig, run_grid
 from backretrieval.analysis.models import derive_label
 from backretrieval.cli import main
 from backretrieval.core.fingerprint import clear_memo, dir_digest
@@ -82,7 +82,7 @@ def cfg_for(path: Path, models=("random",), **kw) -> EvalConfig:
 
 
 def run(cfg, out, logs=None):
-    return evaluate(cfg, out, progress=False, log=(logs.append if logs is not None else lambda m: None))
+    return run_grid(cfg, out, progress=False, log=(logs.append if logs is not None else lambda m: None))
 
 
 # ----------------------------------------------------------------------------- changed data

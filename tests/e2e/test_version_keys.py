@@ -21,7 +21,7 @@ from backretrieval.cli import main
 from backretrieval.core import content_hash, env
 from backretrieval.core.env import StaleVersionsWarning
 from backretrieval.data import load_dataset
-from backretrieval.encoders import text_batching
+from backretrieval.encoders.text import batching
 from backretrieval.encoders.base import encoder_versions
 from backretrieval.encoders.registry import get_image_encoder, get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder, EmbeddingStore
@@ -222,11 +222,11 @@ def test_cache_shards_without_versions_are_stale_for_models_that_have_versions(t
 def test_encoders_name_the_libraries_and_settings_that_compute_their_vectors(monkeypatch):
     installed = {d: metadata.version(d) for d in ("sentence-transformers", "transformers", "tokenizers", "torch")}
     minilm = get_text_encoder("minilm-en", device="cpu")
-    assert minilm.versions == {**installed, "chars per token": str(text_batching.CHARS_PER_TOKEN), "torch threads": "1"}
-    monkeypatch.setattr(text_batching, "CHARS_PER_TOKEN", text_batching.CHARS_PER_TOKEN + 1)  # another pre-cut rule
-    assert minilm.versions["chars per token"] == str(text_batching.CHARS_PER_TOKEN)
+    assert minilm.versions == {**installed, "chars per token": str(batching.CHARS_PER_TOKEN), "torch threads": "1"}
+    monkeypatch.setattr(batching, "CHARS_PER_TOKEN", batching.CHARS_PER_TOKEN + 1)  # another pre-cut rule
+    assert minilm.versions["chars per token"] == str(batching.CHARS_PER_TOKEN)
     monkeypatch.undo()
-    assert get_text_encoder("e5-small").versions == {"chars per token": str(text_batching.CHARS_PER_TOKEN)}
+    assert get_text_encoder("e5-small").versions == {"chars per token": str(batching.CHARS_PER_TOKEN)}
     # a variant keys its vectors by its base model's versions
     assert encoder_versions(get_text_encoder("minilm-en@noise=0.5", device="cpu")) == minilm.versions
     hist = get_image_encoder("color-hist")

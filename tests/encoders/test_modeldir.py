@@ -211,7 +211,7 @@ def test_old_m3l_directory_loads_with_identical_vectors(tmp_path):
 def test_patr_eta_becomes_typed_once_in_the_legacy_reader(tmp_path):
     """Old PATR directories carry the prose eta_rule (the oldest ones nothing else); the reader
     turns it into the typed eta / eta_quantile pair, and image-retrieval groups them as new ones."""
-    from backretrieval.analysis.image_retrieval import group_key, group_labels, model_settings
+    from backretrieval.analysis.trained.image_retrieval import group_key, group_labels, model_settings
 
     layers = _m3l_layers(np.random.default_rng(2))
     typed = read_model_dir(legacy_m3l(tmp_path / "typed", layers, eta_quantile=0.5))
@@ -236,7 +236,7 @@ def test_patr_eta_becomes_typed_once_in_the_legacy_reader(tmp_path):
 def test_image_retrieval_groups_new_and_old_directories_alike(tmp_path):
     """A model saved in the current format and the same model in the legacy layout form one
     configuration; other settings make their own rows, named by what differs."""
-    from backretrieval.analysis.image_retrieval import group_key, group_labels
+    from backretrieval.analysis.trained.image_retrieval import group_key, group_labels
     from backretrieval.encoders.trained.m3l import save_model
 
     layers = _m3l_layers(np.random.default_rng(3))

@@ -11,7 +11,7 @@ import pytest
 from backretrieval.core import DataError, EncoderError
 from backretrieval.encoders.base import TextEncoder
 from backretrieval.encoders.registry import get_text_encoder, list_text_encoders
-from backretrieval.encoders.text_batching import lang_key, supports_language
+from backretrieval.encoders.text.batching import lang_key, supports_language
 
 # texts of very different lengths, so length sorting really reorders them
 TEXTS = [

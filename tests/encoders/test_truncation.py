@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backretrieval.encoders.text_batching import TruncationWarning, _batches
+from backretrieval.encoders.text.batching import TruncationWarning, _batches
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.cache import CachedTextEncoder
 
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a regression fails here, not the machine
     from backretrieval.encoders import get_text_encoder
-    from backretrieval.encoders.text_batching import TruncationWarning
+    from backretrieval.encoders.text.batching import TruncationWarning
 
     enc = get_text_encoder(sys.argv[1])
     enc.encode(["warm-up: load the model"], "de")
@@ -200,14 +200,14 @@ def test_batches_are_bounded_in_characters():
 
 
 def test_grid_logs_truncation(tmp_path, shared_data):
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     rows = [{"id": str(i), "lang": lang, "text": (LONG if i == 0 else f"item {i} {lang}"), "concept": str(i)}
             for lang in ("en", "de") for i in range(12)]
     data = tmp_path / "items.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     logs: list[str] = []
-    evaluate(EvalConfig(dataset=str(data), pairs=[("en", "de")], models=["use-m"], n=12, seeds=[0], k=5), None,
+    run_grid(EvalConfig(dataset=str(data), pairs=[("en", "de")], models=["use-m"], n=12, seeds=[0], k=5), None,
              progress=False, log=logs.append)
     assert "use-m: 1 of 12 en texts longer than 8,192 characters were truncated" in logs
     assert "use-m: 1 of 12 de texts longer than 8,192 characters were truncated" in logs

@@ -1,4 +1,6 @@
-"""docs/models.md and docs/datasets.md hold exactly the tables the registries generate."""
+"""The docs hold exactly the tables the registries and the executor table generate: the blocks of
+docs/models.md, docs/datasets.md and docs/scale.md, and the executor rows of docs/usage.md and
+docs/bad-input.md."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,12 +16,34 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 @pytest.mark.parametrize("name", sorted(catalogue.GENERATORS))
 def test_docs_equal_the_generated_tables(name):
-    doc = (DOCS / f"{name}.md").read_text(encoding="utf-8")
+    page = catalogue.PAGES[name]
+    doc = (DOCS / page).read_text(encoding="utf-8")
     block = catalogue.generated_block(doc, name)
-    assert block is not None, f"docs/{name}.md lost its generated block"
+    assert block is not None, f"docs/{page} lost its generated block {name}"
     assert block == catalogue.GENERATORS[name](), (
-        f"docs/{name}.md is out of date: run `python -m backretrieval.report.catalogue --write docs`"
+        f"docs/{page} is out of date: run `python -m backretrieval.report.catalogue --write docs`"
     )
+
+
+@pytest.mark.parametrize("page", sorted(catalogue.ROWS))
+def test_docs_equal_the_generated_rows(page):
+    row = catalogue.generated_row((DOCS / page).read_text(encoding="utf-8"), page)
+    assert row is not None, f"docs/{page} lost its generated row"
+    assert row == catalogue.ROWS[page][1](), (
+        f"docs/{page} is out of date: run `python -m backretrieval.report.catalogue --write docs`"
+    )
+
+
+def test_the_executor_docs_name_every_row_of_the_table():
+    from backretrieval.analysis.executors import EXECUTORS
+
+    table, option, refusal = catalogue.executors_markdown(), catalogue.executor_option_row(), catalogue.unknown_executor_row()
+    for e in EXECUTORS:
+        assert f"| `{e.usage}` | {e.description} |" in table and e.usage in option and e.usage in refusal
+    doc = "| a | b |\n| `--executor old` | x |\n| c | d |\n"
+    assert catalogue.regenerate_row(doc, "usage.md") == f"| a | b |\n{option}\n| c | d |\n"
+    with pytest.raises(ValueError, match="no line starts with"):
+        catalogue.regenerate_row("| a | b |\n", "usage.md")
 
 
 def test_every_registered_model_and_dataset_is_in_the_tables():

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from backretrieval.analysis import EvalConfig
-from backretrieval.analysis.compare import compare, counterpart, pairwise, wins
+from backretrieval.analysis.compare import compare_models, counterpart, pairwise, wins
 from backretrieval.analysis.evaluate import EvalResult
 from backretrieval.analysis.stats import bootstrap_ci, hits, holm, mcnemar_exact, paired_bootstrap_diff
 from backretrieval.cli import main
@@ -123,10 +123,10 @@ def test_pairwise_against_naive_reference_and_wins():
 
 
 def test_compare_holds_every_statistic_the_report_shows():
-    """One computation: compare()'s pairwise table is pairwise()'s, its adjacent gaps' raw
+    """One computation: compare_models()'s pairwise table is pairwise()'s, its adjacent gaps' raw
     p-values are those of the same tests, and its wins count the significant gaps."""
     res = synthetic_result()
-    c = compare(res, "bkr@10", n_boot=200, n_perm=400)
+    c = compare_models(res, "bkr@10", n_boot=200, n_perm=400)
     pd.testing.assert_frame_equal(c.pairwise, pairwise(res, "bkr@10", n_boot=200, n_perm=400))
     for _, r in c.per_pair.dropna(subset=["p_vs_next"]).iterrows():
         nxt = c.per_pair[(c.per_pair["pair"] == r["pair"]) & (c.per_pair["rank"] == r["rank"] + 1)].iloc[0]
@@ -149,7 +149,7 @@ def test_write_compare_report_renders_without_resampling(tmp_path, monkeypatch):
 
     compare_module = importlib.import_module("backretrieval.analysis.compare")
     res = synthetic_result()
-    c = compare(res, "bkr@10", n_boot=100, n_perm=200)
+    c = compare_models(res, "bkr@10", n_boot=100, n_perm=200)
 
     def refuse(*a, **k):
         raise AssertionError("the report recomputed a statistic")
@@ -157,7 +157,7 @@ def test_write_compare_report_renders_without_resampling(tmp_path, monkeypatch):
     decision = importlib.import_module("backretrieval.analysis.decision")
     for mod, names in ((stats, ("bootstrap_ci", "bootstrap_means", "paired_bootstrap_diff", "paired_permutation_test",
                                 "sign_flip_p", "tost", "holm")),
-                       (compare_module, ("holm", "compare", "pairwise", "decide_outcomes", "decide_replicates")),
+                       (compare_module, ("holm", "compare_models", "pairwise", "decide_outcomes", "decide_replicates")),
                        (decision, ("bootstrap_means", "sign_flip_p", "tost", "holm"))):
         for name in names:
             monkeypatch.setattr(mod, name, refuse)
@@ -173,7 +173,7 @@ def test_verdicts_say_each_model_against_the_best_as_the_verdict_does():
     """The page's sentences read the verdict's own tests (the best against each other model,
     Holm over those k - 1): the same words, marks and decision."""
     res = synthetic_result()
-    c = compare(res, "bkr@10", n_boot=200, n_perm=400)
+    c = compare_models(res, "bkr@10", n_boot=200, n_perm=400)
     v = verdicts(c)
     gaps = [x for x in v if "better" in x]
     assert len(gaps) == 2 * 3
@@ -201,7 +201,7 @@ def test_chance_level_and_counterpart():
 
 def test_python_form_writes_the_report_for_synthetic_grid(tmp_path):
     res = synthetic_result()
-    path = write_compare_report(compare(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path)
+    path = write_compare_report(compare_models(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path)
     text = path.read_text(encoding="utf-8")
     assert "write_compare_report(&lt;comparison by bkr@10&gt;, result, out_dir)" in text  # provenance
     doc = json.loads((tmp_path / "report.json").read_text())
@@ -332,7 +332,7 @@ def test_a_report_of_8_models_x_8_pairs_fits_a_1200_px_window(tmp_path):
                     "speed_note": "measured YYYY-MM-DD on this machine (1,000 texts of 16-31 chars)"}
                 for i, m in enumerate(WIDE_MODELS)}
     res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
-    write_compare_report(compare(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path, examples=0)
+    write_compare_report(compare_models(res, "bkr@10", n_boot=100, n_perm=200), res, tmp_path, examples=0)
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "The price of each answer" in html and html.count('<div class="scroll"><table>') == html.count("<table>")
     from playwright.sync_api import sync_playwright
@@ -358,7 +358,7 @@ def test_agreement_with_ground_truth_names_reversed_pairs():
         if m in ("good", "random"):
             other = "random" if m == "good" else "good"
             r["xlr"] = res.ranks[(other, src, tgt, s)]["bkr"].copy()
-    cs = {k: compare(res, k, n_boot=100, n_perm=400, beside=False) for k in ("bkr@10", "xlr@10")}
+    cs = {k: compare_models(res, k, n_boot=100, n_perm=400, beside=False) for k in ("bkr@10", "xlr@10")}
     agree = agreement(cs["bkr@10"], cs["xlr@10"])
     assert len(agree) == 2
     for a in agree:
@@ -375,7 +375,7 @@ def test_text_only_and_single_model_reports(tmp_path):
     for r in res.ranks.values():
         del r["bkr"]
     res.text_only = True
-    c = compare(res, "xlr@10", n_boot=100, n_perm=200)
+    c = compare_models(res, "xlr@10", n_boot=100, n_perm=200)
     assert c.beside is None
     write_compare_report(c, res, tmp_path / "text")
     doc = json.loads((tmp_path / "text" / "report.json").read_text())
@@ -383,7 +383,7 @@ def test_text_only_and_single_model_reports(tmp_path):
 
     one = EvalResult(config=res.config, records=[r for r in res.records if r["model"] == "good"],
                      ranks={k: v for k, v in res.ranks.items() if k[0] == "good"})
-    write_compare_report(compare(one, "xlr@10", n_boot=100, n_perm=200), one, tmp_path / "one")
+    write_compare_report(compare_models(one, "xlr@10", n_boot=100, n_perm=200), one, tmp_path / "one")
     doc = json.loads((tmp_path / "one" / "report.json").read_text())
     m = doc["metrics"][0]
     assert m["pairwise"] == [] and m["wins"] == [{"model": "good", "wins": 0, "losses": 0, "ties": 0}]
@@ -392,7 +392,7 @@ def test_text_only_and_single_model_reports(tmp_path):
 
 def test_pairwise_corr_from_bootstrap_replicates():
     """CORR gaps: the estimate difference of the seed means, the percentile interval of the paired
-    replicates' difference, and the Wald p-value compare() gives the adjacent gap."""
+    replicates' difference, and the Wald p-value compare_models() gives the adjacent gap."""
     rng = np.random.default_rng(4)
     res = synthetic_result(seeds=(0, 1))
     level = {"good": 0.3, "mid": 0.15, "mid-twin": 0.149, "random": 0.0}
@@ -402,7 +402,7 @@ def test_pairwise_corr_from_bootstrap_replicates():
     for (m, src, tgt, s), rk in res.ranks.items():
         rk["corr_boot"] = level[m] + common[(src, tgt, s)] + 0.005 * rng.standard_normal(80)
     pw = pairwise(res, "corr", level=0.9)
-    c = compare(res, "corr", level=0.9)
+    c = compare_models(res, "corr", level=0.9)
     for _, r in pw.iterrows():
         src, tgt = r["pair"].split("->")
         est = {m: np.mean([x["corr"] for x in res.records if (x["model"], x["src_lang"], x["tgt_lang"]) == (m, src, tgt)])
@@ -423,7 +423,7 @@ def test_the_verdict_names_the_cheapest_equivalent_model_end_to_end(tmp_path):
     """A model and a cheaper form of it that gives the same answers but for a few queries: the
     verdict's equivalence test finds them within the margin, and compare.json, compare.md and the
     page say to ship the cheaper one, at a quarter of the storage."""
-    from backretrieval.report.outputs import comparison_markdown
+    from backretrieval.report.runs.grid import comparison_markdown
 
     rng = np.random.default_rng(2)
     pairs, models = [("en", "de"), ("de", "ja")], ["full", "int8", "random"]
@@ -439,7 +439,7 @@ def test_the_verdict_names_the_cheapest_equivalent_model_end_to_end(tmp_path):
     encoding = {m: {"dim": 512, "bytes_per_item": b, "speed": None, "speed_note": "unknown"}
                 for m, b in (("full", 2048), ("int8", 512), ("random", 2048))}
     res = EvalResult(config=cfg, records=records, ranks=ranks, run={"encoding": encoding})
-    c = compare(res, "bkr@10", n_boot=200, n_perm=500)
+    c = compare_models(res, "bkr@10", n_boot=200, n_perm=500)
     assert c.verdict["equivalent_to_best"][:2] == ["full", "int8"], c.verdict["text"]
     assert c.cheapest["overall"]["cheapest"] == "int8"
     sentence = "Ship int8: within 0.05 of full on every pair at a quarter of the storage."

@@ -256,12 +256,12 @@ def test_rank_disagreements_known_places():
 def test_meta_examples_show_the_two_models_that_trade_places(gallery_report):
     """On the real grid behind the report: the pairs BkR and XLR order most differently, each with
     a gallery of the two models that trade places, on the queries where the two differ."""
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
     from backretrieval.report.meta_report import disagreement_examples, rank_disagreements
 
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "ar"), ("he", "en"), ("en", "de")], models=MODELS,
                      image_model="color-hist", n=120, seeds=[0])
-    res = evaluate(cfg, gallery_report, progress=False)
+    res = run_grid(cfg, gallery_report, progress=False)
     text, css = disagreement_examples(res, "bkr@10", pairs=2, n=4)
     ranks = rank_disagreements(res.records, "bkr@10")
     worst = ranks.groupby("pair", sort=False)["gap"].sum().sort_values(ascending=False, kind="stable")
@@ -278,7 +278,7 @@ def test_report_without_per_query_results_says_so(tmp_path):
     """A result assembled from ranks alone (no samples' items) gets its report, with a sentence
     instead of the galleries."""
     from backretrieval.analysis import EvalConfig
-    from backretrieval.analysis.compare import compare
+    from backretrieval.analysis.compare import compare_models
     from backretrieval.analysis.evaluate import EvalResult
     from backretrieval.report.compare_report import write_compare_report
 
@@ -286,11 +286,11 @@ def test_report_without_per_query_results_says_so(tmp_path):
     cfg = EvalConfig(dataset="synthetic", pairs=[("en", "de")], models=["a", "b"], n=40, seeds=[0])
     res = EvalResult(config=cfg, records=[{"model": m, "src_lang": "en", "tgt_lang": "de", "seed": 0} for m in "ab"],
                      ranks={(m, "en", "de", 0): {"bkr": rng.integers(1, 41, 40).astype(float)} for m in "ab"})
-    path = write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path)
+    path = write_compare_report(compare_models(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path)
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["examples"].startswith("no example gallery: record ") and "holds no items of its samples" in doc["examples"]
     assert "<h2>Examples: what each model retrieved</h2>" in path.read_text(encoding="utf-8")
-    write_compare_report(compare(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path / "none", examples=0)
+    write_compare_report(compare_models(res, "bkr@10", n_boot=50, n_perm=50), res, tmp_path / "none", examples=0)
     assert "examples" not in json.loads((tmp_path / "none" / "report.json").read_text())
 
 

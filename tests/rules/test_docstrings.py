@@ -12,7 +12,7 @@ underscore) is covered at two levels:
 Google style covers: ``backretrieval.metrics`` (the package and every public submodule, plus the names its
 ``__all__`` re-exports from private submodules), every module of ``backretrieval.analysis``
 (subpackages included: ``analysis.evaluate``), the estimator base module
-``backretrieval.train.base``, Cr5's ``train.cr5.evaluation``, ``train.cr5.splits`` and
+``backretrieval.train.base``, the run writers (``report.runs``), Cr5's ``train.cr5.retrieval``, ``train.cr5.splits`` and
 ``train.cr5.solver``, and the estimator classes ``Triplet``, ``M3L`` and ``Cr5``.
 
 What is collected: public (no leading underscore) functions and classes *defined* in a covered
@@ -49,6 +49,7 @@ import pytest
 
 import backretrieval.analysis
 import backretrieval.metrics
+import backretrieval.report.runs
 
 EXCLUDED_MODULES: set[str] = set()  # empty: every analysis module is covered
 
@@ -73,8 +74,11 @@ def _modules() -> list:
             mods.append(importlib.import_module(info.name))
     mods.append(importlib.import_module("backretrieval.train.base"))
     # Cr5's public functions (problem.py and the compiled kernels _cg / _lanczos are not covered)
-    for name in ("evaluation", "splits", "solver"):
+    for name in ("retrieval", "splits", "solver"):
         mods.append(importlib.import_module(f"backretrieval.train.cr5.{name}"))
+    # the run writers: what every command does, given a folder (br.evaluate, br.compare, br.meta, ...)
+    for info in pkgutil.walk_packages(backretrieval.report.runs.__path__, "backretrieval.report.runs."):
+        mods.append(importlib.import_module(info.name))
     return mods
 
 
@@ -228,7 +232,9 @@ def test_something_collected():
         "backretrieval.analysis.evaluate.tasks.run_sample_task",
         "backretrieval.train.cr5.estimator.Cr5.fit",
         "backretrieval.train.cr5.solver.solve",
-        "backretrieval.train.cr5.evaluation.select_lambda",
+        "backretrieval.train.cr5.retrieval.select_lambda",
+        "backretrieval.analysis.trained.cr5.train_evaluate",
+        "backretrieval.report.runs.meta.meta",
         "backretrieval.train.cr5.splits.make_split",
         "backretrieval.metrics.retrieval.retrieval_ranks",
     ):

@@ -23,12 +23,11 @@ def test_public_names():
 
 def test_public_names_are_the_layers_objects():
     from backretrieval.analysis import EvalConfig
-    from backretrieval.analysis.meta import run_meta
     from backretrieval.metrics import xlr
-    from backretrieval.report.outputs import compare, evaluate
+    from backretrieval.report.runs import compare, evaluate, meta
     from backretrieval.train.cr5 import Cr5
 
-    assert br.EvalConfig is EvalConfig and br.evaluate is evaluate and br.compare is compare and br.meta is run_meta
+    assert br.EvalConfig is EvalConfig and br.evaluate is evaluate and br.compare is compare and br.meta is meta
     assert br.xlr is xlr and br.Cr5 is Cr5
     assert br.text_model("random").dim > 0
 

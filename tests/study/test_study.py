@@ -601,12 +601,12 @@ def test_queries_needed_by_the_exact_test():
 
 
 def test_analyze_bkr_section_matches_evaluate(study, shared_data):
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     scripted_ratings(study, {"rater1": lambda s, m: 1 + s % 4})
     res = analyze(study, bkr=True, bkr_n=60, bkr_seeds=1, image_model="color-hist", n_boot=100, progress=False)
     assert res["agreement"] is None
-    ref = evaluate(EvalConfig("emoji-cldr", [("en", "ru")], MODELS, image_model="color-hist", n=60, seeds=[0],
+    ref = run_grid(EvalConfig("emoji-cldr", [("en", "ru")], MODELS, image_model="color-hist", n=60, seeds=[0],
                               dataset_options={"source_dir": npm_dir(shared_data)}), None, progress=False)
     for rec in ref.records:
         assert res["bkr"]["models"][rec["model"]]["bkr@10"] == pytest.approx(rec["bkr@10"])

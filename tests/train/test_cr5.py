@@ -28,7 +28,6 @@ from backretrieval.train.cr5 import (
     select_lambda,
     single_token_dictionary,
     solve,
-    train_evaluate,
     training_corpora,
     word_retrieval,
 )
@@ -457,7 +456,7 @@ def test_precision_table_and_eval_md(tmp_path):
     ]
     assert precision_table_md(recs[:1], ks=(1,)).splitlines()[2] == "| en | de | 50.0 | 4 | 9 |"
     model = SimpleNamespace(languages_=["de", "en"], rank=16)
-    path = write_eval_md(tmp_path, {"regime": "joint", "model": model, "lam": 10.0, "test": recs})
+    path = write_eval_md(tmp_path, SimpleNamespace(regime="joint", model=model, lam=10.0, test=recs))
     text = path.read_text()
     assert path == tmp_path / "eval.md" and text.startswith("# Cr5 joint (de, en), rank 16, lambda 10\n")
     assert "\n".join(lines) + "\n" in text
@@ -485,16 +484,6 @@ def test_cli_train_then_evaluate_text_only_dataset(shared_data, tmp_path):
     assert ev["regime"] == "joint" and len(ev["test"]) == 4
     assert {"xlr@1", "xlr@5", "xlr@10", "xlr_mrr"} <= set(ev["test"][0]) and "p@1" not in ev["test"][0]
     assert "| en | de |" in (out / "eval.md").read_text() and "cosine xlr@1" in (out / "eval.md").read_text()
-    # the Python writer the command calls: the same files, the same table
-    from backretrieval.data import load_dataset
-    from backretrieval.report.outputs import train_cr5
-
-    py = tmp_path / "cr5-python"
-    ds = load_dataset("ddtp", langs=["en", "de"], source_dir=str(shared_data / "ddtp"), max_docs=3000)
-    train_cr5(ds, out_dir=py, regime="joint", languages=["en", "de"], lams=[10.0], params=dict(rank=16),
-              split_options=dict(test_size=100, val_size=50, distractor_frac=0.05, seed=0))
-    assert sorted(p.relative_to(py) for p in py.rglob("*")) == sorted(p.relative_to(out) for p in out.rglob("*"))
-    assert (py / "eval.md").read_text() == (out / "eval.md").read_text()
     # a pairwise model on the same held-out concepts (--split): same test queries, same pools
     out2 = tmp_path / "cr5-pair"
     r = CliRunner().invoke(main, [
@@ -535,13 +524,13 @@ def test_single_token_dictionary():
 def test_grid_skips_a_model_for_languages_it_cannot_embed(fitted, tmp_path, shared_data):
     """A Cr5 model trained on de/en/ja evaluated on emoji-cldr en-de and en-ru: it runs for en-de,
     is skipped (with a warning) for en-ru, and the other models run everywhere."""
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     d = fitted.save(tmp_path / "m")
     logs: list[str] = []
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "de"), ("en", "ru")], models=[f"cr5:{d}", "random"],
                      image_model="color-hist", n=100, seeds=[0])
-    res = evaluate(cfg, tmp_path / "out", progress=False, log=logs.append)
+    res = run_grid(cfg, tmp_path / "out", progress=False, log=logs.append)
     got = {(r["model"], r["tgt_lang"]) for r in res.records}
     assert got == {("cr5:m", "de"), ("random", "de"), ("random", "ru")}
     assert any("skipping cr5:" in m and "'ru'" in m and "no language 'ru'" in m for m in logs)

@@ -16,7 +16,8 @@ from backretrieval.core import BackretrievalError, DataError, EncoderError
 from backretrieval.data import Dataset, load_dataset
 from backretrieval.encoders.registry import get_text_encoder
 from backretrieval.encoders.trained.m3l import M3LTextEncoder, forward, load_model
-from backretrieval.analysis.image_retrieval import evaluate_image_retrieval
+from backretrieval.analysis.trained.image_retrieval import evaluate_image_retrieval
+from backretrieval.metrics import retrieval_ranks
 from backretrieval.train.m3l import (
     M3L,
     assign_splits,
@@ -28,7 +29,6 @@ from backretrieval.train.m3l import (
     m3l_loss,
     patr_loss,
     recall_summary,
-    retrieval_ranks,
 )
 
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
@@ -233,10 +233,10 @@ def test_retrieval_ranks_match_naive_and_ties_never_help():
         np.testing.assert_array_equal(retrieval_ranks(q, g, true, sim=metric), _naive_ranks(q, g, true, metric))
     # duplicate gallery rows: the true image ties with its copy -> rank 2, never 1
     g2 = np.vstack([g[:1], g[:1], g[1:5]])
-    assert retrieval_ranks(g[:1], g2, np.array([0]))[0] == 2
+    assert retrieval_ranks(g[:1], g2, np.array([0]), sim="euclidean")[0] == 2
     # euclidean differs from the inner product: a long vector is not "nearer"
     gg = np.array([[1.0, 0.0], [10.0, 0.0]], np.float32)
-    assert retrieval_ranks(np.array([[1.0, 0.0]], np.float32), gg, np.array([0]))[0] == 1
+    assert retrieval_ranks(np.array([[1.0, 0.0]], np.float32), gg, np.array([0]), sim="euclidean")[0] == 1
     summ = recall_summary(np.array([1, 3, 12, 5]), (1, 5, 10))
     assert summ["t2i@1"] == 0.25 and summ["t2i@5"] == 0.75 and summ["t2i@10"] == 0.75
 
@@ -330,6 +330,8 @@ def test_test_split_retrieval_zero_shot(trained, emoji_small):
     model, out = trained
     data = collect_images(emoji_small, ["en", "de", "ja"], "efficientnet-lite0")  # the model's split rule
     res = evaluate_image_retrieval(out, emoji_small, ["en", "de", "ja"], split="test", ks=(1, 5, 10), data=data)
+    with pytest.raises(BackretrievalError, match="^unknown retrieval similarity 'csls'; choose one of euclidean, cosine$"):
+        evaluate_image_retrieval(out, emoji_small, ["en"], sim="csls")
     n_test = int((model.data_.split == 2).sum())
     assert res.n_images == n_test == int((data.split == 2).sum())
     assert res.to_json()["per_lang"] == evaluate_image_retrieval(out, emoji_small, ["en", "de", "ja"]).per_lang
@@ -513,7 +515,7 @@ def test_image_retrieval_groups_seeds_but_not_settings(trained):
     settings make their own rows, named by what differs."""
     import dataclasses
 
-    from backretrieval.analysis.image_retrieval import group_key, group_labels
+    from backretrieval.analysis.trained.image_retrieval import group_key, group_labels
 
     _, out = trained
     md, _ = load_model(out)
@@ -534,7 +536,7 @@ def test_image_retrieval_groups_seeds_but_not_settings(trained):
 def test_image_retrieval_reads_old_prose_eta_rule(trained, tmp_path):
     """A directory in the legacy layout (config.json; in its first form with only the prose
     eta_rule) groups exactly as the new one and gives the same vectors."""
-    from backretrieval.analysis.image_retrieval import group_key
+    from backretrieval.analysis.trained.image_retrieval import group_key
     from legacy_model_dirs import legacy_m3l
 
     model, out = trained

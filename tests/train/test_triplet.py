@@ -290,11 +290,11 @@ def test_saved_model_reloads_with_identical_embeddings(emoji_model):
 
 
 def test_trained_model_in_the_evaluation_grid(emoji_model, tmp_path):
-    from backretrieval.analysis import EvalConfig, evaluate
+    from backretrieval.analysis import EvalConfig, run_grid
 
     _, out, _ = emoji_model
     cfg = EvalConfig(dataset="emoji-cldr", pairs=[("en", "ja")], models=["use-m", f"tripletxl:{out}"], image_model="color-hist", n=80, seeds=[0])
-    res = evaluate(cfg, tmp_path / "grid", progress=False)
+    res = run_grid(cfg, tmp_path / "grid", progress=False)
     recs = {r["model"]: r for r in res.records}
     assert set(recs) == {"use-m", f"tripletxl:{out.name}"} and recs[f"tripletxl:{out.name}"]["model_spec"] == f"tripletxl:{out}"
     # the records are the means of the per-query ranks the grid keeps

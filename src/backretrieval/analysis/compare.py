@@ -71,11 +71,6 @@ def check_metric(metric: str, *, approx_depth: int | None = None) -> tuple[Metri
     return spec, k
 
 
-def _depth(cfg: EvalConfig) -> int | None:
-    """The depth the approximate route searches for ``cfg`` (None: exact search)."""
-    return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
-
-
 def outcome_fn(metric: str):
     """``"bkr@10"`` -> (ranks key, function ranks -> per-query outcomes).
 
@@ -98,7 +93,7 @@ def outcome_fn(metric: str):
     return spec.source, (lambda r, spec=spec, k=k: spec.outcome(r, k))
 
 
-def compare(
+def compare_models(
     result: EvalResult | EvalConfig,
     metric: str | None = None,
     *,
@@ -141,7 +136,7 @@ def compare(
             unless set).
         beside: also rank by the metric's counterpart (:func:`~backretrieval.metrics.table.counterpart`)
             where the records have it (:attr:`Comparison.beside`).
-        out_dir: for a configuration, where its records go, as for :func:`~.evaluate.evaluate`.
+        out_dir: for a configuration, where its records go, as for :func:`~.evaluate.run_grid`.
         executor: for a configuration, where its per-sample tasks run.
         progress: for a configuration, show progress bars.
         log: for a configuration, receives the notable events of the evaluation.
@@ -155,16 +150,16 @@ def compare(
     """
     cfg = result if isinstance(result, EvalConfig) else result.config
     metric = f"bkr@{cfg.k}" if metric is None else metric
-    spec, _ = check_metric(metric, approx_depth=_depth(cfg))  # a metric it cannot rank by fails before anything is computed
+    spec, _ = check_metric(metric, approx_depth=cfg.approx_depth)  # a metric it cannot rank by fails before anything is computed
     if isinstance(result, EvalConfig):
-        from .evaluate import evaluate
+        from .evaluate import run_grid
 
         if spec.outcome is None and cfg.corr_boot == 0:
             cfg = dataclasses.replace(cfg, corr_boot=200)
         if margin is not None:  # the note before the run measures against the same margin
             cfg = dataclasses.replace(cfg, margin=check_margin(margin))
         needs = ("xlr",) if spec.needs_truth else ("bkr",)
-        result = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
+        result = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs,
                           purpose=f"compare by {metric}")
     margin = result.config.margin if margin is None else check_margin(margin)
     stats_ = dict(n_boot=n_boot, n_perm=n_perm, level=level, alpha=alpha, seed=seed, margin=margin)
@@ -197,12 +192,12 @@ def pairwise(
     exact for 0/1 outcomes); p-values are Holm-adjusted over all ``m(m-1)/2`` gaps of the
     language pair (the table of wins; the verdict's own tests are :attr:`Comparison.equivalence`). For ``corr`` the interval and
     the p-value come from the stored bootstrap replicates (the percentile interval of the
-    replicates' difference; the Wald p-value of :func:`compare`). This is
-    :attr:`Comparison.pairwise` of :func:`compare` with the same arguments.
+    replicates' difference; the Wald p-value of :func:`compare_models`). This is
+    :attr:`Comparison.pairwise` of :func:`compare_models` with the same arguments.
 
     Args:
         result: a finished grid.
-        metric: as for :func:`compare`.
+        metric: as for :func:`compare_models`.
         n_boot: bootstrap resamples of each gap's interval.
         n_perm: permutations of each gap's test.
         level: confidence level of the intervals.
@@ -354,7 +349,7 @@ def has_metric(result: EvalResult, metric: str) -> bool:
         result without records.
     """
     try:
-        spec, _ = check_metric(metric, approx_depth=_depth(result.config))
+        spec, _ = check_metric(metric, approx_depth=result.config.approx_depth)
     except BackretrievalError:
         return False
     key = "corr_boot" if spec.outcome is None else spec.source

@@ -1,5 +1,5 @@
 """What a comparison of models found (:class:`Comparison`): the tables every report, page and
-script shows of it, computed once by :func:`~.compare.compare` and read by the verdict
+script shows of it, computed once by :func:`~.compare.compare_models` and read by the verdict
 (:mod:`.verdict`) and the report layer.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ EQUIVALENCE_COLUMNS = ["pair", "model_a", "model_b", "diff", "diff_low", "diff_h
 
 @dataclasses.dataclass
 class Comparison:
-    """The result of :func:`~.compare.compare`: everything a table, a page or a script shows of it, computed once.
+    """The result of :func:`~.compare.compare_models`: everything a table, a page or a script shows of it, computed once.
 
     Attributes:
         metric: the metric the models were ranked by.
@@ -58,10 +58,10 @@ class Comparison:
         beside: the same comparison by the metric's counterpart (XLR@K beside BkR@K and the
             other way round) where the records have what it needs; None otherwise.
         verdict: which model to ship, per pair and overall, with the interval behind it
-            (:func:`backretrieval.analysis.verdict.verdict`); empty until :func:`compare` sets it.
+            (:func:`backretrieval.analysis.verdict.verdict`); empty until :func:`~backretrieval.analysis.compare.compare_models` sets it.
         costs: the price of each model's answers (:func:`backretrieval.analysis.costs.model_costs`:
             bytes per vector, measured throughput, tokens and cost per million items of API
-            models); empty until :func:`compare` sets it.
+            models); empty until :func:`~backretrieval.analysis.compare.compare_models` sets it.
         cheapest: the cheapest model as good as the best, per pair and overall, by the cost
             the configuration names (:func:`backretrieval.analysis.costs.cheapest_equivalent`);
             None where the verdict holds no equivalence test.

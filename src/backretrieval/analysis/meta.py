@@ -330,11 +330,11 @@ def run_meta(cfg, out_dir=None, *, image_models: Sequence[Any] = (), candidates:
             without ``xlr@10`` or a candidate (the dataset lacks ground truth or images); the
             grid's own errors pass through.
     """
-    from .evaluate import evaluate
+    from .evaluate import run_grid
 
     candidates = _start(cfg, candidates)
     cfg = dataclasses.replace(cfg, extra_image_models=[*cfg.extra_image_models, *image_models])
-    res = evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=("xlr", "bkr"),
+    res = run_grid(cfg, out_dir, progress=progress, log=log, executor=executor, needs=("xlr", "bkr"),
                    purpose="the meta-evaluation")
     results = {cfg.image_model_name: res, **res.others}
     return _meta(cfg, results, [cfg.dataset], candidates)
@@ -404,7 +404,7 @@ def run_meta_datasets(
         out_dir: the output folder (None: nothing written).
         image_models: extra (weaker) image models (spec strings or Python objects).
         candidates: the candidate proxies judged (None: BkR at ``cfg.k`` and CORR), as for :func:`run_meta`.
-        progress, log, executor: as for :func:`~.evaluate.evaluate`.
+        progress, log, executor: as for :func:`~.evaluate.run_grid`.
 
     Returns:
         The merged :class:`MetaResult` (``results[g].records`` carry ``dataset`` and ``pair``).
@@ -415,7 +415,7 @@ def run_meta_datasets(
     """
     from pathlib import Path
 
-    from .evaluate import EvalResult, evaluate
+    from .evaluate import EvalResult, run_grid
     from .evaluate.result import slug
 
     candidates = _start(cfg, candidates)
@@ -456,7 +456,7 @@ def run_meta_datasets(
     for spec, options, pairs in plans:
         sub = dataclasses.replace(cfg, dataset=spec, dataset_options=dict(options), pairs=pairs, extra_image_models=extra)
         log(f"meta: dataset {spec}: pairs {', '.join(f'{s}-{t}' for s, t in pairs)}")
-        res = evaluate(sub, None if out_dir is None else Path(out_dir) / "datasets" / names[spec], progress=progress,
+        res = run_grid(sub, None if out_dir is None else Path(out_dir) / "datasets" / names[spec], progress=progress,
                        log=log_once, executor=executor, needs=("xlr", "bkr"), purpose="the meta-evaluation")
         runs.append(res.run)
         for g, r in {cfg.image_model_name: res, **res.others}.items():

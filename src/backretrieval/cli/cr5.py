@@ -6,10 +6,30 @@ from pathlib import Path
 import click
 
 from .options import (
-    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, bad_option, check_outputs, parse_list, parse_numbers,
-    parse_options, warn, train,
+    NON_NEGATIVE, POSITIVE, POSITIVE_NUMBER, SEED, UNIT_FROM_0, LibraryDefault, bad_option, check_outputs, parse_list,
+    parse_numbers, parse_options, warn, train,
 )
 from .output_paths import check_inputs_kept
+
+
+def _cr5(name: str):
+    """The default of the Cr5 hyper-parameter ``name``: the estimator's (read when needed)."""
+    def read():
+        from ..train.cr5 import Cr5
+
+        return Cr5().get_params()[name]
+    return read
+
+
+def _split(name: str):
+    """The default of ``make_split``'s ``name`` (read when needed)."""
+    def read():
+        import inspect
+
+        from ..train.cr5 import make_split
+
+        return inspect.signature(make_split).parameters[name].default
+    return read
 
 
 def _pairs(spec: str, option: str) -> list[tuple[str, str]]:
@@ -37,26 +57,26 @@ def _one_pair(spec: str, option: str) -> tuple[str, str]:
 @click.option("--pair", default=None, help="The pair of a pairwise/transitive model, e.g. de-ja.")
 @click.option("--pivot", default=None, help="Pivot language of transitive training (e.g. en).")
 @click.option("--eval-pairs", default=None, help="Pairs to hold out and evaluate (default: the pair, or the first language with each other one).")
-@click.option("--rank", type=POSITIVE, default=300, show_default=True, help="Embedding dimension r.")
-@click.option("--lam", default="1", show_default=True,
+@click.option("--rank", type=POSITIVE, cls=LibraryDefault, default=_cr5("rank"), show_default=True, help="Embedding dimension r.")
+@click.option("--lam", cls=LibraryDefault, default=lambda: f"{_cr5('lam')():g}", show_default=True,
               help="Ridge lambda; a comma list (e.g. 0.3,1,3) is chosen from by mean validation xlr@1.")
-@click.option("--max-vocab", type=POSITIVE, default=200_000, show_default=True, help="Vocabulary size per language (most frequent tokens).")
-@click.option("--min-df", type=POSITIVE, default=3, show_default=True, help="Drop tokens in fewer training documents.")
-@click.option("--min-words", type=NON_NEGATIVE, default=5, show_default=True, help="Training documents need at least this many distinct tokens.")
-@click.option("--max-words", type=POSITIVE, default=1000, show_default=True, help="... and at most this many.")
-@click.option("--test-size", type=POSITIVE, default=1000, show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
-@click.option("--val-size", type=POSITIVE, default=500, show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
-@click.option("--distractor-frac", type=UNIT_FROM_0, default=0.05, show_default=True, help="Share of the other concepts held out as extra candidates.")
+@click.option("--max-vocab", type=POSITIVE, cls=LibraryDefault, default=_cr5("max_vocab"), show_default=True, help="Vocabulary size per language (most frequent tokens).")
+@click.option("--min-df", type=POSITIVE, cls=LibraryDefault, default=_cr5("min_df"), show_default=True, help="Drop tokens in fewer training documents.")
+@click.option("--min-words", type=NON_NEGATIVE, cls=LibraryDefault, default=_cr5("min_words"), show_default=True, help="Training documents need at least this many distinct tokens.")
+@click.option("--max-words", type=POSITIVE, cls=LibraryDefault, default=_cr5("max_words"), show_default=True, help="... and at most this many.")
+@click.option("--test-size", type=POSITIVE, cls=LibraryDefault, default=_split("test_size"), show_default=True, help="Test query concepts per pair (at most 20% of the shared concepts).")
+@click.option("--val-size", type=POSITIVE, cls=LibraryDefault, default=_split("val_size"), show_default=True, help="Validation concepts per pair (at most 10% of the shared concepts).")
+@click.option("--distractor-frac", type=UNIT_FROM_0, cls=LibraryDefault, default=_split("distractor_frac"), show_default=True, help="Share of the other concepts held out as extra candidates.")
 @click.option("--split", "split_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Reuse the held-out concepts of another run (its split.json), e.g. to compare regimes on the same test.")
 @click.option("--holdout/--no-holdout", default=True, show_default=True,
               help="--no-holdout trains on every concept (no evaluation): a model for use on other data.")
-@click.option("--cg-tol", type=POSITIVE_NUMBER, default=0.01, show_default=True)
-@click.option("--cg-maxiter", type=POSITIVE, default=500, show_default=True)
-@click.option("--eig-tol", type=POSITIVE_NUMBER, default=0.1, show_default=True)
-@click.option("--eig-maxiter", type=POSITIVE, default=250, show_default=True)
-@click.option("--n-jobs", type=POSITIVE, default=1, show_default=True, help="Threads for the per-language solves.")
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split and of eigsh's start vector.")
+@click.option("--cg-tol", type=POSITIVE_NUMBER, cls=LibraryDefault, default=_cr5("cg_tol"), show_default=True)
+@click.option("--cg-maxiter", type=POSITIVE, cls=LibraryDefault, default=_cr5("cg_maxiter"), show_default=True)
+@click.option("--eig-tol", type=POSITIVE_NUMBER, cls=LibraryDefault, default=_cr5("eig_tol"), show_default=True)
+@click.option("--eig-maxiter", type=POSITIVE, cls=LibraryDefault, default=_cr5("eig_maxiter"), show_default=True)
+@click.option("--n-jobs", type=POSITIVE, cls=LibraryDefault, default=_cr5("n_jobs"), show_default=True, help="Threads for the per-language solves.")
+@click.option("--seed", type=SEED, cls=LibraryDefault, default=_cr5("seed"), show_default=True, help="Seed of the split and of eigsh's start vector.")
 @click.option("--dataset-option", "dataset_option", multiple=True, help="Loader option KEY=VALUE (e.g. source_dir=DIR, split=train).")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Model directory to write.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
@@ -74,7 +94,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
 
     from ..core import BackretrievalError
     from ..data import load_dataset
-    from ..report.outputs import train_cr5
+    from ..report.runs import train_cr5
     from ..train.cr5 import Cr5OptionError, Split, plan_training
 
     lang_list = parse_list(langs, "--langs", "language") if langs is not None else None
@@ -102,7 +122,7 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
     ds = load_dataset(dataset, langs=plan.load, **options)
     langs_used = plan.trained or ds.languages
     try:
-        res = train_cr5(
+        run = train_cr5(
             ds,
             regime=plan.regime,
             languages=langs_used,
@@ -120,18 +140,18 @@ def train_cr5(dataset, langs, regime, pair, pivot, eval_pairs, rank, lam, max_vo
         )
     except ValueError as e:  # e.g. scipy refusing a degenerate problem
         raise BackretrievalError(f"train cr5: {e}") from e
-    model = res["model"]
+    model = run.model
     click.echo(
-        f"trained Cr5 {regime} on {', '.join(model.languages_)}: rank {model.rank}, lambda {res['lam']:g}, "
+        f"trained Cr5 {regime} on {', '.join(model.languages_)}: rank {model.rank}, lambda {run.lam:g}, "
         f"{sum(model.n_documents_.values())} documents, {model.n_concepts_} concepts, "
         f"fit {model.fit_seconds_:.0f}s (total {time.perf_counter() - t0:.0f}s)"
     )
-    if res["lambda_table"] and len(res["lambda_table"]) > 1:
-        click.echo("lambda selection (mean validation xlr@1): " + ", ".join(f"{r['lam']:g}: {r['val_xlr@1']:.3f}" for r in res["lambda_table"]))
-    if res["test"]:
+    if len(run.lambda_table) > 1:
+        click.echo("lambda selection (mean validation xlr@1): " + ", ".join(f"{r['lam']:g}: {r['val_xlr@1']:.3f}" for r in run.lambda_table))
+    if run.test:
         from ..report.cr5_tables import precision_table_md
 
-        click.echo("\n" + precision_table_md(res["test"]))
+        click.echo("\n" + precision_table_md(run.test))
         click.echo(f"\nwrote {Path(out)} (model, eval.md, eval.json, split.json); use it as --models cr5:{out}")
     else:
         click.echo(f"wrote {Path(out)}; use it as --models cr5:{out}")

@@ -163,7 +163,7 @@ def image_retrieval(models, dataset, dataset_option, langs, split, ks, sim, plot
     the order of results.json's models) and OUT/projection.png (a t-SNE of captions in several
     languages over the image features, one panel per configuration).
     """
-    from ..analysis.image_retrieval import image_retrieval as run_image_retrieval
+    from ..analysis.trained.image_retrieval import image_retrieval as run_image_retrieval
     from ..core import BackretrievalError
     from ..data import load_dataset
     from ..encoders.trained.m3l import load_model

@@ -98,6 +98,15 @@ N_BOOT = click.IntRange(2, MAX_N_BOOT)
 PORT = click.IntRange(0, 65535)  # 0: any free port
 
 
+class LibraryDefault(click.Option):
+    """An option whose default is stated once, in the library: ``default`` is a function that
+    reads it there, called when the command parses its options or shows its help (so the
+    library is imported by that command only, and ``backretrieval --help`` stays instant)."""
+
+    def get_default(self, ctx: click.Context, call: bool = True):
+        return super().get_default(ctx, call=True)
+
+
 def bad_option(option: str, message: str) -> NoReturn:
     """Refuse the value of ``option``: ``error: Invalid value for '--x': message``."""
     raise click.BadParameter(message, param_hint=f"'{option}'")

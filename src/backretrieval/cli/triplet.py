@@ -5,9 +5,9 @@ The case study (Backretrieval paper, Sec. 3.2, Table 2 / Fig. 3): a base model v
 TripletXL, per directed language pair, with BkR on emoji-cldr (images as the pivot, no ground
 truth used) and ground-truth XLR on emoji-cldr and on held-out ddtp documents to check that BkR
 told the truth. The commands only parse and check their options and call the layers: training
-in ``train/triplet.py``, the held-out split in ``data/splits.py``, evaluation and statistics in
-``analysis/case_study.py``, tables and figures in ``report/case_study.py``. Heavy libraries are
-imported inside the commands.
+in ``train/triplet/``, the held-out split in ``data/splits.py``, the case study's run writer in
+``report/runs/case_study.py`` (evaluation and statistics in ``analysis/trained/case_study.py``,
+tables and figures in ``report/case_study.py``). Heavy libraries are imported inside the commands.
 """
 from __future__ import annotations
 
@@ -191,10 +191,9 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
     Writes OUT/case_study.md, OUT/case_study.json, the figure, and the evaluation records under
     OUT/bkr and OUT/xlr (resumable).
     """
-    from ..analysis.case_study import case_study_summary, directed_pairs, evaluate_case_study, spec_label
-    from ..core import atomic_write_text
+    from ..analysis.trained.case_study import spec_label
     from ..data import dataset_option_names
-    from ..report.case_study import case_study_figure, case_study_json, case_study_markdown
+    from ..report.runs import case_study
 
     wanted = _langs(langs)
     if len(wanted) < 2:
@@ -216,20 +215,10 @@ def report(langs, models, labels, bkr_dataset, xlr_dataset, bkr_n, xlr_n, seeds,
     check_image_models([image_model], "--image-model")
     check_text_models(specs, "--models")
     check_outputs((out, "--out"), files=[(figure, "--figure")] if figure else [])
-    out, lab, t0 = Path(out), dict(zip(specs, names)), time.perf_counter()
-    results = evaluate_case_study(wanted, specs, out, bkr_dataset=bkr_dataset, xlr_dataset=xlr_dataset, bkr_n=bkr_n, xlr_n=xlr_n,
-                                  seeds=seed_list, k=k, image_model=image_model, progress=not quiet, log=warn)
-    ds_names = {"bkr": Path(bkr_dataset).stem, "xlr": Path(xlr_dataset).stem if xlr_dataset else ""}
-    pairs = directed_pairs(wanted)
-    summary = case_study_summary(results, specs, lab, pairs, k, truth_k, n_boot, ds_names)
-    header = (f"# Case study: {', '.join(dict.fromkeys(names))} on {len(pairs)} directed pairs of {', '.join(wanted)}\n\n"
-              f"BkR@{k} on {ds_names['bkr']} (N={bkr_n} per side, image model {image_model}); ground-truth XLR@{truth_k} on {ds_names['bkr']}"
-              + (f" (where it has links) and on {ds_names['xlr']} (N={xlr_n})" if xlr_dataset else " (where it has links)")
-              + f"; seeds {','.join(map(str, seed_list))}. Models: " + ", ".join(f"`{lab[m]}` = `{m}`" for m in specs) + ".")
-    md = case_study_markdown(summary, header)
-    atomic_write_text(out / "case_study.md", md)
-    js = {**case_study_json(summary), "seconds": round(time.perf_counter() - t0, 1)}
-    atomic_write_text(out / "case_study.json", json.dumps(js, indent=1, default=float))
-    fig_path = case_study_figure(summary, Path(figure) if figure else out / "case_study.png")
-    click.echo(md)
+    case_study(wanted, specs, out, labels=names, bkr_dataset=bkr_dataset, xlr_dataset=xlr_dataset, bkr_n=bkr_n, xlr_n=xlr_n,
+               seeds=seed_list, k=k, truth_k=truth_k, image_model=image_model, n_boot=n_boot, figure=figure,
+               progress=not quiet, log=warn)
+    out = Path(out)
+    fig_path = Path(figure) if figure else out / "case_study.png"
+    click.echo((out / "case_study.md").read_text(encoding="utf-8"))
     click.echo(f"wrote {out / 'case_study.md'}, {out / 'case_study.json'}, {fig_path}")

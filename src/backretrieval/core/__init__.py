@@ -1,4 +1,8 @@
-"""Lowest layer: errors, atomic file writes and the user cache location.
+"""Lowest layer: errors (:mod:`.errors`), atomic writes, output-folder checks, the user cache
+location and the one JSON-lines decoder (:mod:`.io`), the one file lock (:mod:`.locks`), content
+hashes and fingerprints (:mod:`.fingerprint`), the software environment and its versions
+(:mod:`.env`), canonical float arithmetic (:mod:`.canonical`), row normalisation (:mod:`.rows`),
+what counts as an empty text (:mod:`.text`) and the hints errors give (:mod:`.hints`).
 
 Every other layer may import from here; this package imports nothing from the project.
 """

@@ -16,6 +16,7 @@ import functools
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Mapping
 
 # The version of the definitions behind every reported number: the tie rule of the ranks,
@@ -56,6 +57,15 @@ PACKAGES = (
 )
 
 
+def package_dir() -> Path:
+    """The folder of the running ``backretrieval`` package (what Ray ships to a cluster's nodes).
+
+    Returns:
+        The folder that holds ``backretrieval/__init__.py``.
+    """
+    return Path(__file__).parent.parent
+
+
 def version_of(dist: str) -> str | None:
     """The installed version of distribution ``dist`` (importlib.metadata); None when it is not
     installed. Every version in the keys of records and cached vectors comes from here."""
@@ -94,14 +104,16 @@ def describe_changes(old: Mapping[str, object] | None, new: Mapping[str, object]
 
 def blas_info() -> list[dict[str, object]]:
     """The BLAS/OpenMP libraries numpy (and anything imported so far) loaded, as threadpoolctl
-    reports them: ``internal_api`` (openblas, mkl, ...), ``version``, ``num_threads``."""
+    reports them: ``internal_api`` (openblas, mkl, ...), ``version``, ``num_threads``; sorted by
+    what they are, so two runs that loaded the same libraries in another order record one list."""
     try:
         import numpy  # noqa: F401  (loads numpy's BLAS)
         from threadpoolctl import threadpool_info
     except ImportError:  # threadpoolctl comes with scikit-learn; without it, say nothing
         return []
     keep = ("user_api", "internal_api", "version", "num_threads", "architecture")
-    return [{k: info.get(k) for k in keep if k in info} for info in threadpool_info()]
+    found = [{k: info.get(k) for k in keep if k in info} for info in threadpool_info()]
+    return sorted(found, key=lambda d: tuple(str(d.get(k)) for k in keep))
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,17 +18,19 @@ import contextlib
 import errno
 import hashlib
 import io
+import json
 import math
 import os
 import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from .errors import OutputError
+from .errors import DataError, OutputError
+from .locks import LockBusy, lock_holders, take_lock
 
 CACHE_ENV = "BACKRETRIEVAL_CACHE"
 
@@ -141,54 +143,6 @@ _held: dict[Path, int] = {}  # folder -> depth: the folders this process holds
 _held_guard = threading.Lock()
 
 
-def _lock_holders(lock: Path) -> str:
-    """`` (process 123)``: who holds the ``flock`` on ``lock``, as far as ``/proc/locks`` tells (Linux)."""
-    try:
-        ino = lock.stat().st_ino
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return ""
-    pids = [f[4] for f in (ln.split() for ln in text.splitlines())
-            if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino)]
-    return f" (process {', '.join(dict.fromkeys(pids))})" if pids else ""
-
-
-class _Busy(Exception):
-    """Another process holds the lock."""
-
-
-def _flock(lock: Path) -> int | None:
-    """An exclusive ``flock`` on the file ``lock`` (created if needed), taken without waiting.
-
-    Returns the descriptor that holds it, or None where locks cannot be taken (no ``fcntl``, a
-    file system without ``flock``, a folder that cannot hold the file). Raises :class:`_Busy`
-    when another process holds it.
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return None
-    for _ in range(10):  # a run ending just now may remove the file: lock the one that is there
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise _Busy() from None
-            return None  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
-        try:
-            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    return None
-
-
 @contextlib.contextmanager
 def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
     """Hold the output folder ``path`` for one run: an exclusive ``flock`` on ``path/.backretrieval.lock``.
@@ -221,9 +175,9 @@ def folder_lock(path: str | os.PathLike, what: str = "--out") -> Iterator[Path]:
     try:
         if not nested:
             try:
-                fd = _flock(key / LOCK_FILE)
-            except _Busy:
-                raise OutputError(f"{what} {path} is being written by another run{_lock_holders(key / LOCK_FILE)}: "
+                fd = take_lock(key / LOCK_FILE, same_file=True)  # a run ending now may remove the file
+            except LockBusy:
+                raise OutputError(f"{what} {path} is being written by another run{lock_holders(key / LOCK_FILE)}: "
                                   "wait for it to finish or choose another folder") from None
             sweep_temp_files(key)
         yield path
@@ -330,6 +284,48 @@ def content_hash(data: bytes | str, digest_size: int = 16) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")
     return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
+
+
+def json_text(text: str, where: str) -> Any:
+    """The one JSON decoder of user files: ``text`` decoded, a refusal naming ``where``.
+
+    Args:
+        text: a JSON document (or one line of JSON lines).
+        where: how errors name it, e.g. ``"FILE"`` or ``"FILE: line 3"``.
+
+    Returns:
+        The decoded value.
+
+    Raises:
+        DataError: ``text`` is not JSON (``WHERE: invalid JSON: ...``), or it is nested too deeply
+            for the decoder.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: invalid JSON: {e}") from None
+    except RecursionError:
+        raise DataError(f"{where}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+
+
+def json_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
+    """The one JSON-lines decoder: each non-blank line decoded (:func:`json_text`), with its
+    1-based line number.
+
+    Args:
+        lines: the lines (a file opened as text, or ``text.splitlines()``).
+        where: how errors name the source, e.g. the file's path.
+
+    Yields:
+        ``(line number, value)`` for every line that is not blank.
+
+    Raises:
+        DataError: a line that is not JSON (``WHERE: line N: invalid JSON: ...``), or one nested
+            too deeply for the decoder.
+    """
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            yield n, json_text(line, f"{where}: line {n}")
 
 
 def json_default(o: object) -> object:

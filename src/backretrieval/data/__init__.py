@@ -1,4 +1,7 @@
-"""Data layer: corpora per language, dataset loaders (one file each), and sampling."""
+"""Data layer: corpora per language (:mod:`.corpus`), the dataset registry (:mod:`.registry`) and
+its loaders (one file each, discovered), the loader contract (:mod:`.checks`), the papers'
+matching / non-matching samples (:mod:`.sampling`), the one content-hash split (:mod:`.splits`)
+and the tutorial's example catalogue (:mod:`.shop`); docs/datasets.md lists the datasets."""
 from .corpus import Corpus, Dataset
 from .checks import ContractError, check_dataset_loader
 from .registry import (

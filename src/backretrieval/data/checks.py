@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -45,13 +45,54 @@ def _fail(name: str, check: str, detail: str) -> ContractError:
     return ContractError(f"dataset {name!r} fails '{check}': {detail}")
 
 
-def _info(spec: str | DatasetInfo) -> DatasetInfo:
-    if isinstance(spec, DatasetInfo):
+def registered(what: str, spec: Any, kind: type, entries: Callable[[], Sequence[Any]]) -> Any:
+    """The one look-up of the contract checks: the registered entry named ``spec``.
+
+    Args:
+        what: how errors name the kind of plugin (``"dataset"``, ``"text model"``).
+        spec: the entry's name, or the entry itself (an instance of ``kind``), returned as it is.
+        kind: the class of the entries (:class:`DatasetInfo`, ``EncoderInfo``).
+        entries: lists the registered entries (called only for a name).
+
+    Returns:
+        The entry.
+
+    Raises:
+        ContractError: no registered entry has that name (the registered ones are listed).
+    """
+    if isinstance(spec, kind):
         return spec
-    table = {i.name: i for i in list_datasets()}
+    table = {i.name: i for i in entries()}
     if spec not in table:
-        raise ContractError(f"no registered dataset {spec!r}; registered: {', '.join(sorted(table))}")
+        raise ContractError(f"no registered {what} {spec!r}; registered: {', '.join(sorted(table))}")
     return table[spec]
+
+
+def example_from(what: str, info: Any, folder: str | Path, kind: type, how: str) -> Any:
+    """The example of a registered plugin, its files written in ``folder`` (created).
+
+    Args:
+        what: how errors name the kind of plugin (``"dataset"``, ``"text model"``).
+        info: the entry (its ``name`` and ``example`` hook).
+        folder: where the hook writes its files.
+        kind: the class the hook must return (:class:`DatasetExample`, ``Example``).
+        how: what the error for a missing hook tells the author to add.
+
+    Returns:
+        What the hook returned.
+
+    Raises:
+        ContractError: the entry registers no example, or its hook returns something else.
+    """
+    if info.example is None:
+        raise ContractError(f"{what} {info.name!r} registers no example: {how}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ex = info.example(folder)
+    if not isinstance(ex, kind):
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise ContractError(f"{what} {info.name!r}: its example hook returned {type(ex).__name__}, not {article} {kind.__name__}")
+    return ex
 
 
 def dataset_example_of(info: DatasetInfo, folder: str | Path) -> DatasetExample:
@@ -60,18 +101,9 @@ def dataset_example_of(info: DatasetInfo, folder: str | Path) -> DatasetExample:
     Raises:
         ContractError: the dataset registers no example, or its hook does not return a DatasetExample.
     """
-    if info.example is None:
-        raise ContractError(
-            f"dataset {info.name!r} registers no example: give its DatasetInfo an example=hook "
-            "(folder -> DatasetExample) naming a small real load, so the contract checks "
-            "(backretrieval.data.checks) can test it"
-        )
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    ex = info.example(folder)
-    if not isinstance(ex, DatasetExample):
-        raise ContractError(f"dataset {info.name!r}: its example hook returned {type(ex).__name__}, not a DatasetExample")
-    return ex
+    return example_from("dataset", info, folder, DatasetExample,
+                        "give its DatasetInfo an example=hook (folder -> DatasetExample) naming a small real load, so the "
+                        "contract checks (backretrieval.data.checks) can test it")
 
 
 def _load(info: DatasetInfo, ex: DatasetExample) -> Dataset:
@@ -90,7 +122,7 @@ def check_dataset_loader(spec: str | DatasetInfo, folder: str | Path | None = No
     Raises:
         ContractError: the first check the loader fails, named with the dataset.
     """
-    info = _info(spec)
+    info = registered("dataset", spec, DatasetInfo, list_datasets)
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="contract-") as tmp:
             return check_dataset_loader(info, tmp)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..core import DataError
+from ..core.io import json_lines, json_text
 from ..core.text import decode_utf8, is_blank
 from .corpus import Corpus, Dataset, require_languages
 from .registry import DatasetExample, DatasetInfo, register
@@ -69,26 +70,14 @@ def _read_json(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     raw = _read_text(path)
     stripped = raw.lstrip()
     if path.suffix.lower() == ".json" and stripped.startswith("["):
-        try:
-            rows = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: invalid JSON: {e}") from None
-        except RecursionError:
-            raise DataError(f"{path}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+        rows = json_text(raw, str(path))
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a JSON array of objects")
         where = [f"item {i + 1}" for i in range(len(rows))]
     else:
         rows, where = [], []
-        for n, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: line {n}: invalid JSON: {e}") from None
-            except RecursionError:
-                raise DataError(f"{path}: line {n}: invalid JSON: nested too deeply (arrays or objects inside each other)") from None
+        for n, row in json_lines(raw.splitlines(), str(path)):
+            rows.append(row)
             where.append(f"line {n}")
     for r, w in zip(rows, where):
         if not isinstance(r, dict):
@@ -285,73 +274,20 @@ def build_dataset(
     """
     path = source
     dsname = name
-    for col in REQUIRED:
-        if col not in columns:
-            raise DataError(
-                f"{path}: missing required column {col!r}; columns present: {', '.join(columns) or '(none)'}"
-            )
-    has_image_col = "image" in columns
-    has_row_col = "image_feature_row" in columns
-    feat_path: Path | None = None
-    n_feat_rows = 0
-    if has_row_col and image_features is None:
-        raise DataError(
-            f"{path}: column 'image_feature_row' needs the option image_features=PATH.npy "
-            "(the feature matrix the rows refer to)"
-        )
-    if image_features is not None:
-        if not has_row_col:
-            raise DataError(
-                f"{path}: the option image_features={image_features} needs a column 'image_feature_row'; "
-                f"columns present: {', '.join(columns)}"
-            )
-        feat_path = _resolve_features(image_features, base)
-        arr = open_feature_file(feat_path, "image_features")
-        if arr.ndim != 2:
-            raise DataError(f"image_features: {feat_path} must be a 2-D (n_images, d) array, got shape {arr.shape}")
-        n_feat_rows = arr.shape[0]
-        del arr
-
+    feat_path, n_feat_rows = _check_columns(columns, image_features, base, path)
+    has_image_col, has_row_col = "image" in columns, "image_feature_row" in columns
     by_lang: dict[str, dict[str, list[Any]]] = {}
     seen: dict[str, dict[str, str]] = {}
     for i, r in enumerate(rows):
-        loc = f"{path}: {where[i]}"
-        rid = r.get("id")
-        if _missing(rid):
-            raise DataError(f"{loc} has no id")
-        rid = _key(rid, "id", loc)
-        at = f"{path}: id {rid!r} ({where[i]})"
-        lang = r.get("lang")
-        if _missing(lang):
-            raise DataError(f"{at} has no lang")
-        lang = _string(lang, "lang", at).strip()
-        text = r.get("text")
-        if _missing(text):
-            raise DataError(f"{at}: empty or whitespace-only text{_invisible_note(text)}")
-        text = _string(text, "text", at)
+        rid, at, lang, text = _row_head(r, path, where[i])
         first = seen.setdefault(lang, {}).get(rid)
         if first is not None:
             raise DataError(f"{at}: duplicate id {rid!r} in language {lang!r} (first at {first})")
         seen[lang][rid] = where[i]
         img = r.get("image") if has_image_col else None
         frow = r.get("image_feature_row") if has_row_col else None
-        img = None if _missing(img) else img
-        frow = None if _missing(frow) else frow
-        if img is not None and frow is not None:
-            raise DataError(f"{at}: give either image or image_feature_row, not both")
-        if img is not None:
-            p = Path(_string(img, "image", at)).expanduser()
-            if not p.is_absolute():
-                p = base / p
-            if not p.is_file():
-                raise DataError(f"{at}: image file not found: {p}; {_missing_images_note(rows, base, source)}")
-            img = str(p)
-        if frow is not None:
-            frow = _feature_row(frow, at)
-            if frow >= n_feat_rows:
-                raise DataError(
-                    f"{at}: image_feature_row {frow} is out of range for {feat_path} ({n_feat_rows} rows)"
-                )
+        img, frow = _row_image(None if _missing(img) else img, None if _missing(frow) else frow, at, base, rows, source,
+                               feat_path, n_feat_rows)
         concept = r.get("concept")
         concept = None if _missing(concept) else _key(concept, "concept", at)
         col = by_lang.setdefault(
@@ -370,33 +306,95 @@ def build_dataset(
     if not by_lang:
         raise DataError(f"{path}: no items")
     wanted = require_languages(by_lang, langs, dsname)
-    corpora = {}
-    for lang in wanted:
-        col = by_lang[lang]
-        image_paths = image_rows = None
-        feats = None
-        if _all_or_none(col, "images", path, lang, "image", "an image"):
-            image_paths = col["images"]
-        if _all_or_none(col, "frows", path, lang, "image_feature_row", "a row"):
-            if image_paths is not None:
-                raise DataError(
-                    f"{path}: language {lang!r} mixes image paths and image_feature_row; use one of them"
-                )
-            feats = str(feat_path)
-            image_rows = np.asarray(col["frows"], dtype=np.int64)
-        extra = {k: col[k] for k in ("title", "body") if k in columns}
-        corpora[lang] = Corpus(
-            dataset=dsname,
-            lang=lang,
-            ids=col["ids"],
-            texts=col["texts"],
-            concepts=col["concepts"] if "concept" in columns else None,
-            image_paths=image_paths,
-            image_features=feats,
-            image_rows=image_rows,
-            extra=extra,
-        )
+    corpora = {lang: _corpus(by_lang[lang], lang, columns, feat_path, dsname, path) for lang in wanted}
     return Dataset(name=dsname, corpora=corpora, description=description or f"items read from {path}")
+
+
+def _check_columns(columns: Sequence[str], image_features: str | os.PathLike | None, base: Path,
+                   path: str) -> tuple[Path | None, int]:
+    """The required columns are there, and ``image_feature_row`` comes with ``image_features``
+    (and only then): the feature file's path and row count (None, 0 without one)."""
+    for col in REQUIRED:
+        if col not in columns:
+            raise DataError(
+                f"{path}: missing required column {col!r}; columns present: {', '.join(columns) or '(none)'}"
+            )
+    has_row_col = "image_feature_row" in columns
+    if has_row_col and image_features is None:
+        raise DataError(
+            f"{path}: column 'image_feature_row' needs the option image_features=PATH.npy "
+            "(the feature matrix the rows refer to)"
+        )
+    if image_features is None:
+        return None, 0
+    if not has_row_col:
+        raise DataError(
+            f"{path}: the option image_features={image_features} needs a column 'image_feature_row'; "
+            f"columns present: {', '.join(columns)}"
+        )
+    feat_path = _resolve_features(image_features, base)
+    arr = open_feature_file(feat_path, "image_features")
+    if arr.ndim != 2:
+        raise DataError(f"image_features: {feat_path} must be a 2-D (n_images, d) array, got shape {arr.shape}")
+    n_feat_rows = arr.shape[0]
+    del arr
+    return feat_path, n_feat_rows
+
+
+def _row_head(r: dict[str, Any], path: str, where: str) -> tuple[str, str, str, str]:
+    """A row's id, how messages name the row (``PATH: id 'ID' (line 3)``), its language and its
+    text, each checked."""
+    loc = f"{path}: {where}"
+    rid = r.get("id")
+    if _missing(rid):
+        raise DataError(f"{loc} has no id")
+    rid = _key(rid, "id", loc)
+    at = f"{path}: id {rid!r} ({where})"
+    lang = r.get("lang")
+    if _missing(lang):
+        raise DataError(f"{at} has no lang")
+    lang = _string(lang, "lang", at).strip()
+    text = r.get("text")
+    if _missing(text):
+        raise DataError(f"{at}: empty or whitespace-only text{_invisible_note(text)}")
+    return rid, at, lang, _string(text, "text", at)
+
+
+def _row_image(img: Any, frow: Any, at: str, base: Path, rows: Sequence[dict[str, Any]], source: str,
+               feat_path: Path | None, n_feat_rows: int) -> tuple[str | None, int | None]:
+    """A row's image file (resolved against ``base``, there) or feature row (in range), at most one."""
+    if img is not None and frow is not None:
+        raise DataError(f"{at}: give either image or image_feature_row, not both")
+    if img is not None:
+        p = Path(_string(img, "image", at)).expanduser()
+        if not p.is_absolute():
+            p = base / p
+        if not p.is_file():
+            raise DataError(f"{at}: image file not found: {p}; {_missing_images_note(rows, base, source)}")
+        img = str(p)
+    if frow is not None:
+        frow = _feature_row(frow, at)
+        if frow >= n_feat_rows:
+            raise DataError(f"{at}: image_feature_row {frow} is out of range for {feat_path} ({n_feat_rows} rows)")
+    return img, frow
+
+
+def _corpus(col: dict[str, list[Any]], lang: str, columns: Sequence[str], feat_path: Path | None, dsname: str,
+            path: str) -> Corpus:
+    """One language's corpus from its checked columns (images for all items or none)."""
+    image_paths = image_rows = None
+    feats = None
+    if _all_or_none(col, "images", path, lang, "image", "an image"):
+        image_paths = col["images"]
+    if _all_or_none(col, "frows", path, lang, "image_feature_row", "a row"):
+        if image_paths is not None:
+            raise DataError(f"{path}: language {lang!r} mixes image paths and image_feature_row; use one of them")
+        feats = str(feat_path)
+        image_rows = np.asarray(col["frows"], dtype=np.int64)
+    extra = {k: col[k] for k in ("title", "body") if k in columns}
+    return Corpus(dataset=dsname, lang=lang, ids=col["ids"], texts=col["texts"],
+                  concepts=col["concepts"] if "concept" in columns else None, image_paths=image_paths,
+                  image_features=feats, image_rows=image_rows, extra=extra)
 
 
 def _missing_images_note(rows: Sequence[dict[str, Any]], base: Path, source: str) -> str:

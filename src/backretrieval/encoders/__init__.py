@@ -1,4 +1,8 @@
-"""Encoders: text and image models behind one protocol, their declarations, and the embedding cache."""
+"""Encoders: text and image models behind one protocol (:mod:`.base`), their declarations and
+options (:mod:`.registry`, :mod:`.options`), the contract every registered model keeps
+(:mod:`.checks`), the embedding cache (:mod:`.cache`), variants (:mod:`.variants`), devices and
+backends; one module per model in ``text/`` and ``image/``, the inference half of trained models
+in ``trained/``. docs/models.md lists the models; docs/plugins.md says how to add one."""
 from .base import EncoderInfo, Example, ImageEncoder, TextEncoder, check_embeddings
 from .options import Option
 from .registry import (

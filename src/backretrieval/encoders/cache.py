@@ -15,14 +15,14 @@ without a stable identity) pass through.
 
 Progress. Missing texts are sent to the model in steps of the model's ``batch_size`` (or its
 ``progress_step``; 64 texts / 32 images when it has neither), longest-last (texts sorted by length,
-stable, as :class:`~.text_batching.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
+stable, as :class:`~.text.batching.BatchedTextEncoder` would sort them), so the bar (``progress=True``:
 tqdm with items/s and an ETA) moves once per batch instead of once per 2,048-text shard. A
 variant (``use-m@noise=1``) is not cached itself; its base model's cache shows the bar. Each
 call to the model is timed (``timer``: :class:`~.prices.EncodeTimer`), which is what a model's
 measured throughput is made of (:mod:`.prices`).
 
 The key of a text is the hash of the text *as the model embeds it*: an encoder with a maximum
-length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text_batching`) truncates first, so a text and
+length (``truncate(texts) -> (texts, n_cut)``, see :mod:`.text.batching`) truncates first, so a text and
 its truncation share one entry, and the truncation warning is given here, once per call. A model's
 folder is its spec without the options that never change vectors (batch size, retries, timeout,
 where its files or endpoint are found: :func:`~.options.vector_spec`), so a rerun with other run
@@ -53,7 +53,8 @@ from tqdm.auto import tqdm
 
 from ..core import DataError, EncoderError, atomic_save_npz, cache_dir, content_hash
 from ..core.env import StaleVersionsWarning, describe_changes
-from .text_batching import as_texts, warn_truncated
+from ..core.locks import held_lock
+from .text.batching import as_texts, warn_truncated
 from .base import check_embeddings, encoder_versions
 from .options import vector_spec
 from .prices import EncodeTimer
@@ -115,30 +116,17 @@ LOCK_NAME = ".sending.lock"
 
 @contextlib.contextmanager
 def sending(store: "EmbeddingStore", what: str) -> Iterator[None]:
-    """Hold ``store``'s namespace while texts are sent to a paid model: an exclusive ``flock``
-    on its ``.sending.lock``. A second run (or thread) that needs the namespace meanwhile waits,
-    with one :class:`CacheWaitWarning`, and then reads what the first one stored. Where ``flock``
-    is not available the namespace is used without a lock."""
-    try:
-        import fcntl
-    except ImportError:  # no flock on this system
+    """Hold ``store``'s namespace while texts are sent to a paid model: an exclusive lock on its
+    ``.sending.lock`` (:func:`~backretrieval.core.locks.held_lock`). A second run (or thread) that
+    needs the namespace meanwhile waits, with one :class:`CacheWaitWarning`, and then reads what
+    the first one stored. Where locks cannot be taken the namespace is used without one."""
+
+    def say_wait() -> None:
+        warnings.warn(f"{what}: another run is sending texts of this model to be cached in {store.path}; "
+                      "waiting for it, so no text is sent (and paid for) twice", CacheWaitWarning, stacklevel=7)
+
+    with held_lock(store.path / LOCK_NAME, on_busy=say_wait):
         yield
-        return
-    with open(store.path / LOCK_NAME, "a+b") as fh:
-        locked = True
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            warnings.warn(f"{what}: another run is sending texts of this model to be cached in {store.path}; "
-                          "waiting for it, so no text is sent (and paid for) twice", CacheWaitWarning, stacklevel=4)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except OSError:  # a file system without flock
-            locked = False
-        try:
-            yield
-        finally:
-            if locked:
-                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _shard_problem(keys: np.ndarray, vecs: np.ndarray, dim: int | None) -> str | None:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..core import EncoderError
-from ..data.checks import ContractError
+from ..data.checks import ContractError, example_from, registered
 from .base import EXAMPLE_TEXTS, EncoderInfo, Example
 from .registry import build_encoder, list_image_encoders, list_text_encoders
 
@@ -49,33 +49,16 @@ def _fail(kind: str, name: str, check: str, detail: str) -> ContractError:
     return ContractError(f"{kind} model {name!r} fails '{check}': {detail}")
 
 
-def _info(spec: str | EncoderInfo, kind: str) -> EncoderInfo:
-    if isinstance(spec, EncoderInfo):
-        return spec
-    table = {i.name: i for i in (list_text_encoders() if kind == "text" else list_image_encoders())}
-    if spec not in table:
-        raise ContractError(f"no registered {kind} model {spec!r}; registered: {', '.join(sorted(table))}")
-    return table[spec]
-
-
 def example_of(info: EncoderInfo, folder: str | Path) -> Example:
     """The example instance of a registered model, its files written in ``folder``.
 
     Raises:
         ContractError: the model registers no example, or its hook does not return an Example.
     """
-    if info.example is None:
-        raise ContractError(
-            f"{info.kind} model {info.name!r} registers no example: give its declaration an "
-            f"example=hook (register_{info.kind}(..., example=...): folder -> Example) that builds a tiny real "
-            "instance in the folder, so the contract checks (backretrieval.encoders.checks) can test it"
-        )
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    ex = info.example(folder)
-    if not isinstance(ex, Example):
-        raise ContractError(f"{info.kind} model {info.name!r}: its example hook returned {type(ex).__name__}, not an Example")
-    return ex
+    return example_from(f"{info.kind} model", info, folder, Example,
+                        f"give its declaration an example=hook (register_{info.kind}(..., example=...): folder -> Example) "
+                        "that builds a tiny real instance in the folder, so the contract checks "
+                        "(backretrieval.encoders.checks) can test it")
 
 
 def _spec(info: EncoderInfo, arg: str | None) -> str:
@@ -152,7 +135,7 @@ def check_text_encoder(spec: str | EncoderInfo, folder: str | Path | None = None
     Raises:
         ContractError: the first check the model fails, named with the model.
     """
-    info = _info(spec, "text")
+    info = registered("text model", spec, EncoderInfo, list_text_encoders)
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="contract-") as tmp:
             return check_text_encoder(info, tmp)
@@ -271,7 +254,7 @@ def check_image_encoder(spec: str | EncoderInfo, folder: str | Path | None = Non
     Raises:
         ContractError: the first check the model fails, named with the model.
     """
-    info = _info(spec, "image")
+    info = registered("image model", spec, EncoderInfo, list_image_encoders)
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="contract-") as tmp:
             return check_image_encoder(info, tmp)

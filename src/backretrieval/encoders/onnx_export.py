@@ -6,7 +6,7 @@ exported once from the packaged weights with ``torch.onnx.export`` and kept in t
 (:func:`backretrieval.core.cache_dir` ``("onnx")``) under a name made of the model, the digest of
 the weights file, the opset, the torch and onnxruntime versions and :data:`EXPORT_REVISION`
 (bumped when the export code changes). The file is written atomically
-(:func:`~backretrieval.core.atomic_write`) under an exclusive ``fcntl`` lock, so concurrent first
+(:func:`~backretrieval.core.atomic_write`) under an exclusive lock (:func:`~backretrieval.core.locks.held_lock`), so concurrent first
 runs export it once and never read a partial file. A freshly exported graph is checked against
 torch on a fixed input before it is kept (max abs difference <= :data:`EXPORT_ATOL`); a cached
 file that ONNX Runtime cannot load is exported again. Which backend a model uses is
@@ -14,38 +14,21 @@ file that ONNX Runtime cannot load is exported again. Which backend a model uses
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..core import EncoderError, atomic_write, cache_dir
+from ..core.locks import held_lock
 from .devices import ort_version, torch_version
 
 OPSET = 17
 EXPORT_REVISION = 1  # bump when the exported graph would change for the same weights
 EXPORT_ATOL = 1e-4  # largest |onnx - torch| accepted on the export check
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (created) for the duration of the block."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: atomic writes alone keep readers safe
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def export_path(model: str, weights_digest: str) -> Path:
@@ -117,7 +100,7 @@ def cached_export(model: str, weights_digest: str, build: Callable[[], Any], exa
     path = export_path(model, weights_digest)
     if path.is_file():
         return path
-    with file_lock(path.with_name(path.name + ".lock")):
+    with held_lock(path.with_name(path.name + ".lock")):
         if not path.is_file():  # another process may have exported it while we waited
             export_onnx(build(), example, path)
     return path

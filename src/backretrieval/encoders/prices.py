@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core import atomic_write_text, cache_dir, content_hash
+from ..core.locks import held_lock
 from .base import encoder_versions
 
 FORMAT = 1
@@ -272,7 +273,7 @@ class PriceBook:
         """
         folder = self.folder(identity, mach)
         path = folder / f"{m.length_class.replace(' ', '-')}.json"
-        with _locked(folder / ".lock"):
+        with held_lock(folder / ".lock"):
             old = self._load(path)
             if old is not None and old.items >= m.items:
                 return old
@@ -314,26 +315,3 @@ class PriceBook:
             return Measurement.from_json(d) if d.get("format") == FORMAT else None
         except (OSError, ValueError, TypeError, AttributeError):
             return None
-
-
-@contextlib.contextmanager
-def _locked(lock: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``lock`` (created) while the block runs; without ``fcntl`` or a
-    file system that locks, none (each write is still atomic)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except OSError:
-        yield
-        return
-    try:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

@@ -193,6 +193,23 @@ def get_text_encoder(spec: str, **options: Any) -> TextEncoder:
     return _get(spec, "text", options)
 
 
+def get_cached_text_encoder(spec: str, options: Mapping[str, Any] | None = None, *, progress: bool = False) -> Any:
+    """The text model of ``spec`` behind the embedding cache: what the layers above use where they
+    embed texts with a model named by its spec (a training base, a study's model).
+
+    Args:
+        spec: the text model's spec.
+        options: the model's keyword options (:func:`get_text_encoder`).
+        progress: show the cache's progress bar while it encodes.
+
+    Returns:
+        A :class:`~backretrieval.encoders.cache.CachedTextEncoder` of the model.
+    """
+    from .cache import CachedTextEncoder
+
+    return CachedTextEncoder(get_text_encoder(spec, **dict(options or {})), progress=progress)
+
+
 def get_image_encoder(spec: str, **options: Any) -> ImageEncoder:
     """Build an image model from its spec, e.g. ``"efficientnet-lite0"``, ``"color-hist?batch_size=16"``;
     a deliberately weakened g as ``IMAGE_MODEL@noise=S`` (see :mod:`.variants`); keyword ``options`` as

@@ -199,7 +199,7 @@ class VariantEncoder:
             return list(texts)
         out, n_cut = cut(list(texts))
         if n_cut:
-            from .text_batching import warn_truncated
+            from .text.batching import warn_truncated
 
             warn_truncated(self.base.name, lang, n_cut, len(out), self.base.max_length)
         return out

@@ -375,14 +375,7 @@ def bkr_approx(
         MetricInputError: bad matrices (named as in :func:`~backretrieval.metrics.xlr`), misaligned
             rows, a given index whose size or dimension does not fit, or bad ``retrieved`` rows.
     """
-    for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
-                    (src_img, "source image features"), (tgt_img, "target image features")):
-        check_rows(x, name)
-    check_dims(src_text, tgt_text, ("source text embeddings", "target text embeddings"))
-    check_dims(src_img, tgt_img, ("source image features", "target image features"))
-    for side, a, b in (("source", src_text, src_img), ("target", tgt_text, tgt_img)):
-        if a.shape[0] != b.shape[0]:
-            raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")
+    _check_bkr_inputs(src_text, tgt_text, src_img, tgt_img)
     ks = check_ks(ks, src_img.shape[0])
     check: dict[str, Any] = {}
     n, k = src_text.shape[0], max(ks)
@@ -422,6 +415,19 @@ def bkr_approx(
     out["retrieved"] = rows[offsets[:-1]]
     out["nearest"] = (offsets, rows)
     return out
+
+
+def _check_bkr_inputs(src_text: np.ndarray, tgt_text: np.ndarray, src_img: np.ndarray, tgt_img: np.ndarray) -> None:
+    """:func:`bkr_approx`'s four matrices: each usable (:func:`check_rows`), the text and the image sides each
+    of one dimension, and every text row aligned with its image row."""
+    for x, name in ((src_text, "source text embeddings"), (tgt_text, "target text embeddings"),
+                    (src_img, "source image features"), (tgt_img, "target image features")):
+        check_rows(x, name)
+    check_dims(src_text, tgt_text, ("source text embeddings", "target text embeddings"))
+    check_dims(src_img, tgt_img, ("source image features", "target image features"))
+    for side, a, b in (("source", src_text, src_img), ("target", tgt_text, tgt_img)):
+        if a.shape[0] != b.shape[0]:
+            raise MetricInputError(f"{side}: {a.shape[0]} text embeddings but {b.shape[0]} image features; rows must be aligned")
 
 
 PAIR_BLOCK = 1 << 18  # elements of the (pairs, K + 1) arrays of one chunk of :func:`_worst_listed_ranks`

@@ -1,5 +1,5 @@
-"""Report layer: what analysis results look like to a reader -- the files every evaluation and
-comparison writes, for the commands and Python alike (:mod:`.outputs`), Markdown tables
+"""Report layer: what analysis results look like to a reader -- the run writers, one function per
+command that writes its folder, for the commands and Python alike (:mod:`.runs`), Markdown tables
 (:mod:`.table`, :mod:`.cr5_tables`, :mod:`.catalogue`), figures (:mod:`.figures`,
 :mod:`.compare_figures`, :mod:`.projection`) and HTML reports (:mod:`.html`,
 :mod:`.compare_report`, :mod:`.meta_report`, :mod:`.image_retrieval`, :mod:`.case_study`), and a

@@ -1,7 +1,7 @@
 """Markdown and figures of the Triplet / TripletXL case study (paper Table 2 / Fig. 3) and the
 training curves of a Triplet / TripletXL run.
 
-* :func:`case_study_markdown` -- the tables of :func:`backretrieval.analysis.case_study.case_study_summary`.
+* :func:`case_study_markdown` -- the tables of :func:`backretrieval.analysis.trained.case_study.case_study_summary`.
 * :func:`case_study_figure` -- Fig. 3 analog: a box per model over language pairs, one panel per metric.
 * :func:`plot_curves` -- train/validation loss and L_XL per epoch of one training run.
 * :func:`case_study_json` -- the summary as JSON-ready values.

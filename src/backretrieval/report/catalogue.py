@@ -1,10 +1,13 @@
-"""The model and dataset tables of the docs, written from the registries.
+"""The docs' tables of what is registered, written from the registries and the executor table.
 
-``backretrieval models --markdown`` and ``backretrieval datasets --markdown`` print these tables;
-``docs/models.md`` and ``docs/datasets.md`` hold them verbatim between the markers
-``<!-- generated: models -->`` / ``<!-- generated: datasets -->`` and ``<!-- end generated -->``,
-and a test checks that the docs equal the generated text, so a new plugin shows up in the docs
-as soon as the docs are regenerated (``python -m backretrieval.report.catalogue --write``).
+``backretrieval models --markdown`` and ``backretrieval datasets --markdown`` print the model and
+dataset tables; ``docs/models.md``, ``docs/datasets.md`` and ``docs/scale.md`` (the executors)
+hold them verbatim between the markers ``<!-- generated: NAME -->`` and ``<!-- end generated -->``
+(:data:`GENERATORS`, on the pages of :data:`PAGES`). Where a page names the executors in one row of
+a larger table (``docs/usage.md``'s options, ``docs/bad-input.md``'s refusals), a marker cannot
+stand inside the table, so that row is generated whole (:data:`ROWS`). A test checks that the docs
+equal the generated text, so a new plugin or executor shows up in the docs as soon as they are
+regenerated (``python -m backretrieval.report.catalogue --write``).
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from ..analysis import executors
+from ..core import BackretrievalError
 from ..data import list_datasets
 from ..encoders import list_image_encoders, list_text_encoders
 
@@ -63,7 +68,43 @@ def datasets_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATORS = {"models": models_markdown, "datasets": datasets_markdown}
+def executors_markdown() -> str:
+    """The executor table (:data:`~backretrieval.analysis.executors.EXECUTORS`) as one Markdown
+    table: how ``--executor`` names each, and where it runs the tasks."""
+    lines = ["| `--executor` | where the per-sample tasks run |", "|---|---|"]
+    lines += [f"| `{e.usage}` | {_cell(e.description)} |" for e in executors.EXECUTORS]
+    return "\n".join(lines) + "\n"
+
+
+def executor_option_row() -> str:
+    """``docs/usage.md``'s row of the ``--executor`` option: every executor of the table."""
+    usages = "\\|".join(e.usage for e in executors.EXECUTORS)
+    return (f"| `--executor {usages}` | where the per-sample tasks run ([scale.md](scale.md)); every executor gives "
+            "identical records |")
+
+
+UNKNOWN_EXECUTOR = "threads"  # the misspelled name docs/bad-input.md shows refused
+
+
+def unknown_executor_row() -> str:
+    """``docs/bad-input.md``'s row of an unknown executor: the refusal as the command prints it,
+    taken from :func:`~backretrieval.analysis.executors.get_executor` (it lists the table's executors)."""
+    try:
+        executors.get_executor(UNKNOWN_EXECUTOR)
+    except BackretrievalError as e:
+        message = str(e)
+    else:  # pragma: no cover - an executor of that name would make the example wrong
+        raise ValueError(f"{UNKNOWN_EXECUTOR!r} is an executor: pick another unknown name")
+    return (f"| `--executor {UNKNOWN_EXECUTOR}` (or `ray` without Ray installed) "
+            f"| `error: Invalid value for '--executor': {message}` |")
+
+
+GENERATORS = {"models": models_markdown, "datasets": datasets_markdown, "executors": executors_markdown}
+PAGES = {"models": "models.md", "datasets": "datasets.md", "executors": "scale.md"}  # the page of each block
+ROWS = {  # page -> (how its generated row starts, the row)
+    "usage.md": ("| `--executor ", executor_option_row),
+    "bad-input.md": (f"| `--executor {UNKNOWN_EXECUTOR}` ", unknown_executor_row),
+}
 
 
 def generated_block(doc: str, name: str) -> str | None:
@@ -87,9 +128,35 @@ def regenerate(doc: str, name: str) -> str:
     )
 
 
+def generated_row(doc: str, page: str) -> str | None:
+    """The line of ``doc`` that :data:`ROWS` generates for ``page`` (None if absent).
+
+    Raises:
+        ValueError: several lines start as the generated row does.
+    """
+    start, _ = ROWS[page]
+    found = [line for line in doc.splitlines() if line.startswith(start)]
+    if len(found) > 1:
+        raise ValueError(f"{page}: {len(found)} lines start with {start!r}; the generated row must be one")
+    return found[0] if found else None
+
+
+def regenerate_row(doc: str, page: str) -> str:
+    """``doc`` with its generated row of ``page`` replaced by the current one.
+
+    Raises:
+        ValueError: the document has no such row, or several.
+    """
+    old = generated_row(doc, page)
+    if old is None:
+        raise ValueError(f"{page}: no line starts with {ROWS[page][0]!r}")
+    return doc.replace(old + "\n", ROWS[page][1]() + "\n", 1)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m backretrieval.report.catalogue --write [DOCS_DIR]``: rewrite docs/models.md and
-    docs/datasets.md from the registries."""
+    """``python -m backretrieval.report.catalogue --write [DOCS_DIR]``: rewrite the generated
+    blocks (docs/models.md, docs/datasets.md, docs/scale.md) and rows (docs/usage.md,
+    docs/bad-input.md) from the registries and the executor table."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] != "--write":
         print("usage: python -m backretrieval.report.catalogue --write [DOCS_DIR]", file=sys.stderr)
@@ -97,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     docs = Path(args[1]) if len(args) > 1 else Path("docs")
     from ..core.io import atomic_write_text
 
-    for name in GENERATORS:
-        path = docs / f"{name}.md"
+    for name, page in PAGES.items():
+        path = docs / page
         atomic_write_text(path, regenerate(path.read_text(encoding="utf-8"), name))
+        print(f"wrote {path}")
+    for page in ROWS:
+        path = docs / page
+        atomic_write_text(path, regenerate_row(path.read_text(encoding="utf-8"), page))
         print(f"wrote {path}")
     return 0
 

@@ -2,7 +2,7 @@
 
 :func:`write_compare_report` renders a finished :class:`~backretrieval.analysis.comparison.Comparison`
 (every interval, gap, test, Holm correction, win and the verdict computed once by
-:func:`~backretrieval.analysis.compare.compare`; nothing is resampled here) and the
+:func:`~backretrieval.analysis.compare.compare_models`; nothing is resampled here) and the
 :class:`~backretrieval.analysis.evaluate.EvalResult` behind it into ``OUT/report.html`` (one
 self-contained file: inline CSS, figures embedded as base64 PNG, no script, nothing fetched),
 ``OUT/report.json`` (the verdicts and every pairwise gap, machine-readable) and the figures as
@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis.compare import compare
+from ..analysis.compare import compare_models
 from ..analysis.costs import cost_basis
 from ..analysis.comparison import Comparison
 from ..analysis.evaluate import EvalResult
@@ -133,7 +133,7 @@ def verdicts(c: Comparison) -> list[dict[str, Any]]:
 
 def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None = None, *, n_boot: int = 1000,
                    level: float = 0.95, alpha: float = 0.05, margin: float | None = None, command: str | None = None) -> Path:
-    """Rank the models of ``result`` by ``metric`` (:func:`~backretrieval.analysis.compare.compare`:
+    """Rank the models of ``result`` by ``metric`` (:func:`~backretrieval.analysis.compare.compare_models`:
     default ``bkr@K``, or ``xlr@K`` for text-only results; the XLR/BkR counterpart beside it where
     the data allow) and write the report (see :func:`write_compare_report`).
 
@@ -152,7 +152,7 @@ def compare_report(result: EvalResult, out_dir: str | Path, metric: str | None =
     """
     if metric is None:
         metric = f"xlr@{result.config.k}" if result.text_only else f"bkr@{result.config.k}"
-    c = compare(result, metric, n_boot=n_boot, level=level, alpha=alpha, margin=margin)
+    c = compare_models(result, metric, n_boot=n_boot, level=level, alpha=alpha, margin=margin)
     if command is None:
         command = (f"Python: backretrieval.compare_report(result, out_dir, metric={metric!r}, "
                    f"n_boot={n_boot}, level={level}, alpha={alpha}, margin={c.margin:g})")
@@ -164,7 +164,7 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
     """Write ``report.html``, ``report.json`` and ``figures/*.png|svg`` into ``out_dir``.
 
     Args:
-        comparison: the finished comparison (:func:`~backretrieval.analysis.compare.compare`),
+        comparison: the finished comparison (:func:`~backretrieval.analysis.compare.compare_models`),
             with its counterpart in ``beside`` where the records have one: the ground truth
             (XLR) leads where it is there, the metric without ground truth (BkR) beside it.
         result: the evaluation the comparison was computed from (configuration and provenance
@@ -186,7 +186,7 @@ def write_compare_report(comparison: Comparison, result: EvalResult, out_dir: st
         DataError: an image of the galleries is missing or unreadable (nothing is written).
     """
     if not isinstance(comparison, Comparison):
-        raise BackretrievalError(f"write_compare_report takes one finished Comparison (from compare()), got "
+        raise BackretrievalError(f"write_compare_report takes one finished Comparison (from compare_models()), got "
                                  f"{type(comparison).__name__}")
     lead, check = lead_and_check(comparison)
     cs = [lead] + ([check] if check is not None else [])

@@ -40,22 +40,23 @@ def precision_table_md(records: Sequence[Mapping[str, Any]], ks: Sequence[int] =
     return "\n".join(lines)
 
 
-def write_eval_md(out_dir: str | Path, result: Mapping[str, Any]) -> Path:
-    """Write ``OUT/eval.md`` of a :func:`backretrieval.train.cr5.train_evaluate` result (atomic).
+def write_eval_md(out_dir: str | Path, run: Any) -> Path:
+    """Write ``OUT/eval.md`` of a Cr5 run (atomic).
 
     Args:
         out_dir: the run's model directory.
-        result: the result (``regime``, ``model``, ``lam``, ``test`` records).
+        run: the :class:`~backretrieval.analysis.trained.cr5.Cr5Run` (its ``regime``, ``model``,
+            ``lam`` and ``test`` records).
 
     Returns:
         The path written.
     """
-    model = result["model"]
+    model = run.model
     md = (
-        f"# Cr5 {result['regime']} ({', '.join(model.languages_)}), rank {model.rank}, lambda {result['lam']:g}\n\n"
+        f"# Cr5 {run.regime} ({', '.join(model.languages_)}), rank {model.rank}, lambda {run.lam:g}\n\n"
         "XLR@K in percent (the share of queries whose translation ranks <= K; ties count against\n"
         "the query) on held-out test concepts, query -> target candidate pool.\n\n"
-        + precision_table_md(result["test"]) + "\n"
+        + precision_table_md(run.test) + "\n"
     )
     path = Path(out_dir) / "eval.md"
     atomic_write_text(path, md)

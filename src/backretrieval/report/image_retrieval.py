@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..analysis.image_retrieval import ImageRetrievalRun
+from ..analysis.trained.image_retrieval import ImageRetrievalRun
 from ..core import BackretrievalError, atomic_save_npz, atomic_write_text
 from .projection import projection_figure
 

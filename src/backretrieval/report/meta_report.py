@@ -71,7 +71,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
                        log: Callable[[str], None] | None = None) -> str:
     """Write the meta-evaluation outputs into ``out``; return the Markdown summary. An earlier
     run's ``report.html`` and ``figures/`` are removed when this run writes none
-    (:func:`~.outputs.remove_earlier_outputs`).
+    (:func:`~.runs.grid.remove_earlier_outputs`).
 
     Args:
         res: the meta-evaluation (its candidates name every table, figure and calibration).
@@ -79,7 +79,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         out: the output folder.
         figures: also write the figures and ``report.html``.
         log: receives a line per earlier file or folder removed (None: a warning each,
-            :class:`~.outputs.RemovedOutputWarning`).
+            :class:`~.runs.grid.RemovedOutputWarning`).
 
     Returns:
         The Markdown of ``meta.md``.
@@ -161,7 +161,7 @@ def write_meta_outputs(res: MetaResult, cfg: Any, out: Path, figures: bool = Tru
         _figures_and_html(res, cfg, out, md)
     atomic_write_text(out / "meta.json", json.dumps(json_ready(doc), indent=1))
     atomic_write_text(out / "meta.md", md + "\n")
-    from .outputs import remove_earlier_outputs
+    from .runs.grid import remove_earlier_outputs
 
     remove_earlier_outputs(out, ["report.html", "figures"] * figures, log)
     return md

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _p(v: float | None) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:.1e}" if v < 1e-3 else f"{v:.3f}"
+from .table import format_p
 
 
 def _x(v: float | None, digits: int = 2) -> str:
@@ -82,8 +78,8 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             lines.append(
                 f"| {c['a']} vs {c['b']} | {c['very_relevant'][0]} / {c['very_relevant'][1]} | "
                 f"{_x(c['ratio_very_relevant'])}×{ci_txt} | {c['queries_a_better']} / {c['queries_b_better']} / "
-                f"{c['queries_tied']} | {_p(c['primary']['p'])} | {_p(c['primary'].get('p_holm'))} | "
-                f"{_p(c['wilcoxon']['p'])} | {_p(c['mean_score']['p'])} | {_p(c['chi2']['p'])} |"
+                f"{c['queries_tied']} | {format_p(c['primary']['p'])} | {format_p(c['primary'].get('p_holm'))} | "
+                f"{format_p(c['wilcoxon']['p'])} | {format_p(c['mean_score']['p'])} | {format_p(c['chi2']['p'])} |"
             )
         lines += [f"\n{c['too_few'][0].upper()}{c['too_few'][1:]}." for c in res["comparisons"] if c.get("too_few")]
     ag = res.get("agreement")
@@ -96,33 +92,42 @@ def format_study_analysis(res: dict[str, Any]) -> str:
             f"Krippendorff's alpha: ordinal {_x(ag['alpha_ordinal'], 3)}, nominal {_x(ag['alpha_nominal'], 3)}, "
             f"\"very relevant\" or not {_x(ag['alpha_very_relevant'], 3)}."
         )
-    b = res.get("bkr")
-    if b:
-        lines += ["", "## Backretrieval on the same pair", ""]
-        if "error" in b:
-            lines.append(f"Not computed: {b['error']}")
-        else:
-            k = b["k"]
-            lines += [
-                f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
-                + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else ".")
-                + (f" {b['n_note'][0].upper()}{b['n_note'][1:]}." if b.get("n_note") else ""),
-                "",
-                f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
-                "|---|---|---|---|---|",
-            ]
-            for spec, e in b["models"].items():
-                lines.append(
-                    f"| {spec} | {_x(e.get(f'bkr@{k}'), 3)} | {_x(e.get('bkr_mrr'), 3)} | {_x(e.get(f'xlr@{k}'), 3)} | "
-                    f"{_x(100 * res['models'][spec]['very_relevant_share'], 1)}% |"
-                )
-            key = f"bkr@{k}"
-            if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
-                by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
-                if res.get("ratings_note"):  # no order by the raters from no (or too few) ratings
-                    lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: none yet ({res['ratings_note']})."]
-                else:
-                    by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
-                    lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
-                              + (" (same)." if by_bkr == by_h else " (different).")]
+    lines += _bkr_lines(res)
     return "\n".join(lines) + "\n"
+
+
+def _bkr_lines(res: dict[str, Any]) -> list[str]:
+    """The section "Backretrieval on the same pair" of :func:`format_study_analysis` (none
+    without a BkR comparison): the models' BkR and XLR beside the raters' share, and the two
+    orders."""
+    b = res.get("bkr")
+    if not b:
+        return []
+    lines = ["", "## Backretrieval on the same pair", ""]
+    if "error" in b:
+        lines.append(f"Not computed: {b['error']}")
+    else:
+        k = b["k"]
+        lines += [
+            f"N={b['n']} items per side, {b['seeds']} seed(s), image model {b['image_model']}"
+            + (f"; chance BkR@{k} ≈ {b['chance']:.4f}." if "chance" in b else ".")
+            + (f" {b['n_note'][0].upper()}{b['n_note'][1:]}." if b.get("n_note") else ""),
+            "",
+            f"| model | BkR@{k} | BkR MRR | XLR@{k} | raters: very relevant |",
+            "|---|---|---|---|---|",
+        ]
+        for spec, e in b["models"].items():
+            lines.append(
+                f"| {spec} | {_x(e.get(f'bkr@{k}'), 3)} | {_x(e.get('bkr_mrr'), 3)} | {_x(e.get(f'xlr@{k}'), 3)} | "
+                f"{_x(100 * res['models'][spec]['very_relevant_share'], 1)}% |"
+            )
+        key = f"bkr@{k}"
+        if all(key in e for e in b["models"].values()) and len(b["models"]) >= 2:
+            by_bkr = sorted(b["models"], key=lambda m: -b["models"][m][key])
+            if res.get("ratings_note"):  # no order by the raters from no (or too few) ratings
+                lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: none yet ({res['ratings_note']})."]
+            else:
+                by_h = sorted(res["models"], key=lambda m: -(res["models"][m]["very_relevant_share"] or 0))
+                lines += ["", f"Order by BkR@{k}: {' > '.join(by_bkr)}; by the raters: {' > '.join(by_h)}"
+                          + (" (same)." if by_bkr == by_h else " (different).")]
+    return lines

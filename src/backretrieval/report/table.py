@@ -99,8 +99,19 @@ def approx_note(records: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
-def _p(v: float) -> str:
-    return "-" if v != v else (f"{v:.1e}" if v < 1e-3 else f"{v:.3f}")
+def format_p(v: float | None) -> str:
+    """The one p-value format of the tables: ``1.2e-05`` below 0.001, else ``0.034``; ``-`` for
+    a missing value (None or NaN).
+
+    Args:
+        v: the p-value.
+
+    Returns:
+        The cell's text.
+    """
+    if v is None or v != v:
+        return "-"
+    return f"{v:.1e}" if v < 1e-3 else f"{v:.3f}"
 
 
 def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
@@ -123,7 +134,7 @@ def format_meta_table(table: dict[str, dict[str, Any]]) -> str:
             for c in cands:
                 txt = f"{e[column(kind, c)]['mean']:.3f} ± {e[column(kind, c)]['sd']:.3f}"
                 cells.append(f"**{txt}**" if ahead and c == best["candidate"] else txt)
-            cells.append(_p(e[f"p_{kind}_wilcoxon"]))
+            cells.append(format_p(e[f"p_{kind}_wilcoxon"]))
         lines.append("| " + " | ".join([*cells, str(e["n_models"]), str(e["seeds"])]) + " |")
     return "\n".join(lines)
 

@@ -1,6 +1,8 @@
-"""Search kernels: blocked exact nearest neighbours, rank of the true item, CSLS (kernels.py);
-canonical scores and unit rows (exact.py); how a search is cut into blocks and run on threads
-(blocks.py); exact sort order and average ranks (ranking.py).
+"""Search kernels: blocked exact nearest neighbours, rank of the true item, CSLS (kernels.py) with
+their one-read counting passes (_fused.py); canonical scores and unit rows (exact.py); how a
+search is cut into blocks and run on threads (blocks.py); exact sort order and average ranks
+(ranking.py); the FAISS backend for approximate search with its self-check (faiss_backend.py) and
+the cost model that weighs it against exact search (faiss_cost.py).
 
 Every metric searches through these functions; none of them holds a full N x N matrix.
 """

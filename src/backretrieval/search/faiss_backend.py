@@ -409,19 +409,7 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
     exact_s, exact_i = exact_top(q, D, k, normalize=normalize)
     spent = weighted(method, "build", build_cost(method, n_d, options)) + tune_rows.size * n_d
     held_exact = held_rows.size * n_d  # exact search of the held-out sample, done once the effort is chosen
-    if method == "hnsw":
-        param, value = "ef_search", int(index.hnsw.efSearch)
-        top = min(max_value or max(4096, 4 * k), max(n_d, 1))
-
-        def set_value(v: int) -> None:
-            index.hnsw.efSearch = v
-    else:
-        param, value = "nprobe", int(index.nprobe)
-        top = min(max_value or index.nlist, index.nlist)
-
-        def set_value(v: int) -> None:
-            index.nprobe = v
-    value = max(1, min(value, top))
+    param, value, top, set_value = _effort_knob(index, method, k, n_d, max_value)
     tried: list[tuple[int, float, float]] = []
     reason = ""
     while True:
@@ -447,18 +435,41 @@ def calibrate(index: Any, D: np.ndarray, Q: np.ndarray, method: str, *, k: int =
     if reason:
         return Calibration(method, target, tune_rows.size, held_rows.size, 1.0, 1.0, 1.0, *tuning, param, value,
                            "exact", reason, exact, spent + exact, tried, time.perf_counter() - t0)
-    # the held-out sample: measured once, at the chosen effort
-    agree, recall = 0, float("nan")
-    if held_rows.size:
-        hs, hi = exact_top(qh, D, k, normalize=normalize)
-        _, idx = index.search(qh, k)
-        agree, recall = _agreement(qh, D, hs, hi, idx, normalize)
+    agree, recall = _held_out(index, qh, D, k, normalize)  # measured once, at the chosen effort
     spent += held_exact + held_rows.size * c + n_q * c
     share = agree / held_rows.size if held_rows.size else float("nan")
     return Calibration(method, target, tune_rows.size, held_rows.size, share, recall,
                        clopper_pearson_low(agree, held_rows.size), *tuning, param, value, "approximate",
                        f"tuning sample reached {target:g} at {param}={value}", exact, spent, tried,
                        time.perf_counter() - t0)
+
+
+def _effort_knob(index: Any, method: str, k: int, n_d: int, max_value: int | None):
+    """What :func:`calibrate` raises: ``(name, start value, largest value, setter)`` (HNSW's
+    ``efSearch``, IVF's ``nprobe``), the start clipped to ``[1, largest]``."""
+    if method == "hnsw":
+        param, value = "ef_search", int(index.hnsw.efSearch)
+        top = min(max_value or max(4096, 4 * k), max(n_d, 1))
+
+        def set_value(v: int) -> None:
+            index.hnsw.efSearch = v
+    else:
+        param, value = "nprobe", int(index.nprobe)
+        top = min(max_value or index.nlist, index.nlist)
+
+        def set_value(v: int) -> None:
+            index.nprobe = v
+    return param, max(1, min(value, top)), top, set_value
+
+
+def _held_out(index: Any, qh: np.ndarray, D: np.ndarray, k: int, normalize: bool) -> tuple[int, float]:
+    """:func:`_agreement` of the index as it is set on the held-out queries ``qh`` (0 and NaN
+    without any)."""
+    if not qh.shape[0]:
+        return 0, float("nan")
+    hs, hi = exact_top(qh, D, k, normalize=normalize)
+    _, idx = index.search(qh, k)
+    return _agreement(qh, D, hs, hi, idx, normalize)
 
 
 def exact_index(D: np.ndarray, *, normalize: bool = True) -> Any:

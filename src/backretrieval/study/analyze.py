@@ -232,10 +232,10 @@ def bkr_comparison(
     meta: dict[str, Any], *, n: int, seeds: int, image_model: Any, k: int = 10, progress: bool = True
 ) -> dict[str, Any]:
     """The models' BkR@k (and XLR@k where the dataset links languages) on the study's pair,
-    from :func:`backretrieval.analysis.evaluate` with ``n`` items per side and ``seeds`` seeds.
+    from :func:`backretrieval.analysis.run_grid` with ``n`` items per side and ``seeds`` seeds.
     ``image_model`` is a spec string or a Python object (:mod:`backretrieval.analysis.models`);
     the result names it as the records do."""
-    from ..analysis import EvalConfig, evaluate
+    from ..analysis import EvalConfig, run_grid
     from ..analysis.models import model_names
 
     cfg = EvalConfig(
@@ -248,7 +248,7 @@ def bkr_comparison(
         k=k,
         dataset_options=dict(meta.get("dataset_options") or {}),
     )
-    res = evaluate(cfg, None, progress=progress)
+    res = run_grid(cfg, None, progress=progress)
     df = pd.DataFrame(res.records)
     out: dict[str, Any] = {"n": n, "seeds": seeds, "k": k, "image_model": cfg.image_model_name, "models": {}}
     for spec, label in zip(meta["models"], model_names(list(meta["models"]))):  # the records call each by its label
@@ -284,31 +284,12 @@ def analyze(
     ``bkr_n`` None: :data:`DEFAULT_BKR_N`, or the largest N the pair allows when that is
     smaller (the result's ``bkr`` says so in ``n_note``, and the log). A BkR comparison that
     fails otherwise (a dataset that cannot be loaded, ...) is skipped with a log line."""
-    for name, value, low in (("n_boot", n_boot, 2), ("bkr_n", bkr_n, 1), ("bkr_seeds", bkr_seeds, 1)):
-        if name == "bkr_n" and value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise BackretrievalError(f"{name} must be an integer >= {low}, got {value!r}")
-    if bkr and image_model != "precomputed":
-        from ..encoders.registry import get_image_encoder
-
-        get_image_encoder(image_model)  # an unknown image model is an error, not a skipped comparison
+    _check_settings(n_boot, bkr_n, bkr_seeds, image_model if bkr else None)
     with store.opened(path, check=True) as con:
         tables = store.load_tables(con)
         raters = store.list_raters(con)
     meta = tables["meta"]
-    sized: tuple[int, str | None] | BackretrievalError | None = None
-    if bkr:
-        try:
-            sized = bkr_sample_size(meta, bkr_n, bkr_seeds)
-        except SampleSizeError as e:  # an N the pair cannot have is refused, before any computing
-            if bkr_n is not None:
-                raise
-            sized = e
-        except BackretrievalError as e:
-            sized = e
-        if isinstance(sized, tuple) and sized[1]:
-            log(f"BkR comparison: {sized[1]}")
+    sized = _bkr_size(meta, bkr_n, bkr_seeds, log) if bkr else None
     models = tables["models"]
     credits = tables["credits"]
     n_sugg = len(tables["suggestions"])
@@ -340,10 +321,65 @@ def analyze(
         }
         for rid, g in rc.groupby("rater_id")
     }
+    _compare_models(result, rc, models, rated=len(tables["ratings"]), n_sugg=n_sugg, n_boot=n_boot, seed=seed)
+    result["agreement"] = agreement(tables)
+    if bkr:
+        try:
+            if isinstance(sized, BackretrievalError):
+                raise sized
+            result["bkr"] = bkr_comparison(meta, n=sized[0], seeds=bkr_seeds, image_model=image_model, progress=progress)
+            if sized[1]:
+                result["bkr"]["n_note"] = sized[1]
+        except BackretrievalError as e:  # the human results stand on their own
+            log(f"BkR comparison skipped: {e}")
+            result["bkr"] = {"error": str(e)}
+    else:
+        result["bkr"] = None
+    return result
+
+
+def _check_settings(n_boot: Any, bkr_n: Any, bkr_seeds: Any, image_model: Any) -> None:
+    """:func:`analyze`'s settings, before the study is read: ``n_boot`` at least 2, ``bkr_n``
+    (None: the default) and ``bkr_seeds`` at least 1, each an integer; ``image_model`` (None: no
+    BkR comparison) a known image model or ``"precomputed"``."""
+    for name, value, low in (("n_boot", n_boot, 2), ("bkr_n", bkr_n, 1), ("bkr_seeds", bkr_seeds, 1)):
+        if name == "bkr_n" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise BackretrievalError(f"{name} must be an integer >= {low}, got {value!r}")
+    if image_model is not None and image_model != "precomputed":
+        from ..encoders.registry import get_image_encoder
+
+        get_image_encoder(image_model)  # an unknown image model is an error, not a skipped comparison
+
+
+def _bkr_size(meta: dict[str, Any], bkr_n: int | None, bkr_seeds: int,
+              log: Callable[[str], None]) -> tuple[int, str | None] | BackretrievalError:
+    """The BkR comparison's N and its note (:func:`bkr_sample_size`, the note logged), or the
+    error that skips the comparison; a ``bkr_n`` the pair cannot have is raised, before any
+    computing."""
+    try:
+        sized: tuple[int, str | None] | BackretrievalError = bkr_sample_size(meta, bkr_n, bkr_seeds)
+    except SampleSizeError as e:
+        if bkr_n is not None:
+            raise
+        sized = e
+    except BackretrievalError as e:
+        sized = e
+    if isinstance(sized, tuple) and sized[1]:
+        log(f"BkR comparison: {sized[1]}")
+    return sized
+
+
+def _compare_models(result: dict[str, Any], rc: pd.DataFrame, models: pd.DataFrame, *, rated: int, n_sugg: int,
+                    n_boot: int, seed: int) -> None:
+    """Every pair of models on the queries rated for both (:func:`compare_pair`), Holm over the
+    pairs, into ``result["comparisons"]``; with no ratings, or too few for any pair, the
+    ``ratings_note`` says so."""
     ids = dict(zip(models.spec, models.model_id))
     pairs = list(itertools.combinations(models.spec, 2))
     need = queries_needed(len(pairs))
-    if not len(tables["ratings"]):  # nothing to compare: no test, no order
+    if not rated:  # nothing to compare: no test, no order
         result["ratings_note"] = (f"no ratings yet: nothing is compared ({n_sugg} suggestions wait for a rating; the "
                                   f"paired test needs at least {need} queries rated for both models of a pair)")
         pairs = []
@@ -362,17 +398,3 @@ def analyze(
         if all("too_few" in c for c in result["comparisons"]):
             result["ratings_note"] = (f"too few ratings to tell the models apart: the paired test needs at least {need} "
                                       "queries rated for both models of a pair")
-    result["agreement"] = agreement(tables)
-    if bkr:
-        try:
-            if isinstance(sized, BackretrievalError):
-                raise sized
-            result["bkr"] = bkr_comparison(meta, n=sized[0], seeds=bkr_seeds, image_model=image_model, progress=progress)
-            if sized[1]:
-                result["bkr"]["n_note"] = sized[1]
-        except BackretrievalError as e:  # the human results stand on their own
-            log(f"BkR comparison skipped: {e}")
-            result["bkr"] = {"error": str(e)}
-    else:
-        result["bkr"] = None
-    return result

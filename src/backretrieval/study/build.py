@@ -34,8 +34,7 @@ import numpy as np
 
 from ..core import BackretrievalError, DataError, content_hash
 from ..data import Corpus, load_dataset
-from ..encoders.registry import get_text_encoder
-from ..encoders.cache import CachedTextEncoder
+from ..encoders.registry import get_cached_text_encoder
 from ..search import l2_normalize, topk
 from . import files, store
 
@@ -173,7 +172,7 @@ def _given_queries(cfg: StudyConfig, src: Corpus, rng: np.random.Generator) -> n
 def retrieve(spec: str, queries: Corpus, pool: Corpus, k: int, progress: bool = False) -> Retrieved:
     """The ``k`` nearest pool items of each query under model ``spec`` (cosine; ties by pool
     order, as :func:`backretrieval.search.topk`)."""
-    enc = CachedTextEncoder(get_text_encoder(spec), progress=progress)
+    enc = get_cached_text_encoder(spec, progress=progress)
     if hasattr(enc.encoder, "fit") and callable(enc.encoder.fit):
         enc.encoder.fit({queries.lang: queries.texts, pool.lang: pool.texts})
     q = l2_normalize(enc.encode(queries.texts, queries.lang, ids=queries.ids))

@@ -25,16 +25,11 @@ user's umask like other result files.
 """
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
 from ..core import BackretrievalError
-
-try:  # POSIX; elsewhere studies are not locked
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from ..core.locks import LockBusy, lock_holders, take_lock
 
 PRIVATE_MODE = 0o600
 COMPANIONS = ("-wal", "-shm", "-journal")
@@ -94,29 +89,19 @@ def acquire(db: str | os.PathLike, *, exclusive: bool, wait: bool) -> Lock:
         InUse: ``wait`` is false and another holder conflicts.
     """
     path = lock_path(db)
-    if fcntl is None:
-        return Lock(None, path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), PRIVATE_MODE)
-    except OSError:
-        return Lock(None, path)  # e.g. a study on read-only media: nothing can replace it either
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB))
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise InUse(
-                f"{db} is in use{describe_holders(db)}: a study server (backretrieval study serve) or another "
-                f"backretrieval command has it open (it holds {path}); stop it before replacing the study, "
-                "or choose another --out"
-            ) from None
-        return Lock(None, path)  # flock not supported here (ENOLCK, EOPNOTSUPP, ...)
-    return Lock(fd, path)
+    try:  # None on read-only media (nothing can replace the study either) or without flock
+        return Lock(take_lock(path, exclusive=exclusive, wait=wait, mode=PRIVATE_MODE), path)
+    except LockBusy:
+        raise InUse(
+            f"{db} is in use{describe_holders(db)}: a study server (backretrieval study serve) or another "
+            f"backretrieval command has it open (it holds {path}); stop it before replacing the study, "
+            "or choose another --out"
+        ) from None
 
 
 def in_use(db: str | os.PathLike) -> bool:
     """Whether a server or connection holds the study ``db`` now (never creates the lock file)."""
-    if fcntl is None or not lock_path(db).exists():
+    if not lock_path(db).exists():
         return False
     try:
         acquire(db, exclusive=True, wait=False).release()
@@ -128,18 +113,7 @@ def in_use(db: str | os.PathLike) -> bool:
 def describe_holders(db: str | os.PathLike) -> str:
     """`` (process 123, 456)``: the processes that hold the study's lock, as far as
     ``/proc/locks`` tells (Linux); an empty string where it cannot be told."""
-    try:
-        ino = lock_path(db).stat().st_ino
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return ""
-    pids = []
-    for line in text.splitlines():
-        f = line.split()
-        # "1: FLOCK  ADVISORY  READ  1234 08:01:5678 0 EOF" (blocked waiters: "1: -> FLOCK ...")
-        if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino):
-            pids.append("this process" if f[4] == str(os.getpid()) else f[4])
-    return f" (process {', '.join(dict.fromkeys(pids))})" if pids else ""
+    return lock_holders(lock_path(db))
 
 
 def install(tmp: str | os.PathLike, out: str | os.PathLike) -> None:

@@ -83,22 +83,6 @@ def create_app(db_path: str | Path):
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
-    # Writers of this process queue on a lock rather than in SQLite's busy handler, which
-    # retries with growing sleeps and lets unlucky writers lose again and again (seconds of tail
-    # latency with dozens of concurrent clients). Other processes (`study add-rater` while
-    # serving) still meet SQLite's 30 s busy timeout.
-    write_lock = threading.Lock()
-
-    def with_db(fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        with store.opened(db_path) as con:
-            return fn(con)
-
-    def rater(token: str) -> str:
-        """The rater's name (404 for an unknown token), noted for the access log."""
-        name = with_db(lambda con: store.rater_by_token(con, token))[1]
-        request.environ[RATER_ENV] = (token, name)
-        return name
-
     def error(status: int, msg: str):
         resp = jsonify(error=msg)
         resp.status_code = status
@@ -119,6 +103,14 @@ def create_app(db_path: str | Path):
         resp.headers.setdefault("Cache-Control", "no-store")
         return resp
 
+    _page_routes(app, Response, error)
+    _rater_routes(app, db_path, Response, jsonify, request, error)
+    return app
+
+
+def _page_routes(app: Any, Response: Any, error: Callable[[int, str], Any]) -> None:
+    """The routes without a rater: the bare address, the icon, the page's script and style."""
+
     @app.get("/")
     def index():
         return error(404, "open the link you were given (http://HOST:PORT/r/<token>)")
@@ -134,6 +126,25 @@ def create_app(db_path: str | Path):
     @app.get("/static/study.css")
     def css():
         return Response(page.CSS, mimetype="text/css")
+
+
+def _rater_routes(app: Any, db_path: Path, Response: Any, jsonify: Any, request: Any, error: Callable[[int, str], Any]) -> None:
+    """A rater's routes (``/r/<token>/...``): the rating page, its state, a rating, an image."""
+    # Writers of this process queue on a lock rather than in SQLite's busy handler, which
+    # retries with growing sleeps and lets unlucky writers lose again and again (seconds of tail
+    # latency with dozens of concurrent clients). Other processes (`study add-rater` while
+    # serving) still meet SQLite's 30 s busy timeout.
+    write_lock = threading.Lock()
+
+    def with_db(fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        with store.opened(db_path) as con:
+            return fn(con)
+
+    def rater(token: str) -> str:
+        """The rater's name (404 for an unknown token), noted for the access log."""
+        name = with_db(lambda con: store.rater_by_token(con, token))[1]
+        request.environ[RATER_ENV] = (token, name)
+        return name
 
     @app.get("/r/<token>")
     @app.get("/r/<token>/")
@@ -173,8 +184,6 @@ def create_app(db_path: str | Path):
         resp = Response(data, mimetype=mime)
         resp.headers["Cache-Control"] = "private, max-age=86400, immutable"
         return resp
-
-    return app
 
 
 def redact(text: str, known: tuple[str, str] | None = None) -> str:

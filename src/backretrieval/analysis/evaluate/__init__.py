@@ -1,6 +1,6 @@
 """The evaluation grid: every (model, source language, target language, seed).
 
-What a user calls is re-exported here: :func:`evaluate` (and :func:`estimate`, the dry run's
+What a user calls is re-exported here: :func:`run_grid` (and :func:`estimate`, the dry run's
 count of texts, requests and cost), its configuration :class:`EvalConfig`, its result
 :class:`EvalResult` with the record key :class:`RunKey`, and the helpers that read a result
 (:func:`summarize`, :func:`pair_labels`, :func:`parse_pairs`). The parts live in their modules and
@@ -12,7 +12,7 @@ whose docstring says how samples, records and resumption work, and which version
 names).
 """
 from .config import EvalConfig, parse_pairs
-from .grid import estimate, evaluate
+from .grid import estimate, run_grid
 from .result import EvalResult, RunKey, pair_labels, summarize
 
-__all__ = ["EvalConfig", "EvalResult", "RunKey", "estimate", "evaluate", "pair_labels", "parse_pairs", "summarize"]
+__all__ = ["EvalConfig", "EvalResult", "RunKey", "estimate", "pair_labels", "parse_pairs", "run_grid", "summarize"]

@@ -282,6 +282,14 @@ class EvalConfig:
         """The name the records give the main image model (the spec string, or the object's name)."""
         return image_model_name(self.image_model)
 
+    @property
+    def approx_depth(self) -> int | None:
+        """The depth the approximate route searches (the largest K its records carry, from
+        :func:`~backretrieval.metrics.table.approx_ks`); None with exact search."""
+        from ...metrics.table import approx_ks
+
+        return max(approx_ks(self.n, self.k)) if self.approx else None
+
     def key(self) -> str:
         """Identifies the configuration for resuming (everything but the grid's extent: models,
         pairs, seeds and image models are part of each record's own key).

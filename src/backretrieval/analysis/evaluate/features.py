@@ -16,7 +16,7 @@ from ...core import BackretrievalError, DataError, UnsupportedLanguageError
 from ...core.env import StaleVersionsWarning
 from ...data import Dataset, matching, non_matching
 from ...data.corpus import fingerprint
-from ...encoders.text_batching import TruncationWarning
+from ...encoders.text.batching import TruncationWarning
 from ...encoders.base import encoder_versions
 from ...encoders.registry import get_image_encoder
 from ...encoders.cache import CachedImageEncoder

@@ -1,5 +1,6 @@
-"""The grid itself: :func:`evaluate` draws the samples, resumes the finished records, encodes
-what is left and runs one :class:`~.tasks.SampleTask` per sample.
+"""The grid itself: :func:`run_grid` draws the samples, resumes the finished records, encodes
+what is left and runs one :class:`~.tasks.SampleTask` per sample (one phase each, around one
+small state object).
 
 For each pair and seed two samples are drawn from the dataset (Backretrieval paper, Sec. 3.1):
 a *matching* sample of N aligned translation pairs for XLR (only where the dataset links
@@ -50,6 +51,7 @@ computes XLR@K and BkR@K from self-calibrating FAISS lists instead (records say
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -75,7 +77,7 @@ from .tasks import SampleTask, check_approx
 Sample = tuple[str, str, int]  # (src, tgt, seed)
 
 
-def evaluate(
+def run_grid(
     cfg: EvalConfig,
     out_dir: str | Path | None = None,
     *,
@@ -117,11 +119,57 @@ def evaluate(
         return _evaluate(cfg, out_dir, progress=progress, log=log, executor=executor, needs=needs, purpose=purpose)
 
 
+@dataclasses.dataclass
+class _Run:
+    """One run of the grid between its phases (:func:`_draw`, :func:`_resume`, :func:`_encode`,
+    :func:`_run_tasks`, :func:`_results`): what was drawn and checked, what is stored, what is left
+    to do and the vectors it is done with."""
+
+    cfg: EvalConfig
+    log: Callable[[str], None]
+    models: dict[str, Any]  # name -> GridModel
+    names: list[str]
+    run_only: list[str]  # text models neither resumed nor stored
+    ds: Any
+    samples: dict[Sample, Samples]
+    has_bkr: bool
+    notes: list[str]
+    image_models: list[str | None]  # [None] without images
+    run_only_g: list[str]
+    feats: Features
+    inputs: Any
+    sims: dict[str, str]  # the models scored otherwise than cfg.sim (tasks.model_similarities)
+    specs: dict[str, str]  # name -> the model's full spec (the records' model_spec)
+    power: dict[str, Any]  # pair -> its power facts (power.power_facts)
+    store: Any = None  # the RecordStore
+    found: dict[RecordSlot, tuple[dict, dict]] = dataclasses.field(default_factory=dict)
+    todo: dict[Sample, list[str]] = dataclasses.field(default_factory=dict)
+    text: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+    encode_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    encoding: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def stored(self, name: str, g: str | None) -> bool:
+        """Whether the record of text model ``name`` and image model ``g`` is resumed and stored
+        (neither model of it is run-only)."""
+        return name not in self.run_only and g not in self.run_only_g
+
+
 def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, log: Callable[[str], None], executor: Any,
               needs: Sequence[str], purpose: str) -> EvalResult:
-    """:func:`evaluate`, with ``out_dir`` (if any) held by this process."""
+    """:func:`run_grid`, with ``out_dir`` (if any) held by this process: its phases in turn."""
     from ..executors import get_executor
 
+    run = _draw(cfg, progress=progress, log=log, needs=needs, purpose=purpose)
+    _resume(run, out_dir)
+    ex = get_executor(executor)
+    _encode(run, ex, progress)
+    _run_tasks(run, ex, progress)
+    return _results(run, ex, out_dir)
+
+
+def _draw(cfg: EvalConfig, *, progress: bool, log: Callable[[str], None], needs: Sequence[str], purpose: str) -> _Run:
+    """Check the configuration and every model, load the dataset, draw and check the samples
+    (the notes they call for said), and fingerprint the inputs."""
     if cfg.n < 1:
         raise BackretrievalError(f"n must be positive, got {cfg.n}")
     if cfg.k > cfg.n:
@@ -167,19 +215,20 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     feats = Features(ds, _needed_rows(samples, langs), {g: g_models[g] for g in image_models if g}, progress, log,
                      cfg.dataset, cfg.reuse_stale, notes=[weak] if weak else [])
     inputs = fingerprint_inputs(cfg, samples, feats, {name: m.encoder for name, m in models.items()}, image_models)
+    return _Run(cfg, log, models, names, run_only, ds, samples, has_bkr, notes, image_models, run_only_g, feats, inputs,
+                sims, specs, power)
 
-    # resume what earlier runs finished; say which inputs changed for the rest
-    store = RecordStore(out_dir, inputs, log)
 
-    def stored(name: str, g: str | None) -> bool:  # neither model of the record is run-only
-        return name not in run_only and g not in run_only_g
-
-    found: dict[RecordSlot, tuple[dict, dict]] = {}
-    todo: dict[Sample, list[str]] = {}
+def _resume(run: _Run, out_dir: str | Path | None) -> None:
+    """Resume what earlier runs finished (``run.found``), say which inputs changed for the rest,
+    and note what is left to do per sample (``run.todo``)."""
+    cfg, log, samples, image_models = run.cfg, run.log, run.samples, run.image_models
+    stored, found, todo = run.stored, run.found, run.todo
+    store = run.store = RecordStore(out_dir, run.inputs, log)
     changed: dict[str, int] = {}
     stale: dict[str, int] = {}  # version change -> records recomputed (or reused) for it
     reused: list[RecordSlot] = []
-    for name in names:
+    for name in run.names:
         for s, t, seed in samples:
             done = 0
             for g in image_models:
@@ -209,18 +258,21 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
     _say_stale(stale, len(reused), out_dir, log)
     for label, count in changed.items():
         log(f"{label} changed since the records in {out_dir} were computed: recomputing {count} record{'s' * (count != 1)}")
-    store.write_manifest([(name, g, s, t, seed) for name in names for s, t, seed in samples for g in image_models
+    store.write_manifest([(name, g, s, t, seed) for name in run.names for s, t, seed in samples for g in image_models
                           if stored(name, g)], keep=reused)
 
-    # encode every model that has work left (through the cache), then run one task per sample
-    ex = get_executor(executor)
-    text: dict[str, dict[str, np.ndarray]] = {}
-    encode_s: dict[str, float] = {}
+
+def _encode(run: _Run, ex: Any, progress: bool) -> None:
+    """Encode every model that has work left (through the cache): ``run.text``, its seconds, and
+    every model's price facts (``run.encoding``, whether it encoded in this run or not); a model's
+    pairs with a language it cannot embed leave ``run.todo``."""
+    cfg, log, feats, todo, inputs = run.cfg, run.log, run.feats, run.todo, run.inputs
+    text, encode_s = run.text, run.encode_s
     used: dict[str, CachedTextEncoder] = {}
-    speed_ids = {name: speed_identity(m.encoder, inputs.models[name]) for name, m in models.items()}
+    speed_ids = {name: speed_identity(m.encoder, inputs.models[name]) for name, m in run.models.items()}
     for name in dict.fromkeys(name for todo_names in todo.values() for name in todo_names):
         t0 = time.perf_counter()
-        m = models[name]  # a Python object encodes here, with every executor (it is never pickled)
+        m = run.models[name]  # a Python object encodes here, with every executor (it is never pickled)
         enc = m.encoder if m.spec is None else ex.text_encoder(m.spec)
         cached = CachedTextEncoder(enc, chunk=ex.encode_chunk, progress=progress, reuse_stale=cfg.reuse_stale)
         est = send_estimate(cached, feats.corpora)
@@ -229,40 +281,52 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
         text[name] = feats.text(cached, name)
         encode_s[name] = round(time.perf_counter() - t0, 3)
         used[name] = cached
-    encoding = {name: price_facts(name, m.encoder, used.get(name), feats.corpora, inputs.models[name], speed_ids[name],
-                                  seconds=encode_s.get(name, 0.0), measure=cfg.measure_speed, run_only=m.run_only, log=log)
-                for name, m in models.items()}  # every model's price, whether it encoded in this run or not
+    run.encoding = {name: price_facts(name, m.encoder, used.get(name), feats.corpora, inputs.models[name], speed_ids[name],
+                                      seconds=encode_s.get(name, 0.0), measure=cfg.measure_speed, run_only=m.run_only, log=log)
+                    for name, m in run.models.items()}  # every model's price, whether it encoded in this run or not
     for name, langs_missing in feats.unsupported.items():
         for lang, why in langs_missing.items():
             log(f"skipping {name} for the pairs with {lang!r}: {why}")
     todo = {key: [m for m in todo_names if key[0] in text[m] and key[1] in text[m]] for key, todo_names in todo.items()}
-    todo = {key: todo_names for key, todo_names in todo.items() if todo_names}
+    run.todo = {key: todo_names for key, todo_names in todo.items() if todo_names}
 
-    n_runs = sum(len(todo_names) for todo_names in todo.values()) * len(image_models)
+
+def _run_tasks(run: _Run, ex: Any, progress: bool) -> None:
+    """Run one task per sample with work left (:func:`_sample_tasks`) and store each record."""
+    cfg, found, inputs, ds, encode_s, store = run.cfg, run.found, run.inputs, run.ds, run.encode_s, run.store
+    n_runs = sum(len(todo_names) for todo_names in run.todo.values()) * len(run.image_models)
     bar = tqdm(total=n_runs, desc="metrics", unit="run", disable=not progress)
-    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, _sample_tasks(cfg, samples, todo, text, feats, image_models, ex, sims)):
+    tasks = _sample_tasks(cfg, run.samples, run.todo, run.text, run.feats, run.image_models, ex, run.sims)
+    for (s, t, seed), runs in ex.imap(_tasks.run_sample_task, tasks):
         for name, g, values, ranks in runs:
             slot = (name, g, s, t, seed)
             if slot in found:
                 continue
             rec: dict[str, Any] = {
-                "model": name, "model_identity": inputs.models[name], "model_spec": specs[name], "image_model": g, "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
-                "n": cfg.n, "k": cfg.k, "sim": sims.get(name, cfg.sim), **values, "encode_seconds": encode_s[name],
+                "model": name, "model_identity": inputs.models[name], "model_spec": run.specs[name], "image_model": g,
+                "dataset": ds.name, "src_lang": s, "tgt_lang": t, "seed": seed,
+                "n": cfg.n, "k": cfg.k, "sim": run.sims.get(name, cfg.sim), **values, "encode_seconds": encode_s[name],
             }
             if g is None:  # no images: no image fields
                 del rec["image_model"]
-            if stored(name, g):
+            if run.stored(name, g):
                 store.save(slot, rec, ranks)
             found[slot] = (rec, ranks)
             bar.update(1)
     bar.close()
 
+
+def _results(run: _Run, ex: Any, out_dir: str | Path | None) -> EvalResult:
+    """The result per image model, the records in the configuration's order, written to
+    ``out_dir`` (the main image model's; the others' under ``image-models/``)."""
+    cfg, ds, samples, found, inputs, image_models = run.cfg, run.ds, run.samples, run.found, run.inputs, run.image_models
     items = {(s, t, seed): sample_items(ds[s], ds[t], {NON_MATCHING: sm.bkr, MATCHING: sm.xlr})
              for (s, t, seed), sm in samples.items()}
     nodes = {"tasks": ex.nodes, "encoding": ex.encode_nodes} if hasattr(ex, "encode_nodes") else None
-    info = run_info(cfg, ds, feats, inputs, ex.name, nodes)
-    info["encoding"] = encoding
-    order = {m: i for i, m in enumerate(names)}
+    info = run_info(cfg, ds, run.feats, inputs, ex.name, nodes)
+    info["encoding"] = run.encoding
+    order = {m: i for i, m in enumerate(run.names)}
+    power = run.power
     largest = {f"{s}->{t}": power[f"{s}->{t}"]["largest_n"] if f"{s}->{t}" in power else sample_limits(ds, s, t, cfg.seeds)
                for s, t in dict.fromkeys(cfg.pairs)}
     pair_order = {pair: i for i, pair in reversed(list(enumerate(cfg.pairs)))}  # records keep the pairs' order as given
@@ -271,11 +335,11 @@ def _evaluate(cfg: EvalConfig, out_dir: str | Path | None, *, progress: bool, lo
         keys_g = sorted((k for k in found if k[1] == g), key=lambda k: (order[k[0]], pair_order[k[2], k[3]], k[4]))
         results[g] = EvalResult(
             cfg,
-            [with_identity(found[k][0], inputs.models[k[0]], specs[k[0]]) for k in keys_g],
+            [with_identity(found[k][0], inputs.models[k[0]], run.specs[k[0]]) for k in keys_g],
             {(k[0], k[2], k[3], k[4]): found[k][1] for k in keys_g},
             run=info,
-            text_only=not has_bkr,
-            notes=list(notes),
+            text_only=not run.has_bkr,
+            notes=list(run.notes),
             items=items,
             largest_n=largest,
             power=power,
@@ -376,10 +440,6 @@ def _sample_tasks(
             s, t, seed, cfg.n, cfg.k, cfg.sim, cfg.csls_k, todo_names,
             None if sm.xlr is None else {m: rows(sm.xlr, m) for m in todo_names},
             None if sm.bkr is None else {m: rows(sm.bkr, m) for m in todo_names},
-            images,
-            cfg.corr_boot,
-            cfg.approx,
-            cfg.approx_target,
-            cfg.approx_cost_check,
+            images, cfg.corr_boot, cfg.approx, cfg.approx_target, cfg.approx_cost_check,
             {m: sims[m] for m in todo_names if m in (sims or {})},
         )

@@ -1,5 +1,5 @@
 """What each query retrieved: the items of every sample (:class:`SampleItems`, kept by
-:func:`~.grid.evaluate` on the :class:`~.result.EvalResult`) and the one table built from them and
+:func:`~.grid.run_grid` on the :class:`~.result.EvalResult`) and the one table built from them and
 the records' stored per-query arrays (:func:`query_table`, behind ``EvalResult.queries`` and
 ``--save-queries``).
 

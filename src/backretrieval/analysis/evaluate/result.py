@@ -66,10 +66,7 @@ class EvalResult:
             :func:`summarize` of :attr:`records` over
             :func:`~backretrieval.metrics.table.summary_columns` of the configuration's K.
         """
-        from ...metrics.table import approx_ks
-
-        depth = max(approx_ks(self.config.n, self.config.k)) if self.config.approx else None
-        return summarize(self.records, summary_columns(self.config.k, depth))
+        return summarize(self.records, summary_columns(self.config.k, self.config.approx_depth))
 
     def queries(self, pair: Any = None, model: Any = None, seed: Any = None, sample: Any = None) -> pd.DataFrame:
         """What each query retrieved: one row per (record, sample, query).

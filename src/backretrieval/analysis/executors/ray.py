@@ -129,14 +129,12 @@ def ray_init(address: str | None = None, num_cpus: int | None = None):
         if quiet:
             kwargs["logging_level"] = logging.WARNING
         if address:
-            from pathlib import Path
-
-            import backretrieval
+            from ...core.env import package_dir
 
             check_address(address)
             kwargs["address"] = address
             # the package's folder (a path, not the module object: Ray Client pickles the runtime env)
-            kwargs["runtime_env"] = {"py_modules": [str(Path(backretrieval.__file__).parent)]}
+            kwargs["runtime_env"] = {"py_modules": [str(package_dir())]}
         elif num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
         try:

@@ -133,7 +133,7 @@ def progress_bar(total: int, desc: str, enabled: bool):
 class BatchedImageEncoder:
     """Base of the image models: the common options and the one batching loop.
 
-    The image counterpart of :class:`~backretrieval.encoders.text_batching.BatchedTextEncoder`. Subclasses set ``name``,
+    The image counterpart of :class:`~backretrieval.encoders.text.batching.BatchedTextEncoder`. Subclasses set ``name``,
     ``dim`` and ``version``, take their options as keyword-only ``__init__`` parameters (the
     registry reads and checks them) and implement :meth:`_encode_batch`; a subclass that prepares batches ahead of
     the model (decoding in a background thread) overrides :meth:`_batches`, and one with a

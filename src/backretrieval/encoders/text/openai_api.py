@@ -72,7 +72,7 @@ import numpy as np
 from ...core import EncoderError, ServiceError, first_bad_row
 from ..base import Example
 from ..registry import register_text
-from ..text_batching import as_texts, positive_int, require
+from .batching import as_texts, positive_int, require
 from .openai_http import (AnswerTooLarge, bounded_client, check_base_url, endpoint_of, key_problem, refused_locally,
                           retry_after)
 

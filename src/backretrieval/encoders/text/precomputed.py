@@ -17,7 +17,6 @@ are not read, so there is no maximum length.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,9 +26,10 @@ import numpy as np
 
 from ...core import DataError, EncoderError
 from ...core.fingerprint import file_digest
+from ...core.io import json_lines
 from ..base import EXAMPLE_TEXTS, Example, check_embeddings
 from ..registry import register_text
-from ..text_batching import as_texts, positive_int
+from .batching import as_texts, positive_int
 
 SUFFIXES = (".parquet", ".jsonl", ".npz")
 
@@ -149,15 +149,7 @@ class PrecomputedTextEncoder:
     def _read_jsonl(self) -> tuple[list[Any], list[Any], np.ndarray]:
         langs, ids, embs = [], [], []
         with open(self.path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{self.name}: {self.path} line {lineno} is not JSON ({e})") from e
-                except RecursionError:
-                    raise DataError(f"{self.name}: {self.path} line {lineno} is not JSON (nested too deeply)") from None
+            for lineno, rec in json_lines(fh, f"{self.name}: {self.path}"):
                 if not isinstance(rec, dict) or any(k not in rec for k in ("lang", "id", "embedding")):
                     raise DataError(f"{self.name}: {self.path} line {lineno} needs keys lang, id and embedding")
                 langs.append(rec["lang"])

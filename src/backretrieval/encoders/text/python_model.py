@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...core import EncoderError, UnsupportedLanguageError, numeric_rows
-from ..text_batching import supports_language
+from .batching import supports_language
 from ..base import check_embeddings
 from ..python_objects import encode_call, object_identity
 

@@ -20,7 +20,7 @@ import numpy as np
 from ...core import EncoderError, normalize_rows
 from ..base import Example
 from ..registry import register_text
-from ..text_batching import BatchedTextEncoder, positive_int
+from .batching import BatchedTextEncoder, positive_int
 
 SALT = "random"
 

@@ -50,8 +50,8 @@ import numpy as np
 from ...core import EncoderError
 from ...core.fingerprint import dir_digest
 from ..devices import default_threads, requested_device, resolve_device, torch_version
+from .batching import CHARS_PER_TOKEN, BatchedTextEncoder, positive_int, require
 from .st_onnx import OnnxSentenceRunner, check_runtime, runtime_settings, runtime_tag
-from ..text_batching import CHARS_PER_TOKEN, BatchedTextEncoder, positive_int, require
 from ..base import Example
 from ..registry import register_text
 

@@ -27,7 +27,7 @@ Exported once, cached. The graphs live in the user cache (:func:`backretrieval.c
 ``("onnx")``) under a name made of a digest of the model's identity (its files' content hash,
 hub commit or package version), the opset, the torch and onnxruntime versions,
 :data:`EXPORT_REVISION` and ``qint8`` for the quantised graph; written atomically under an
-exclusive lock (:mod:`backretrieval.encoders.onnx_export`), so concurrent first runs export once.
+exclusive lock (:func:`backretrieval.core.locks.held_lock`), so concurrent first runs export once.
 Every vector-changing choice is in the model's ``version`` (the runtime, the opset, the export
 revision, the quantisation) and its ``versions`` (onnx, onnxruntime and torch besides the
 tokenizer's libraries, ``onnxruntime threads``), so the embedding cache and the records never mix
@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 
 from ...core import EncoderError, atomic_write, cache_dir, content_hash, normalize_rows
+from ...core.locks import held_lock
 from ..base import EXAMPLE_TEXTS
 from ..devices import ort_version, torch_version
-from ..onnx_export import OPSET, file_lock, make_session
+from ..onnx_export import OPSET, make_session
 
 RUNTIMES = ("torch", "onnx", "onnx-int8")
 # The runtimes as the model catalogue lists them: (option, what).
@@ -175,14 +176,14 @@ def cached_graph(model: Any, identity: str, runtime: str, owner: str, lock: thre
     """
     fp32 = graph_path(identity, False)
     if not fp32.is_file():
-        with file_lock(fp32.with_name(fp32.name + ".lock")):
+        with held_lock(fp32.with_name(fp32.name + ".lock")):
             if not fp32.is_file():
                 _export(model, fp32, owner, lock)
     if runtime == "onnx":
         return fp32
     q = graph_path(identity, True)
     if not q.is_file():
-        with file_lock(q.with_name(q.name + ".lock")):
+        with held_lock(q.with_name(q.name + ".lock")):
             if not q.is_file():
                 _quantize(fp32, q)
     return q

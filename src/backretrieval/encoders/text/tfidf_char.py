@@ -31,7 +31,7 @@ import numpy as np
 from ...core import DataError, EncoderError, content_hash, normalize_rows
 from ..base import Example, package_version
 from ..registry import register_text
-from ..text_batching import (
+from .batching import (
     BatchedTextEncoder,
     as_texts,
     positive_int,

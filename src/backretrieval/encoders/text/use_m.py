@@ -46,7 +46,7 @@ from ...core.canonical import tanh as canonical_tanh
 from ..base import Example, package_version
 from ..registry import register_text
 from ..devices import default_threads
-from ..text_batching import (
+from .batching import (
     BatchedTextEncoder,
     positive_int,
     require,

@@ -20,7 +20,7 @@ Directories in the legacy layout (``cr5.json`` + ``cr5.npz`` + ``vocab/``) are r
 :mod:`.modeldir_legacy` and give the same vectors.
 
 As an encoder (``cr5:DIR``): the languages are the model's (``zh`` finds a ``zh_CN`` block,
-``pt-PT`` a ``pt`` block, via :func:`~backretrieval.encoders.text_batching.lang_key`); a language without a block raises
+``pt-PT`` a ``pt`` block, via :func:`~backretrieval.encoders.text.batching.lang_key`); a language without a block raises
 :class:`~backretrieval.core.EncoderError`. Bias dimension: a text with no vocabulary token has
 ``Phi_l x = 0``, for which cosine similarity is undefined, so -- as in ``tfidf-char`` -- every
 vector is ``[Phi_l x / |Phi_l x|, BIAS]`` re-normalised (``dim = rank + 1``, ``BIAS = 1e-3``):
@@ -49,7 +49,7 @@ from ...core import DataError, EncoderError, UnsupportedLanguageError, normalize
 from ...core.fingerprint import dir_digest
 from .modeldir import RESERVED, read_model_dir, write_model_dir
 from .bow import TOKENIZER_VERSION, TfidfBow
-from ..text_batching import BatchedTextEncoder, lang_key
+from ..text.batching import BatchedTextEncoder, lang_key
 from ..base import Example
 from ..registry import register_text
 

@@ -34,10 +34,9 @@ import numpy as np
 from ...core import EncoderError
 from ...core.canonical import matmul
 from .modeldir import ModelDir, read_model_dir, write_model_dir
-from ..text_batching import as_texts
+from ..text.batching import as_texts
 from ..base import Example, check_embeddings
-from ..registry import get_text_encoder, register_text
-from ..cache import CachedTextEncoder
+from ..registry import get_cached_text_encoder, register_text
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
 
@@ -134,7 +133,7 @@ class M3LTextEncoder:
             opts = dict(base_options)
             if progress:
                 opts["progress"] = True
-            self.base = CachedTextEncoder(get_text_encoder(hp["base"], **opts), progress=progress)
+            self.base = get_cached_text_encoder(hp["base"], opts, progress=progress)
         base_version = info.get("base_version")
         if base_version and self.base.version != base_version:
             warnings.warn(

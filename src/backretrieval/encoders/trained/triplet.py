@@ -57,7 +57,7 @@ import numpy as np
 from ...core import DataError, EncoderError, normalize_rows
 from ...core.canonical import matmul
 from .modeldir import WEIGHTS_FILE, ModelDir, read_model_dir, write_model_dir
-from ..text_batching import as_texts
+from ..text.batching import as_texts
 from ..base import Example, check_embeddings
 from ..registry import get_text_encoder, register_text
 

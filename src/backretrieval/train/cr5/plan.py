@@ -1,7 +1,7 @@
 """What a Cr5 training run is asked for, checked as a whole before any data is read.
 
 The rules between the options of ``backretrieval train cr5`` and of
-:func:`~.evaluation.train_evaluate` live here, once: the lambdas are positive; a pairwise or
+:func:`backretrieval.analysis.trained.cr5.train_evaluate` live here, once: the lambdas are positive; a pairwise or
 transitive regime names its pair (pairwise with exactly two languages takes them as the pair),
 a transitive one its pivot; ``min_words <= max_words``; a reused split needs held-out concepts;
 training without them takes one lambda. :func:`plan_training` returns the checked

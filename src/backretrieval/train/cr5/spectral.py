@@ -81,7 +81,6 @@ class SpectralSteps:
         of :meth:`embedding`: the solutions as they come, the inputs as the Lanczos basis itself
         (rewritten in place as float32 once the Ritz vectors are formed, so no second copy of the
         basis is held; a restart or ARPACK keeps a float32 copy of them instead)."""
-        from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
         from tqdm.auto import tqdm
 
         from ._lanczos import lanczos_top
@@ -101,14 +100,18 @@ class SpectralSteps:
             self._map(self.preconditioner, range(len(self.X)))
             self._woodbury_terms()
 
-        def new_bar(what: str):
-            return tqdm(total=ncv_ + 1, desc=f"Cr5 {what} (rank {rank}, K {self.K:,})", unit="matvec", disable=not progress,
-                        **self.bar_options)
+        bars: list = []  # the bar the matvecs count on is the last (eigsh's after a fall-back)
 
-        bar = new_bar("Lanczos")
+        def start_bar(what: str):
+            bars.append(tqdm(total=ncv_ + 1, desc=f"Cr5 {what} (rank {rank}, K {self.K:,})", unit="matvec",
+                             disable=not progress, **self.bar_options))
+            return bars[-1]
+
+        start_bar("Lanczos")
 
         def mv(u: np.ndarray) -> np.ndarray:
             out = self.matvec_M(u)
+            bar = bars[-1]
             if bar.n >= bar.total:  # ARPACK restarted: ncv - rank more per restart
                 bar.total += max(ncv_ - rank, 1)
             bar.update(1)
@@ -139,32 +142,13 @@ class SpectralSteps:
                 del U, spare
             del basis
             release_free_heap()
-        bar.close()
+        bars[-1].close()
         if res is not None:
             (vals, vecs), res = res, None
             self.stats.eig_converged = rank
             self.stats.eig_method = "lanczos"
         else:
-            self.stats.eig_method = "arpack"
-            self._hist_n = 0
-            if self.woodbury and self._hist_u is None:
-                self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
-            self.say(f"Cr5: the Lanczos broke down or missed tol={tol:g} after {maxiter} restarts; eigsh (ARPACK)...")
-            bar = new_bar("eigsh")
-            op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
-            try:
-                vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
-                self.stats.eig_converged = rank
-            except ArpackNoConvergence as e:
-                vals, vecs = e.eigenvalues, e.eigenvectors
-                self.stats.eig_converged = len(vals)
-                if len(vals) == 0:
-                    raise BackretrievalError(
-                        f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
-                    ) from None
-                warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=2)
-            finally:
-                bar.close()
+            vals, vecs = self._eigsh(mv, rank, tol, maxiter, v0, ncv, ncv_, start_bar)
         order = np.argsort(-vals, kind="stable")
         self.stats.eig_seconds += time.perf_counter() - t0
         P = np.asfortranarray(vecs[:, order])  # K x rank, Fortran order (what the products below are summed for)
@@ -172,6 +156,33 @@ class SpectralSteps:
         if warm is not None:
             self._warm = (P, warm)
         return vals[order], P
+
+    def _eigsh(self, mv, rank: int, tol: float, maxiter: int, v0: np.ndarray, ncv: int | None, ncv_: int, start_bar):
+        """The fall-back of :meth:`top_eigenvectors`: ARPACK's ``eigsh`` from ``v0`` (the matvecs
+        counted on the bar ``start_bar("eigsh")`` starts); the eigenpairs it converged to, at least one."""
+        from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+        self.stats.eig_method = "arpack"
+        self._hist_n = 0
+        if self.woodbury and self._hist_u is None:
+            self._hist_u = np.empty((ncv_ + 1, self.K), dtype=np.float32)
+        self.say(f"Cr5: the Lanczos broke down or missed tol={tol:g} after {maxiter} restarts; eigsh (ARPACK)...")
+        bar = start_bar("eigsh")
+        op = LinearOperator((self.K, self.K), matvec=mv, dtype=np.float64)
+        try:
+            vals, vecs = eigsh(op, k=rank, which="LA", tol=tol, maxiter=maxiter, v0=v0, ncv=ncv)
+            self.stats.eig_converged = rank
+        except ArpackNoConvergence as e:
+            vals, vecs = e.eigenvalues, e.eigenvectors
+            self.stats.eig_converged = len(vals)
+            if len(vals) == 0:
+                raise BackretrievalError(
+                    f"Cr5: eigsh converged to no eigenvector in {maxiter} iterations; raise eig_maxiter or eig_tol"
+                ) from None
+            warnings.warn(f"Cr5: eigsh converged to {len(vals)} of {rank} eigenvectors; using those", RuntimeWarning, stacklevel=3)
+        finally:
+            bar.close()
+        return vals, vecs
 
     def _warm_coefficients(self, P: np.ndarray, room: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
         """``(C, warm columns)`` with ``P ~= U^T C`` over the kept matvec inputs ``U`` (rows): the

@@ -70,8 +70,7 @@ import numpy as np
 
 from ...core import BackretrievalError, DataError
 from ...data import Dataset
-from ...encoders.registry import get_text_encoder
-from ...encoders.cache import CachedTextEncoder
+from ...encoders.registry import get_cached_text_encoder
 from ...encoders.trained.m3l import forward as numpy_forward, load_model, save_model
 from ..base import (
     NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_REAL, Estimator, HyperParameterError, Interval, StrOptions, check_widths,
@@ -306,7 +305,7 @@ class M3L(Estimator):
             dataset, langs, self.image_model,
             split_seed=self.split_seed, test_frac=self.test_frac, val_frac=self.val_frac, progress=self.progress,
         )
-        text_enc = CachedTextEncoder(get_text_encoder(self.base, progress=self.progress), progress=self.progress)
+        text_enc = get_cached_text_encoder(self.base, {"progress": self.progress}, progress=self.progress)
         x_tr, img_tr, _ = self._texts(data, text_enc, self.train_langs, "train")
         if len(x_tr) < 2:
             raise DataError(f"{dataset.name}: {len(x_tr)} training captions in {', '.join(self.train_langs)}; need at least 2")

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from ...core import BackretrievalError
-from .validation import recall_summary, retrieval_ranks
+from ...metrics import retrieval_ranks
+from .validation import recall_summary
 from .losses import hardest_negatives, m3l_loss, patr_loss, sq_dist
 from .model import build_network, init_last_block
 
@@ -130,7 +131,7 @@ def train_mapping(settings: LoopSettings, data: LoopData, say: Callable[[str], N
         with torch.no_grad():
             out = net(torch.from_numpy(x_va)).numpy()
         net.train()
-        ranks = retrieval_ranks(out, feats[data.val_images], data.val_pos[img_va])
+        ranks = retrieval_ranks(out, feats[data.val_images], data.val_pos[img_va], sim="euclidean")
         return {f"val_{k}": v for k, v in recall_summary(ranks).items()}
 
     t0 = time.perf_counter()

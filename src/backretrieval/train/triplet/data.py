@@ -114,11 +114,10 @@ def embed_title_body(
     """Base-encoder vectors of every title and body (through the embedding cache), in data order.
 
     The same empty-title / empty-body rule as at inference (the other field is used)."""
-    from ...encoders.registry import get_text_encoder
-    from ...encoders.cache import CachedTextEncoder
+    from ...encoders.registry import get_cached_text_encoder
 
     assert_no_links(data)
-    enc = CachedTextEncoder(get_text_encoder(base, **dict(base_options or {})), progress=progress)
+    enc = get_cached_text_encoder(base, base_options, progress=progress)
     langs = np.asarray(data.langs)
     x_t = x_b = None
     for lang in data.languages:

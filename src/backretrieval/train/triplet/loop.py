@@ -79,6 +79,135 @@ class LoopData:
     val_rows: np.ndarray
 
 
+def _batches(order: np.ndarray, batch_size: int):
+    """Consecutive batches of ``order``; a final batch of one item joins the previous batch."""
+    cuts = list(range(0, len(order), batch_size))
+    if len(cuts) > 1 and len(order) - cuts[-1] < 2:
+        cuts.pop()
+    for j, s in enumerate(cuts):
+        e = cuts[j + 1] if j + 1 < len(cuts) else len(order)
+        yield order[s:e]
+
+
+class _Run:
+    """One training run's state: the split's tensors, the tower, its optimizer and generator, and
+    the current neighbour sets; its methods are the loop's steps."""
+
+    def __init__(self, settings: LoopSettings, data: LoopData):
+        import torch
+
+        self.torch, self.settings, self.xl = torch, settings, settings.xl
+        x_title, x_body, lang_idx = data.x_title, data.x_body, data.lang_idx
+        train_rows, val_rows = data.train_rows, data.val_rows
+        self.n_langs = data.n_langs
+        self.Xt_tr = torch.from_numpy(x_title[train_rows])
+        self.Xb_tr = torch.from_numpy(x_body[train_rows])
+        self.L_tr = torch.from_numpy(lang_idx[train_rows])
+        self.Xt_va = torch.from_numpy(x_title[val_rows])
+        self.Xb_va = torch.from_numpy(x_body[val_rows])
+        self.L_va = torch.from_numpy(lang_idx[val_rows])
+        self.n_tr, self.n_va = len(train_rows), len(val_rows)
+        self.pool_lang = lang_idx[train_rows]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(settings.seed)
+            self.tower = build_tower(x_title.shape[1], list(settings.widths), settings.final_relu, settings.tower)
+        self.opt = torch.optim.Adam(self.tower.parameters(), lr=settings.lr)
+        self.gen = torch.Generator().manual_seed(settings.seed + 1)
+        self.nbr_tr = self.nbr_va = None
+
+    def resume(self, ckpt: Path | None, key: str) -> tuple[list[dict[str, Any]], tuple, int]:
+        """Load the checkpoint when its key is ``key``: ``(history, best, first epoch)``."""
+        history: list[dict[str, Any]] = []
+        best = (float("inf"), -1, None)  # (val loss, epoch, state)
+        if ckpt is None or not ckpt.is_file():
+            return history, best, 0
+        state = self.torch.load(ckpt, weights_only=True)
+        if state.get("key") != key:
+            return history, best, 0
+        self.tower.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optim"])
+        self.gen.set_state(state["gen"])
+        self.nbr_tr = state["nbr_tr"].numpy() if "nbr_tr" in state else None
+        self.nbr_va = state["nbr_va"].numpy() if "nbr_va" in state else None
+        best = (float(state["best_loss"]), int(state["best_epoch"]), state["best_model"])
+        return json.loads(state["history"]), best, int(state["epoch"]) + 1
+
+    def forward_np(self, X) -> np.ndarray:
+        with self.torch.no_grad():
+            return self.tower(X).numpy()
+
+    def refresh(self) -> None:
+        """New neighbour sets (train: TripletXL only; validation: both methods)."""
+        t_pool = self.forward_np(self.Xt_tr)
+        out_tr = out_va = None
+        k = self.settings.k
+        if self.xl:
+            out_tr = find_neighbours(self.forward_np(self.Xb_tr), t_pool, self.pool_lang, np.arange(self.n_tr), self.n_langs, k)
+        if self.n_va:
+            out_va = find_neighbours(self.forward_np(self.Xb_va), t_pool, self.pool_lang, np.full(self.n_va, -1), self.n_langs, k)
+        self.nbr_tr, self.nbr_va = out_tr, out_va
+
+    def batch_loss(self, xt, xb, lb, neg, nbr):
+        """Mean losses of one batch: (total, triplet, xl)."""
+        ht, hb = self.tower(xt), self.tower(xb)
+        lt = triplet_loss(hb, ht, neg, self.settings.alpha).mean()
+        if nbr is None:
+            return lt, lt, self.torch.zeros(())
+        nb = self.torch.from_numpy(nbr)
+        mask = nb >= 0
+        flat = nb.clamp_min(0).reshape(-1)
+        x_nt = self.tower(self.Xt_tr[flat]).reshape(*nb.shape, -1)
+        lx = xl_loss(hb, lb, x_nt, mask).mean()
+        return (lt + self.settings.beta * lx if self.xl else lt), lt, lx
+
+    def validate(self) -> dict[str, float]:
+        n_va = self.n_va
+        if not n_va:
+            return {}
+        g = self.torch.Generator().manual_seed(self.settings.seed + 2)  # the same negatives every epoch
+        tot = trip = xll = 0.0
+        with self.torch.no_grad():
+            for rows in _batches(np.arange(n_va), self.settings.batch_size):
+                if len(rows) < 2:
+                    continue
+                idx = self.torch.from_numpy(rows)
+                nbr = self.nbr_va[rows] if self.nbr_va is not None else None
+                # Triplet's validation loss is Eq. 1 only; its L_XL is a monitor
+                neg = sample_negatives(self.L_va[idx], g, self.settings.negatives)
+                total, lt, lx = self.batch_loss(self.Xt_va[idx], self.Xb_va[idx], self.L_va[idx], neg, nbr)
+                tot += float(total) * len(rows)
+                trip += float(lt) * len(rows)
+                xll += float(lx) * len(rows)
+        return {"val_loss": tot / n_va, "val_triplet": trip / n_va, "val_xl": xll / n_va}
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        """One epoch of shuffled mini-batches: its record's training losses."""
+        from tqdm.auto import tqdm
+
+        s, n_tr = self.settings, self.n_tr
+        order = self.torch.randperm(n_tr, generator=self.gen).numpy()
+        tot = trip = xll = 0.0
+        self.tower.train()
+        n_batches = (n_tr + s.batch_size - 1) // s.batch_size
+        bar = tqdm(total=n_batches, desc=f"epoch {epoch + 1}/{s.epochs}", unit="batch", leave=False, disable=not s.progress)
+        for rows in _batches(order, s.batch_size):
+            idx = self.torch.from_numpy(rows)
+            neg = sample_negatives(self.L_tr[idx], self.gen, s.negatives)
+            total, lt, lx = self.batch_loss(self.Xt_tr[idx], self.Xb_tr[idx], self.L_tr[idx], neg,
+                                            self.nbr_tr[rows] if self.xl else None)
+            self.opt.zero_grad(set_to_none=True)
+            total.backward()
+            self.opt.step()
+            tot += total.item() * len(rows)
+            trip += lt.item() * len(rows)
+            xll += lx.item() * len(rows)
+            bar.update(1)
+        bar.close()
+        self.tower.eval()
+        return {"epoch": epoch + 1, "train_loss": tot / n_tr, "train_triplet": trip / n_tr,
+                **({"train_xl": xll / n_tr} if self.xl else {})}
+
+
 def train_tower(
     settings: LoopSettings,
     data: LoopData,
@@ -101,155 +230,41 @@ def train_tower(
     Returns:
         ``(tower, history, best_epoch, stopped_early)``; the tower holds the kept weights.
     """
-    import torch
     from tqdm.auto import tqdm
 
-    xl = settings.xl
-    x_title, x_body, lang_idx, n_langs = data.x_title, data.x_body, data.lang_idx, data.n_langs
-    train_rows, val_rows = data.train_rows, data.val_rows
-
-    Xt_tr = torch.from_numpy(x_title[train_rows])
-    Xb_tr = torch.from_numpy(x_body[train_rows])
-    L_tr = torch.from_numpy(lang_idx[train_rows])
-    Xt_va = torch.from_numpy(x_title[val_rows])
-    Xb_va = torch.from_numpy(x_body[val_rows])
-    L_va = torch.from_numpy(lang_idx[val_rows])
-    n_tr, n_va = len(train_rows), len(val_rows)
-    pool_lang = lang_idx[train_rows]
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(settings.seed)
-        tower = build_tower(x_title.shape[1], list(settings.widths), settings.final_relu, settings.tower)
-    opt = torch.optim.Adam(tower.parameters(), lr=settings.lr)
-    gen = torch.Generator().manual_seed(settings.seed + 1)
-
+    run = _Run(settings, data)
+    tower, n_va = run.tower, run.n_va
     ckpt = Path(checkpoint_dir) / CHECKPOINT_FILE if checkpoint_dir is not None else None
-    history: list[dict[str, Any]] = []
-    best = (float("inf"), -1, None)  # (val loss, epoch, state)
-    nbr_tr = nbr_va = None
-    start = 0
-    if ckpt is not None and ckpt.is_file():
-        state = torch.load(ckpt, weights_only=True)
-        if state.get("key") == key:
-            tower.load_state_dict(state["model"])
-            opt.load_state_dict(state["optim"])
-            gen.set_state(state["gen"])
-            history = json.loads(state["history"])
-            best = (float(state["best_loss"]), int(state["best_epoch"]), state["best_model"])
-            nbr_tr = state["nbr_tr"].numpy() if "nbr_tr" in state else None
-            nbr_va = state["nbr_va"].numpy() if "nbr_va" in state else None
-            start = int(state["epoch"]) + 1
-
-    def forward_np(X) -> np.ndarray:
-        with torch.no_grad():
-            return tower(X).numpy()
-
-    def refresh():
-        """New neighbour sets (train: TripletXL only; validation: both methods)."""
-        t_pool = forward_np(Xt_tr)
-        out_tr = out_va = None
-        if xl:
-            out_tr = find_neighbours(forward_np(Xb_tr), t_pool, pool_lang, np.arange(n_tr), n_langs, settings.k)
-        if n_va:
-            out_va = find_neighbours(forward_np(Xb_va), t_pool, pool_lang, np.full(n_va, -1), n_langs, settings.k)
-        return out_tr, out_va
-
-    def batch_loss(xt, xb, lb, neg, nbr):
-        """Mean losses of one batch: (total, triplet, xl)."""
-        ht, hb = tower(xt), tower(xb)
-        lt = triplet_loss(hb, ht, neg, settings.alpha).mean()
-        if nbr is None:
-            return lt, lt, torch.zeros(())
-        nb = torch.from_numpy(nbr)
-        mask = nb >= 0
-        flat = nb.clamp_min(0).reshape(-1)
-        x_nt = tower(Xt_tr[flat]).reshape(*nb.shape, -1)
-        lx = xl_loss(hb, lb, x_nt, mask).mean()
-        return (lt + settings.beta * lx if xl else lt), lt, lx
-
-    def batches(order: np.ndarray):
-        bs = settings.batch_size
-        cuts = list(range(0, len(order), bs))
-        if len(cuts) > 1 and len(order) - cuts[-1] < 2:
-            cuts.pop()  # a final batch of one item joins the previous batch
-        for j, s in enumerate(cuts):
-            e = cuts[j + 1] if j + 1 < len(cuts) else len(order)
-            yield order[s:e]
-
-    def negatives(lb, g):
-        return sample_negatives(lb, g, settings.negatives)
-
-    def validate() -> dict[str, float]:
-        if not n_va:
-            return {}
-        g = torch.Generator().manual_seed(settings.seed + 2)  # the same negatives every epoch
-        tot = trip = xll = 0.0
-        with torch.no_grad():
-            for rows in batches(np.arange(n_va)):
-                if len(rows) < 2:
-                    continue
-                idx = torch.from_numpy(rows)
-                nbr = nbr_va[rows] if nbr_va is not None else None
-                # Triplet's validation loss is Eq. 1 only; its L_XL is a monitor
-                total, lt, lx = batch_loss(Xt_va[idx], Xb_va[idx], L_va[idx], negatives(L_va[idx], g), nbr)
-                tot += float(total) * len(rows)
-                trip += float(lt) * len(rows)
-                xll += float(lx) * len(rows)
-        return {"val_loss": tot / n_va, "val_triplet": trip / n_va, "val_xl": xll / n_va}
-
+    history, best, start = run.resume(ckpt, key)
     fresh = False
     if start == 0 and n_va:  # epoch 0: the untrained network, for reference (never "best")
         r0 = time.perf_counter()
         tower.eval()
-        nbr_tr, nbr_va = refresh()
+        run.refresh()
         fresh = True
-        history.append({"epoch": 0, **validate(), "refresh_seconds": round(time.perf_counter() - r0, 3)})
+        history.append({"epoch": 0, **run.validate(), "refresh_seconds": round(time.perf_counter() - r0, 3)})
     epochs_bar = tqdm(total=settings.epochs, initial=start, desc=f"train {settings.method}", unit="epoch", disable=not settings.progress)
     stopped_early = False
     for epoch in range(start, settings.epochs):
         t0 = time.perf_counter()
         refresh_s = 0.0
-        stale = (xl and nbr_tr is None) or (n_va and nbr_va is None)
+        stale = (run.xl and run.nbr_tr is None) or (n_va and run.nbr_va is None)
         if fresh:
             fresh = False  # the epoch-0 refresh serves the first epoch
         elif epoch % settings.refresh_every == 0 or stale:
             r0 = time.perf_counter()
-            nbr_tr, nbr_va = refresh()
+            run.refresh()
             refresh_s = time.perf_counter() - r0
-        order = torch.randperm(n_tr, generator=gen).numpy()
-        tot = trip = xll = 0.0
-        tower.train()
-        n_batches = (n_tr + settings.batch_size - 1) // settings.batch_size
-        bar = tqdm(total=n_batches, desc=f"epoch {epoch + 1}/{settings.epochs}", unit="batch", leave=False, disable=not settings.progress)
-        for rows in batches(order):
-            idx = torch.from_numpy(rows)
-            neg = negatives(L_tr[idx], gen)
-            total, lt, lx = batch_loss(Xt_tr[idx], Xb_tr[idx], L_tr[idx], neg, nbr_tr[rows] if xl else None)
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            opt.step()
-            tot += total.item() * len(rows)
-            trip += lt.item() * len(rows)
-            xll += lx.item() * len(rows)
-            bar.update(1)
-        bar.close()
-        tower.eval()
-        rec: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "train_loss": tot / n_tr,
-            "train_triplet": trip / n_tr,
-            **({"train_xl": xll / n_tr} if xl else {}),
-        }
-        rec.update(validate())
+        rec = run.train_epoch(epoch)
+        rec.update(run.validate())
         rec["refresh_seconds"] = round(refresh_s, 3)
         rec["seconds"] = round(time.perf_counter() - t0, 3)
         history.append(rec)
-        improved = n_va and rec["val_loss"] < best[0]
-        if improved:
+        if n_va and rec["val_loss"] < best[0]:
             best = (rec["val_loss"], epoch + 1, {k: v.detach().clone() for k, v in tower.state_dict().items()})
         if ckpt is not None:
-            save_checkpoint(ckpt, key=key, epoch=epoch, tower=tower, opt=opt, gen=gen, history=history, best=best, nbr_tr=nbr_tr,
-                            nbr_va=nbr_va)
+            save_checkpoint(ckpt, key=key, epoch=epoch, tower=tower, opt=run.opt, gen=run.gen, history=history, best=best,
+                            nbr_tr=run.nbr_tr, nbr_va=run.nbr_va)
         epochs_bar.set_postfix({k: f"{rec[k]:.4f}" for k in ("train_loss", "val_loss") if k in rec})
         epochs_bar.update(1)
         if on_epoch is not None:

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core import DataError, EncoderError
-from .base import check_embeddings
+from ...core import DataError, EncoderError
+from ..base import check_embeddings
 
 _SIMPLIFIED = ("zh-cn", "zh-sg", "zh-my")
 # Characters per token in the character cap that precedes tokenisation. The longest pieces of the
@@ -152,7 +152,7 @@ class BatchedTextEncoder:
         installed versions of :attr:`libraries`, ``"chars per token"`` (:data:`CHARS_PER_TOKEN`,
         the pre-cut rule) where the character cap comes from a token limit, and the settings of
         :meth:`_settings`. The embedding cache and the stored records are keyed by them."""
-        from ..core import env
+        from ...core import env
 
         out = env.versions_of(self.libraries)
         if self.cut_per_token:

@@ -17,14 +17,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core import BackretrievalError, DataError
-from ..data import Dataset
-from ..encoders.registry import get_text_encoder
-from ..encoders.cache import CachedTextEncoder
-from ..encoders.trained.modeldir import ModelDir
-from ..encoders.trained.m3l import M3LTextEncoder, load_model
-from ..train.m3l import VAL_KS, ImageTextData, collect_images, recall_summary, retrieval_ranks
-from .stats import paired_permutation_test
+from ...core import BackretrievalError, DataError
+from ...data import Dataset
+from ...encoders.registry import get_cached_text_encoder
+from ...encoders.trained.modeldir import ModelDir
+from ...encoders.trained.m3l import M3LTextEncoder, load_model
+from ...metrics import retrieval_ranks
+from ...train.m3l import RETRIEVAL_SIMS, VAL_KS, ImageTextData, collect_images, recall_summary
+from ..stats import paired_permutation_test
 
 
 @dataclasses.dataclass
@@ -115,7 +115,7 @@ def evaluate_image_retrieval(
         split: ``"test"``, ``"val"`` or ``"all"``.
         ks: recall cut-offs.
         sim: ``"euclidean"`` or ``"cosine"`` (see
-            :func:`backretrieval.train.m3l.retrieval_ranks`).
+            :func:`backretrieval.metrics.retrieval_ranks`).
         data: encoded images to reuse across models (see above).
         base_encoder: a cached text model of the model's base, to reuse across models.
         progress: show progress bars.
@@ -124,12 +124,14 @@ def evaluate_image_retrieval(
         A :class:`RetrievalResult` (per language ``n_queries`` and :func:`recall_summary`).
 
     Raises:
-        BackretrievalError: a bad ``split``, or a model whose image model or dimension does not
-            fit the data.
+        BackretrievalError: a bad ``split`` or ``sim``, or a model whose image model or dimension
+            does not fit the data.
         DataError: no gallery images left in ``split``.
     """
     if split not in ("test", "val", "all"):
         raise BackretrievalError(f"split must be test, val or all, got {split!r}")
+    if sim not in RETRIEVAL_SIMS:
+        raise BackretrievalError(f"unknown retrieval similarity {sim!r}; choose one of {', '.join(RETRIEVAL_SIMS)}")
     model, _ = load_model(model_dir)
     hp, image_dim = model.hyper_parameters, model.info["image_dim"]
     if data is None:
@@ -417,7 +419,7 @@ def image_retrieval(
                 dataset, langs, hp["image_model"], split_seed=key[1], test_frac=key[2], val_frac=key[3], progress=progress,
             )
         if hp["base"] not in bases:
-            bases[hp["base"]] = CachedTextEncoder(get_text_encoder(hp["base"], progress=progress), progress=progress)
+            bases[hp["base"]] = get_cached_text_encoder(hp["base"], {"progress": progress}, progress=progress)
         res = evaluate_image_retrieval(m, dataset, langs, split=split, ks=k_list, sim=sim, data=data_cache[key],
                                  base_encoder=bases[hp["base"]], progress=progress)
         results.append(res)

@@ -1,29 +1,26 @@
-"""Cr5 evaluation and experiments: document retrieval over a split's candidate pools
-(:func:`evaluate_retrieval`, Sec. 4.2), lambda selection by validation retrieval
-(:func:`select_lambda`), word translation retrieval (:func:`word_retrieval`, Sec. 4.4) and one
-regime's split-train-evaluate run (:func:`train_evaluate`).
+"""The retrieval measures of a Cr5 model: document retrieval over a split's candidate pools
+(:func:`evaluate_retrieval`, Sec. 4.2), which lambda selection validates with
+(:func:`select_lambda`), and word translation retrieval with the columns of ``Phi``
+(:func:`word_retrieval`, Sec. 4.4). A whole split-train-evaluate run of one regime is
+:func:`backretrieval.analysis.trained.cr5.train_evaluate`.
 
 Records name their metric like every metric of the project (``name@K``): ``xlr@K`` (the share of
-queries whose true candidate ranks <= K; pessimistic ties), ``xlr_mrr`` and ``xlr_median_rank``
-(before: ``p@k`` and ``mrr``). Ranks come from :func:`backretrieval.metrics.retrieval_ranks`.
+queries whose true candidate ranks <= K; pessimistic ties), ``xlr_mrr`` and ``xlr_median_rank``.
+Ranks come from :func:`backretrieval.metrics.retrieval_ranks`.
 """
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...core import DataError, atomic_write_text
+from ...core import DataError
 from ...data import Corpus, Dataset
 from ...encoders.trained.cr5 import Cr5Model
 from ...metrics import rank_summary, retrieval_ranks
 from .estimator import Cr5
-from .plan import plan_training
-from .splits import Split, corpora_of, pair_key, candidate_rows, make_split, training_corpora, write_heldout
+from .splits import Split, corpora_of, pair_key, candidate_rows
 
 METRIC = "xlr"  # record keys xlr@K, xlr_mrr, xlr_median_rank
 SIMS = ("cosine", "csls")
@@ -271,128 +268,6 @@ def word_retrieval(
         rec.update(rank_summary(best, tuple(ks), METRIC))
         out.append(rec)
     return out
-
-
-def default_eval_pairs(regime: str, languages: Sequence[str], pair: tuple[str, str] | None) -> list[tuple[str, str]]:
-    """Pairs evaluated when none are given: the trained pair (pairwise, transitive), else the
-    first language with every other one (joint).
-
-    Args:
-        regime: ``"joint"``, ``"pairwise"`` or ``"transitive"``.
-        languages: the trained languages (joint: the first one pairs with each other one).
-        pair: the trained pair (pairwise, transitive).
-
-    Returns:
-        The (source, target) pairs.
-
-    Raises:
-        DataError: a pairwise or transitive regime without ``pair``.
-    """
-    if regime in ("pairwise", "transitive"):
-        if pair is None:
-            raise DataError(f"{regime} training needs a pair")
-        return [tuple(pair)]
-    return [(languages[0], lang) for lang in languages[1:]]
-
-
-def train_evaluate(
-    ds: Dataset | Mapping[str, Corpus],
-    *,
-    regime: str = "joint",
-    languages: Sequence[str] | None = None,
-    pair: tuple[str, str] | None = None,
-    pivot: str | None = None,
-    eval_pairs: Sequence[tuple[str, str]] | None = None,
-    lams: Sequence[float] = (1.0,),
-    split: Split | None = None,
-    split_options: Mapping[str, Any] | None = None,
-    holdout: bool = True,
-    params: Mapping[str, Any] | None = None,
-    out_dir: str | Path | None = None,
-    meta: Mapping[str, Any] | None = None,
-    log: Callable[[str], None] = lambda m: None,
-) -> dict[str, Any]:
-    """Split, train a regime (lambda by validation when several are given) and evaluate on the
-    test queries.
-
-    With ``out_dir``, writes the model directory plus ``split.json``, ``eval.json`` and
-    ``heldout.jsonl`` (:func:`.splits.write_heldout`); :func:`backretrieval.report.outputs.train_cr5`
-    calls this and adds the Markdown table ``eval.md``, as ``backretrieval train cr5`` does. ``holdout=False``
-    trains on every concept (a model for use elsewhere; no evaluation, one lambda).
-
-    Args:
-        ds: the dataset, or corpora per language, whose items carry concepts.
-        regime: ``"joint"``, ``"pairwise"`` or ``"transitive"`` (:func:`.splits.training_corpora`).
-        languages: the languages used (default: all of ``ds``, sorted); with exactly two and
-            the pairwise regime they are the pair; with three, the transitive regime and
-            ``pivot`` among them, the other two are the pair.
-        pair: the trained pair (pairwise, transitive).
-        pivot: the pivot language (transitive).
-        eval_pairs: the pairs to hold out and evaluate (default: :func:`default_eval_pairs`).
-        lams: candidate lambdas; several are chosen among on the validation queries
-            (:func:`select_lambda`).
-        split: a split to reuse (e.g. :meth:`Split.load`); default: :func:`.splits.make_split`
-            over ``languages`` and the evaluated pairs.
-        split_options: keyword arguments of :func:`.splits.make_split`.
-        holdout: False: train on every concept, no split and no evaluation.
-        params: further :class:`Cr5` hyper-parameters (all but ``lam``).
-        out_dir: the model directory to write (None: nothing is written).
-        meta: entries added to the model's ``experiment`` metadata and ``eval.json``.
-        log: receives progress lines (training documents, one line per lambda).
-
-    Returns:
-        ``{"regime", "languages", "pair", "pivot", "model", "lam", "lambda_table", "test",
-        "split", "seconds"}`` (``test``: :func:`evaluate_retrieval` records).
-
-    Raises:
-        Cr5OptionError: options that break a rule of :func:`.plan.plan_training` (several
-            lambdas without held-out concepts, a regime without its pair or pivot, ...).
-        DataError: what the split and the fit reject.
-    """
-    corpora = corpora_of(ds)
-    langs = list(languages) if languages else sorted(corpora)
-    if regime == "transitive" and (pair is None or pivot is None) and len(langs) == 3 and pivot in langs:
-        pair = tuple(x for x in langs if x != pivot)  # type: ignore[assignment]
-    params = dict(params or {})
-    words = {k: params[k] for k in ("min_words", "max_words") if k in params}
-    plan = plan_training(regime=regime, languages=langs, pair=pair, pivot=pivot, lams=lams, split=split, holdout=holdout, **words)
-    pair, lams = plan.pair, plan.lams
-    t0 = time.perf_counter()
-    result: dict[str, Any] = {"regime": regime, "languages": langs, "pair": pair, "pivot": pivot}
-    if not holdout:
-        if regime == "joint":
-            train = {lang: corpora[lang] for lang in langs}
-        else:
-            empty = Split(langs, [], {}, {}, [], 0)
-            train = training_corpora(corpora, empty, regime, pair=pair, pivot=pivot)
-        model = Cr5(lam=lams[0], **params).fit(train)
-        result.update(model=model, lam=lams[0], lambda_table=[], test=[], split=None)
-    else:
-        pairs = list(eval_pairs) if eval_pairs else default_eval_pairs(regime, langs, pair)
-        if split is None:
-            split = make_split({lang: corpora[lang] for lang in langs}, pairs, **dict(split_options or {}))
-        train = training_corpora(corpora, split, regime, pair=pair, pivot=pivot, languages=langs)
-        log(f"{regime} training: " + ", ".join(f"{lang} {len(c)} docs" for lang, c in train.items()))
-        model, lam, table = select_lambda(lambda lam: Cr5(lam=lam, **params), train, corpora, split, lams, pairs=pairs, log=log)
-        test = evaluate_retrieval(model.transform, corpora, split, pairs, phase="test")
-        result.update(model=model, lam=lam, lambda_table=table, test=test, split=split)
-    result["seconds"] = round(time.perf_counter() - t0, 1)
-    if out_dir is not None:
-        out = Path(out_dir)
-        info = {
-            **dict(meta or {}),
-            "regime": regime,
-            "pair": list(pair) if pair else None,
-            "pivot": pivot,
-            "lambda_selection": result["lambda_table"],
-            "heldout": bool(holdout),
-        }
-        model.save(out, info={"experiment": info})
-        if result["split"] is not None:
-            result["split"].save(out / "split.json")
-            atomic_write_text(out / "eval.json", json.dumps({**info, "lam": result["lam"], "test": result["test"]}, indent=1))
-            write_heldout(corpora, result["split"], out / "heldout.jsonl")
-    return result
 
 
 def single_token_dictionary(ds: Dataset | Mapping[str, Corpus], src: str, tgt: str, field: str | None = "title") -> list[tuple[str, str]]:

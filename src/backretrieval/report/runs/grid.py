@@ -5,43 +5,37 @@
 and call these functions. What a folder holds:
 
 * the records: ``results.jsonl``, ``results.csv``, ``run.json``
-  (:func:`backretrieval.analysis.evaluate.evaluate`; per extra image model under ``image-models/``);
+  (:func:`backretrieval.analysis.evaluate.run_grid`; per extra image model under ``image-models/``);
 * evaluate: ``summary.md``, :func:`summary_markdown` of :meth:`EvalResult.summary`;
 * compare: ``compare.md`` (:func:`comparison_markdown`: the verdict, then the rankings) and
   ``compare.json`` (:meth:`Comparison.to_json`), both from the one finished
   :class:`~backretrieval.analysis.comparison.Comparison`;
 * with ``save_queries``: ``queries.parquet`` (:meth:`EvalResult.queries`; one per extra image model);
 * compare with ``report``: ``report.html``, ``report.json`` and ``figures/``
-  (:func:`~.compare_report.write_compare_report`, from the same comparison).
+  (:func:`~backretrieval.report.compare_report.write_compare_report`, from the same comparison).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..analysis.compare import check_metric, compare as compare_models
-from ..analysis.comparison import Comparison
-from ..analysis.costs import cost_basis
-from ..analysis.evaluate import EvalConfig, EvalResult, evaluate as run_grid
-from ..analysis.evaluate.result import slug
-from ..analysis.evaluate.queries import write_queries as write_query_table
-from ..analysis.evaluate.records import write_results
-from ..analysis.verdict import lead_and_check
-from ..core import atomic_write_text
-from ..core.io import check_writable_dir, folder_lock
-from ..metrics.table import chance_level, shown_columns
-from .table import approx_note, format_comparison, format_summary, format_verdict, md_text
+from ...analysis.compare import check_metric, compare_models
+from ...analysis.comparison import Comparison
+from ...analysis.costs import cost_basis
+from ...analysis.evaluate import EvalConfig, EvalResult, run_grid
+from ...analysis.evaluate.result import slug
+from ...analysis.evaluate.queries import write_queries
+from ...analysis.evaluate.records import write_results
+from ...analysis.verdict import lead_and_check
+from ...core import atomic_write_text
+from ...core.io import check_writable_dir, folder_lock
+from ...metrics.table import chance_level, shown_columns
+from ..table import approx_note, format_comparison, format_summary, format_verdict, md_text
 
 SUMMARY = "summary.md"
 COMPARE_MD = "compare.md"
 COMPARE_JSON = "compare.json"
 QUERIES = "queries.parquet"
-
-
-def _approx_depth(cfg: EvalConfig) -> int | None:
-    from ..metrics.table import approx_ks
-
-    return max(approx_ks(cfg.n, cfg.k)) if cfg.approx else None
 
 
 def summary_markdown(result: EvalResult) -> str:
@@ -68,7 +62,7 @@ def summary_markdown(result: EvalResult) -> str:
     note = approx_note(result.records)
     for extra in ([note] if note else []) + [f"Note: {md_text(n)}." for n in result.notes]:
         lines += ["", extra]
-    table = format_summary(result.summary(), shown_columns(cfg.k, _approx_depth(cfg)))
+    table = format_summary(result.summary(), shown_columns(cfg.k, cfg.approx_depth))
     return "\n".join(lines) + "\n\n" + table + "\n"
 
 
@@ -154,7 +148,7 @@ def remove_earlier_outputs(out: str | Path, written: Sequence[str] = (), log: Ca
                 log(f"removed {p}, an earlier run's (this run wrote no {name}: {flag})")
 
 
-def write_queries(result: EvalResult, out_dir: str | Path) -> list[Path]:
+def write_query_files(result: EvalResult, out_dir: str | Path) -> list[Path]:
     """``queries.parquet`` of every record, and one per extra image model under ``image-models/``.
 
     Args:
@@ -165,10 +159,10 @@ def write_queries(result: EvalResult, out_dir: str | Path) -> list[Path]:
         The files written, the main one first.
     """
     paths = [Path(out_dir) / QUERIES]
-    write_query_table(result.queries(), paths[0])
+    write_queries(result.queries(), paths[0])
     for g, res in result.others.items():
         paths.append(Path(out_dir) / "image-models" / slug(g) / QUERIES)
-        write_query_table(res.queries(), paths[-1])
+        write_queries(res.queries(), paths[-1])
     return paths
 
 
@@ -180,7 +174,7 @@ def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: b
     Args:
         result: a finished evaluation.
         out_dir: the folder.
-        save_queries: also write what each query retrieved (:func:`write_queries`).
+        save_queries: also write what each query retrieved (:func:`write_query_files`).
         log: receives a line per earlier file removed (None: a :class:`RemovedOutputWarning` each).
 
     Returns:
@@ -188,7 +182,7 @@ def write_evaluation(result: EvalResult, out_dir: str | Path, *, save_queries: b
     """
     path = Path(out_dir) / SUMMARY
     atomic_write_text(path, summary_markdown(result))
-    paths = [path, *(write_queries(result, out_dir) if save_queries else [])]
+    paths = [path, *(write_query_files(result, out_dir) if save_queries else [])]
     remove_earlier_outputs(out_dir, [QUERIES] if save_queries else [], log)
     return paths
 
@@ -204,8 +198,8 @@ def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, 
         c: the finished comparison.
         result: the evaluation it was computed from.
         out_dir: the folder.
-        report: also write the report (:func:`~.compare_report.write_compare_report`).
-        save_queries: also write what each query retrieved (:func:`write_queries`).
+        report: also write the report (:func:`~backretrieval.report.compare_report.write_compare_report`).
+        save_queries: also write what each query retrieved (:func:`write_query_files`).
         command: the provenance the report shows (default: the Python call).
         log: receives a line per earlier file or folder removed (None: a :class:`RemovedOutputWarning` each).
 
@@ -217,9 +211,9 @@ def write_comparison(c: Comparison, result: EvalResult, out_dir: str | Path, *, 
     out = Path(out_dir)
     atomic_write_text(out / COMPARE_MD, comparison_markdown(c, result))
     atomic_write_text(out / COMPARE_JSON, json.dumps(c.to_json(), indent=1, default=float))
-    paths = [out / COMPARE_MD, out / COMPARE_JSON, *(write_queries(result, out) if save_queries else [])]
+    paths = [out / COMPARE_MD, out / COMPARE_JSON, *(write_query_files(result, out) if save_queries else [])]
     if report:
-        from .compare_report import write_compare_report
+        from ..compare_report import write_compare_report
 
         paths.append(write_compare_report(c, result, out, command=command))
     remove_earlier_outputs(out, [QUERIES] * save_queries + ["report.html", "report.json", "figures"] * report, log)
@@ -252,7 +246,7 @@ def evaluate(
         the summary table).
 
     Raises:
-        BackretrievalError: as :func:`backretrieval.analysis.evaluate.evaluate`; with
+        BackretrievalError: as :func:`backretrieval.analysis.evaluate.run_grid`; with
             ``save_queries``, records of approximate search (before anything is computed).
     """
     _check_save_queries(cfg, save_queries)
@@ -288,7 +282,7 @@ def compare(
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> Comparison:
-    """Rank the models per pair (:func:`backretrieval.analysis.compare.compare`) and, with
+    """Rank the models per pair (:func:`backretrieval.analysis.compare.compare_models`) and, with
     ``out_dir``, write what ``backretrieval compare`` writes.
 
     Args:
@@ -318,10 +312,10 @@ def compare(
         holds and the report shows.
 
     Raises:
-        BackretrievalError: as :func:`backretrieval.analysis.compare.compare`; ``report`` or
+        BackretrievalError: as :func:`backretrieval.analysis.compare.compare_models`; ``report`` or
             ``save_queries`` without ``out_dir``, ``save_queries`` with approximate search.
     """
-    from ..core import BackretrievalError
+    from ...core import BackretrievalError
 
     cfg = result if isinstance(result, EvalConfig) else result.config
     if out_dir is None and (report or save_queries):
@@ -332,7 +326,7 @@ def compare(
     if out_dir is None:
         return compare_models(result, metric, executor=executor, progress=progress, log=say, **stats)
     metric = f"bkr@{cfg.k}" if metric is None else metric
-    check_metric(metric, approx_depth=_approx_depth(cfg))  # before the folder is touched
+    check_metric(metric, approx_depth=cfg.approx_depth)  # before the folder is touched
     if command is None:
         command = (f"Python: backretrieval.compare(..., metric={metric!r}, out_dir={str(out_dir)!r}, report={report}, "
                    f"n_boot={n_boot}, level={level}, alpha={alpha}, margin={margin})")
@@ -357,33 +351,9 @@ def compare(
     return c
 
 
-def train_cr5(dataset: Any, *, out_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
-    """Train and evaluate Cr5 (:func:`backretrieval.train.cr5.train_evaluate`, which takes
-    ``options``) and write what ``backretrieval train cr5`` writes.
-
-    Args:
-        dataset: a loaded :class:`~backretrieval.data.Dataset`.
-        out_dir: the model directory: the model, ``split.json``, ``eval.json`` and
-            ``heldout.jsonl`` (written by ``train_evaluate``) and, when there are test records,
-            ``eval.md`` (:func:`backretrieval.report.cr5_tables.write_eval_md`). None: nothing
-            is written.
-        **options: ``train_evaluate``'s keyword arguments (``regime``, ``languages``, ``lams``, ...).
-
-    Returns:
-        ``train_evaluate``'s result.
-    """
-    from ..train.cr5 import train_evaluate
-    from .cr5_tables import write_eval_md
-
-    res = train_evaluate(dataset, out_dir=out_dir, **options)
-    if out_dir is not None and res["test"]:
-        write_eval_md(out_dir, res)
-    return res
-
-
 def _check_save_queries(cfg: EvalConfig, save_queries: bool) -> None:
     if save_queries and cfg.approx is not None:
-        from ..core import BackretrievalError
+        from ...core import BackretrievalError
 
         raise BackretrievalError("save_queries: approximate search keeps no per-query results; use exact search (approx=None)")
 

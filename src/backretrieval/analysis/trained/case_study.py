@@ -1,7 +1,7 @@
 """The case study of the Backretrieval paper (Sec. 3.2, Table 2 / Fig. 3): a base model vs
 Triplet vs TripletXL, per directed language pair, judged by BkR and by ground-truth XLR.
 
-Inputs are the evaluation results of :func:`backretrieval.analysis.evaluate` (per-query ranks
+Inputs are the evaluation results of :func:`backretrieval.analysis.run_grid` (per-query ranks
 per model, pair and seed); everything here is a function of those arrays:
 
 * :func:`stacked_hits` -- per-query hit@K outcomes as a (pairs, seeds, N) array. Several
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .stats import bootstrap_ci, correlations, hits, holm, paired_permutation_test
+from ..stats import bootstrap_ci, correlations, hits, holm, paired_permutation_test
 
 Pair = tuple[str, str]
 
@@ -352,17 +352,17 @@ def evaluate_case_study(
         ``{"bkr": EvalResult[, "xlr": EvalResult]}``.
 
     Raises:
-        BackretrievalError: what :func:`~.evaluate.evaluate` raises (unknown dataset, model or
+        BackretrievalError: what :func:`~.evaluate.run_grid` raises (unknown dataset, model or
             language, a sample larger than the data, ...).
     """
-    from .evaluate import EvalConfig, evaluate
+    from ..evaluate import EvalConfig, run_grid
 
     pairs = directed_pairs(langs)
     out = Path(out)
     log = log or (lambda msg: None)
-    results = {"bkr": evaluate(EvalConfig(dataset=bkr_dataset, pairs=pairs, models=list(models), image_model=image_model, n=bkr_n,
+    results = {"bkr": run_grid(EvalConfig(dataset=bkr_dataset, pairs=pairs, models=list(models), image_model=image_model, n=bkr_n,
                                           seeds=list(seeds), k=k), out / "bkr", progress=progress, log=log)}
     if xlr_dataset:
-        results["xlr"] = evaluate(EvalConfig(dataset=xlr_dataset, pairs=pairs, models=list(models), image_model=image_model, n=xlr_n,
+        results["xlr"] = run_grid(EvalConfig(dataset=xlr_dataset, pairs=pairs, models=list(models), image_model=image_model, n=xlr_n,
                                              seeds=list(seeds), k=k), out / "xlr", progress=progress, log=log)
     return results
