@@ -76,7 +76,7 @@ expect_extra() {  # EXTRA ARGS...: the command fails with one `error:` line, its
 }
 expect_extra search evaluate "${GRID[@]}" --models tfidf-char --approx hnsw --out out/missing
 expect_extra ray compare "${GRID[@]}" --models tfidf-char,random --executor ray --report --out out/missing
-expect_extra hf evaluate "${GRID[@]}" --models tfidf-char --dataset hf:shop --out out/missing
+expect_extra hf evaluate --dataset hf:shop "${GRID[@]:2}" --models tfidf-char --out out/missing  # one dataset: the hub one
 expect_extra models evaluate "${GRID[@]}" --models use-m --out out/missing
 expect_extra models compare "${GRID[@]}" --models tfidf-char,random --image-model efficientnet-lite0 --report --out out/missing
 expect_extra study study serve study.sqlite
