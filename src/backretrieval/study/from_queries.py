@@ -93,12 +93,7 @@ def query_texts(table: pd.DataFrame, src: str, tgt: str) -> dict[str, str]:
     Raises:
         DataError: one id with two different texts (the file mixes versions of the data).
     """
-    rows = table[(table["src_lang"] == src) & (table["tgt_lang"] == tgt)]
-    out: dict[str, str] = {}
-    for q, text in zip(rows["query_id"].map(str), rows["query_text"]):
-        if out.setdefault(q, text) != text:
-            raise DataError(f"the per-query results give query id {q!r} two texts ({out[q][:60]!r}, {text[:60]!r})")
-    return out
+    return _texts_by_id(table, src, tgt, "query_id", "query_text", "query")
 
 
 def target_texts(table: pd.DataFrame, src: str, tgt: str) -> dict[str, str]:
@@ -115,11 +110,17 @@ def target_texts(table: pd.DataFrame, src: str, tgt: str) -> dict[str, str]:
     Raises:
         DataError: one id with two different texts (the file mixes versions of the data).
     """
+    return _texts_by_id(table, src, tgt, "retrieved_id", "retrieved_text", "target")
+
+
+def _texts_by_id(table: pd.DataFrame, src: str, tgt: str, id_column: str, text_column: str, what: str) -> dict[str, str]:
+    """``{id: text}`` of the pair's rows from two columns; one id with two texts is a DataError
+    naming ``what`` (query or target) and both texts."""
     rows = table[(table["src_lang"] == src) & (table["tgt_lang"] == tgt)]
     out: dict[str, str] = {}
-    for t, text in zip(rows["retrieved_id"].map(str), rows["retrieved_text"]):
-        if out.setdefault(t, text) != text:
-            raise DataError(f"the per-query results give target id {t!r} two texts ({out[t][:60]!r}, {text[:60]!r})")
+    for i, text in zip(rows[id_column].map(str), rows[text_column]):
+        if out.setdefault(i, text) != text:
+            raise DataError(f"the per-query results give {what} id {i!r} two texts ({out[i][:60]!r}, {text[:60]!r})")
     return out
 
 
